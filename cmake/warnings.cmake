@@ -1,0 +1,16 @@
+# Project-wide warning and sanitizer flags, applied through an interface target so that
+# third-party code (libtorch headers) can be kept out of them.
+add_library(ddprun_flags INTERFACE)
+target_compile_options(ddprun_flags INTERFACE
+  -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual
+  -Wimplicit-fallthrough -Wswitch)
+if(DDPRUN_WERROR)
+  target_compile_options(ddprun_flags INTERFACE -Werror)
+endif()
+if(DDPRUN_SANITIZE)
+  target_compile_options(ddprun_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer)
+  target_link_options(ddprun_flags INTERFACE -fsanitize=address,undefined)
+endif()
+# Boost.Process v2 is used header-only with std::filesystem, so no Boost library is linked.
+target_compile_definitions(ddprun_flags INTERFACE
+  BOOST_PROCESS_USE_STD_FS BOOST_ASIO_NO_DEPRECATED)

@@ -1,0 +1,81 @@
+#pragma once
+// LaunchConfig: everything the user asked for, resolved and validated. launcher/ builds it
+// from argv and the PET_* environment; every other part receives it and never sees argv.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// Which worker streams go to files under the log dir (torchrun's -r/--redirects and -t/--tee).
+enum class Std : std::uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+// A per-local-rank choice: one value for every rank, or a map with a default of kNone.
+struct StdSpec {
+  Std all = Std::kNone;
+  std::map<int, Std> per_rank;  // when non-empty, overrides `all`
+  Std for_rank(int local_rank) const;
+};
+
+struct RdzvConf {
+  std::chrono::milliseconds join_timeout{600'000};
+  std::chrono::milliseconds last_call_timeout{30'000};
+  std::chrono::milliseconds close_timeout{30'000};
+  std::chrono::milliseconds keep_alive_interval{5'000};
+  int keep_alive_max_attempt = 3;
+  std::chrono::milliseconds read_timeout{60'000};
+  std::optional<bool> is_host;
+  std::map<std::string, std::string> extra;  // unknown keys, kept for the log
+};
+
+struct LaunchConfig {
+  // Membership.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::uint16_t master_port = 29500;
+  std::string rdzv_backend = "static";  // "static" or "c10d"
+  std::string rdzv_endpoint;            // host:port for c10d
+  std::string rdzv_id = "none";
+  RdzvConf rdzv_conf;
+  bool standalone = false;
+  std::string local_addr;  // empty: this host's name
+
+  // Restarts and monitoring.
+  int max_restarts = 0;
+  std::chrono::milliseconds monitor_interval{100};  // accepted for compatibility
+  std::string start_method = "spawn";              // accepted for compatibility
+  std::string role = "default";
+  std::chrono::milliseconds shutdown_timeout{30'000};
+  std::chrono::milliseconds exit_barrier_timeout{300'000};
+  std::vector<int> signals_to_handle;  // signal numbers
+
+  // The program.
+  std::vector<std::string> argv;  // final worker command line (interpreter already prepended)
+  std::string program;            // as given by the user, for messages
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+
+  // Output.
+  std::string log_dir;  // empty: a fresh temp dir, only when some stream is redirected
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::vector<int>> local_ranks_filter;  // nullopt: all ranks reach the console
+  std::string log_line_prefix = "[{role}{local_rank}]:";
+  bool raw_output = false;  // workers write straight to the agent's stdout/stderr
+  std::string events_file;  // JSON lines of agent events, empty: none
+
+  std::string log_level = "info";
+
+  bool is_static() const { return rdzv_backend == "static"; }
+  bool is_elastic() const { return min_nodes != max_nodes || rdzv_backend != "static"; }
+};
+
+}  // namespace ddprun

@@ -1,0 +1,105 @@
+#include "common/strings.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    auto pos = text.find(sep, start);
+    if (pos == std::string_view::npos) {
+      parts.emplace_back(text.substr(start));
+      return parts;
+    }
+    parts.emplace_back(text.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+std::string_view trim(std::string_view text) {
+  auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+std::optional<std::int64_t> parse_int(std::string_view text) {
+  text = trim(text);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  std::int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_double(std::string_view text) {
+  text = trim(text);
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  std::string lower(trim(text));
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "0" || lower == "false" || lower == "no" || lower == "off") return false;
+  return std::nullopt;
+}
+
+HostPort parse_host_port(std::string_view text, std::string_view what) {
+  text = trim(text);
+  HostPort out;
+  std::string_view rest;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos) {
+      throw ConfigError(fmt::format("{} '{}': missing ']' after IPv6 address", what, text));
+    }
+    out.host = std::string(text.substr(1, close - 1));
+    rest = text.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') {
+      throw ConfigError(fmt::format("{} '{}': unexpected text after ']'", what, text));
+    }
+  } else {
+    auto colon = text.rfind(':');
+    if (colon != std::string_view::npos && text.find(':') != colon) {
+      // Several colons and no brackets: a bare IPv6 address without a port.
+      out.host = std::string(text);
+      return out;
+    }
+    out.host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) rest = text.substr(colon);
+  }
+  if (out.host.empty()) throw ConfigError(fmt::format("{} '{}': empty host", what, text));
+  if (!rest.empty()) {
+    auto port = parse_int(rest.substr(1));
+    if (!port || *port < 0 || *port > 65535) {
+      throw ConfigError(
+          fmt::format("{} '{}': port must be an integer in 0..65535", what, text));
+    }
+    out.port = static_cast<std::uint16_t>(*port);
+  }
+  return out;
+}
+
+std::string format_host_port(const std::string& host, std::uint16_t port) {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+}  // namespace ddprun

@@ -1,0 +1,33 @@
+#pragma once
+// Small string helpers shared by the parsers.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun {
+
+std::vector<std::string> split(std::string_view text, char sep);
+std::string_view trim(std::string_view text);
+bool starts_with(std::string_view text, std::string_view prefix);
+
+// Strict integer parsing: the whole text must be a number in range, else nullopt.
+std::optional<std::int64_t> parse_int(std::string_view text);
+// Strict floating-point parsing.
+std::optional<double> parse_double(std::string_view text);
+// "1", "true", "yes", "on" / "0", "false", "no", "off" (case-insensitive).
+std::optional<bool> parse_bool(std::string_view text);
+
+// A host and a port, as written by a user: "host", "host:port", "[v6]:port", "[v6]".
+struct HostPort {
+  std::string host;  // without brackets
+  std::optional<std::uint16_t> port;
+};
+// Throws ConfigError naming `what` when the text is not a host with an optional valid port.
+HostPort parse_host_port(std::string_view text, std::string_view what);
+// "host:port", with brackets around IPv6 literals.
+std::string format_host_port(const std::string& host, std::uint16_t port);
+
+}  // namespace ddprun

@@ -1,0 +1,222 @@
+#include "rendezvous/store_connection.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+
+namespace ddprun::store {
+
+namespace asio = boost::asio;
+
+Connection::Connection(asio::ip::tcp::socket socket, ConnectionContext& context)
+    : socket_(std::move(socket)),
+      context_(context),
+      stall_timer_(socket_.get_executor()),
+      wait_timer_(socket_.get_executor()) {
+  boost::system::error_code ec;
+  auto remote = socket_.remote_endpoint(ec);
+  peer_ = ec ? "unknown peer" : format_host_port(remote.address().to_string(), remote.port());
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+void Connection::start() {
+  spdlog::debug("store: client {} connected", peer_);
+  read();
+}
+
+void Connection::close(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  if (reason.empty()) {
+    spdlog::debug("store: client {} disconnected", peer_);
+  } else {
+    spdlog::warn("store: closing connection from {}: {}", peer_, reason);
+  }
+  if (waiter_ != 0) context_.state.cancel(waiter_);
+  waiter_ = 0;
+  boost::system::error_code ignored;
+  stall_timer_.cancel();
+  wait_timer_.cancel();
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  if (context_.on_close) context_.on_close(shared_from_this());
+}
+
+void Connection::read() {
+  socket_.async_read_some(asio::buffer(chunk_),
+                          [self = shared_from_this()](boost::system::error_code ec,
+                                                      std::size_t n) { self->on_read(ec, n); });
+}
+
+void Connection::on_read(boost::system::error_code ec, std::size_t bytes) {
+  if (closed_) return;
+  if (ec) {
+    if (ec == asio::error::eof || ec == asio::error::connection_reset) {
+      close(buffer_.empty() ? "" : fmt::format("disconnected with {} bytes of an unfinished frame",
+                                               buffer_.size()));
+    } else if (ec != asio::error::operation_aborted) {
+      close("read failed: " + ec.message());
+    }
+    return;
+  }
+  buffer_.append(chunk_.data(), bytes);
+  // A well-behaved client sends one request and waits; a pile larger than one maximal frame
+  // while a request is still pending is abuse, and it would otherwise grow without bound.
+  if (buffer_.size() > context_.limits.max_frame + kFrameHeaderSize) {
+    close(fmt::format("{} bytes queued behind a pending request", buffer_.size()));
+    return;
+  }
+  process();
+  if (closed_) return;
+  arm_stall_timer();
+  read();
+}
+
+void Connection::arm_stall_timer() {
+  // Only a partly received frame is a stall; an idle connection between requests is normal
+  // (agents keep their connection for the whole job).
+  if (buffer_.empty() || busy_) {
+    stall_timer_.cancel();
+    return;
+  }
+  stall_timer_.expires_after(context_.read_timeout);
+  stall_timer_.async_wait([self = shared_from_this(), size = buffer_.size()](
+                              boost::system::error_code ec) {
+    if (ec || self->closed_) return;
+    self->close(fmt::format("sent {} bytes of a frame and nothing more for {} ms", size,
+                            self->context_.read_timeout.count()));
+  });
+}
+
+void Connection::process() {
+  while (!busy_ && !closed_) {
+    std::optional<std::size_t> size;
+    Request request;
+    try {
+      size = complete_frame_size(buffer_, context_.limits);
+      if (!size) return;
+      request = decode_request(std::string_view(buffer_).substr(kFrameHeaderSize,
+                                                                *size - kFrameHeaderSize),
+                               context_.limits);
+    } catch (const ProtocolError& e) {
+      close(std::string("protocol error: ") + e.what());
+      return;
+    }
+    buffer_.erase(0, *size);
+    try {
+      handle(request);
+    } catch (const Error& e) {
+      // Tell the client why before hanging up; the socket closes once the reply is written.
+      Response error;
+      error.status = Status::kError;
+      error.message = e.what();
+      close_after_write_ = fmt::format("{} refused: {}", command_name(request.command), e.what());
+      respond(request.command, error);
+      return;
+    }
+  }
+}
+
+void Connection::handle(const Request& request) {
+  if (!greeted_) {
+    if (request.command != Command::kHello) {
+      throw ProtocolError(fmt::format("expected hello first, got {}",
+                                      command_name(request.command)));
+    }
+    if (request.magic != kMagic) {
+      throw ProtocolError(fmt::format("wrong magic 0x{:08x} (expected 0x{:08x})", request.magic,
+                                      kMagic));
+    }
+    if (request.version != kProtocolVersion) {
+      throw ProtocolError(fmt::format("protocol version {} not supported (server speaks {})",
+                                      request.version, kProtocolVersion));
+    }
+    greeted_ = true;
+    run_id_ = request.run_id;
+    spdlog::debug("store: client {} joined run '{}'", peer_, run_id_);
+    respond(request.command, Response{});
+    return;
+  }
+  if (request.command == Command::kHello) throw ProtocolError("second hello");
+
+  StoreState::WaiterId waiter = 0;
+  std::weak_ptr<Connection> weak = shared_from_this();
+  auto ready = [weak, request] {
+    // Runs inside another client's write: defer, so one handler never re-enters another.
+    if (auto self = weak.lock()) {
+      asio::post(self->socket_.get_executor(), [self, request] { self->finish_wait(request); });
+    }
+  };
+  auto response = context_.state.execute(run_id_, request, ready, waiter);
+  if (response) {
+    respond(request.command, *response);
+    return;
+  }
+  busy_ = true;
+  waiter_ = waiter;
+  wait_timer_.expires_after(std::chrono::milliseconds(request.timeout_ms));
+  wait_timer_.async_wait([weak, waiter, command = request.command](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_ || self->waiter_ != waiter) return;
+    self->context_.state.cancel(self->waiter_);
+    self->waiter_ = 0;
+    self->busy_ = false;
+    Response timeout;
+    timeout.status = Status::kTimeout;
+    self->respond(command, timeout);
+  });
+}
+
+void Connection::finish_wait(const Request& request) {
+  if (closed_ || waiter_ == 0) return;
+  waiter_ = 0;
+  busy_ = false;
+  wait_timer_.cancel();
+  // The keys exist now unless someone erased one meanwhile; running the request again covers
+  // both cases (it answers, or waits again). The remaining time is what the timer had left.
+  Request again = request;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      wait_timer_.expiry() - asio::steady_timer::clock_type::now());
+  again.timeout_ms = static_cast<std::uint32_t>(std::max<std::int64_t>(1, left.count()));
+  try {
+    handle(again);
+  } catch (const Error& e) {
+    close(e.what());
+    return;
+  }
+  process();
+}
+
+void Connection::respond(Command command, const Response& response) {
+  std::string frame;
+  try {
+    frame = encode_response(command, response, context_.limits);
+  } catch (const ProtocolError& e) {
+    Response error;
+    error.status = Status::kError;
+    error.message = e.what();
+    frame = encode_response(command, error, context_.limits);
+  }
+  // Responses go out strictly in order: process() does not run the next request until this
+  // write completed (busy_), so one buffer suffices.
+  busy_ = true;
+  outgoing_ = std::move(frame);
+  asio::async_write(socket_, asio::buffer(outgoing_),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      if (self->closed_) return;
+                      if (ec) {
+                        self->close("write failed: " + ec.message());
+                        return;
+                      }
+                      if (!self->close_after_write_.empty()) {
+                        self->close(self->close_after_write_);
+                        return;
+                      }
+                      self->busy_ = false;
+                      self->process();
+                      if (!self->closed_) self->arm_stall_timer();
+                    });
+}
+
+}  // namespace ddprun::store

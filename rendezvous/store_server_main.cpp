@@ -1,0 +1,61 @@
+// ddprun-store: the rendezvous store on a host of its own, for users who keep it apart from the
+// agents. Serves until SIGINT or SIGTERM.
+
+#include <csignal>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "rendezvous/tcp_store_server.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddprun-store: the TCP key-value store that ddprun agents rendezvous through"};
+  ddprun::StoreServerOptions options;
+  options.port = 29400;
+  double read_timeout_s = 30;
+  std::string log_level = "info";
+  app.add_option("--host", options.host, "Address to listen on, exactly (e.g. 10.0.0.1, ::1)")
+      ->capture_default_str();
+  app.add_option("--port", options.port, "Port to listen on (0: any free port)")
+      ->capture_default_str();
+  app.add_option("--read-timeout", read_timeout_s,
+                 "Seconds after which a client that sent part of a frame is dropped")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    ddprun::setup_logging("ddprun-store", log_level);
+    options.read_timeout =
+        std::chrono::milliseconds(static_cast<std::int64_t>(read_timeout_s * 1000));
+    ddprun::TcpStoreServer server(options);
+    // The server thread serves; this thread waits for the signal that ends it.
+    boost::asio::io_context signals_io;
+    boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+    int received = 0;
+    signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+      if (!ec) received = signo;
+    });
+    server.start();
+    signals_io.run();
+    spdlog::info("store: {} received, shutting down", strsignal(received));
+    server.stop();
+    return 0;
+  } catch (const ddprun::ConnectionError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const ddprun::Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,61 @@
+#pragma once
+// The store's data and its blocked waiters: pure logic, no sockets, run on the server's single
+// thread (not thread-safe). The server's connections feed it decoded requests.
+//
+// Keys live in one namespace per run id. A request that must wait for keys (Get, MultiGet, Wait)
+// registers a waiter keyed by the missing keys; writes that create a key wake exactly the waiters
+// on that key. Nothing polls.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rendezvous/protocol.hpp"
+
+namespace ddprun::store {
+
+class StoreState {
+ public:
+  using WaiterId = std::uint64_t;
+  using Ready = std::function<void()>;
+
+  // Runs `request` (any command but Hello) in namespace `ns`. Returns the response, or nullopt
+  // when the request must wait: then `waiter` is set and `ready` will be called once (from a
+  // later write) when every key exists; the caller then runs the request again. A blocking
+  // request with timeout_ms == 0 never waits: it gets Status::kTimeout at once.
+  std::optional<Response> execute(const std::string& ns, const Request& request, Ready ready,
+                                  WaiterId& waiter);
+
+  // Forgets a waiter (its timeout passed, or its connection closed). Unknown ids are ignored.
+  void cancel(WaiterId waiter);
+
+  std::size_t num_waiters() const { return waiters_.size(); }
+  std::size_t num_keys(const std::string& ns) const;
+
+ private:
+  struct Namespace {
+    std::unordered_map<std::string, std::string> data;
+    std::unordered_map<std::string, std::vector<WaiterId>> waiting;  // key -> waiters on it
+  };
+  struct Waiter {
+    std::string ns;
+    std::vector<std::string> missing_keys;
+    std::size_t missing = 0;
+    Ready ready;
+  };
+
+  Response run(Namespace& ns, const Request& request);
+  void store(Namespace& ns, const std::string& key, std::string value);
+  void wake(Namespace& ns, const std::string& key);
+  std::vector<std::string> missing_keys(const Namespace& ns,
+                                        const std::vector<std::string>& keys) const;
+
+  std::unordered_map<std::string, Namespace> namespaces_;
+  std::unordered_map<WaiterId, Waiter> waiters_;
+  WaiterId next_waiter_ = 1;
+};
+
+}  // namespace ddprun::store

@@ -1,0 +1,342 @@
+#include "rendezvous/tcp_store_client.hpp"
+
+#include <atomic>
+#include <random>
+
+#include <boost/asio.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using store::Command;
+using store::Request;
+using store::Response;
+using store::Status;
+
+namespace {
+
+std::uint32_t to_timeout_ms(Deadline deadline) {
+  // Rounded up, so the server never gives up before the caller's deadline.
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline.remaining()).count();
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(ms, 0, UINT32_MAX));
+}
+
+std::string describe_keys(const std::vector<std::string>& keys) {
+  if (keys.size() <= 4) return fmt::format("{}", keys);
+  return fmt::format("[{}, {}, ... {} keys]", keys[0], keys[1], keys.size());
+}
+
+}  // namespace
+
+class TcpStoreClient::Impl {
+ public:
+  Impl(StoreClientOptions options, Deadline deadline)
+      : options_(std::move(options)),
+        where_(format_host_port(options_.host, options_.port)),
+        socket_(io_),
+        rng_(std::random_device{}()) {
+    connect(deadline);
+  }
+
+  std::string where() const { return where_; }
+
+  void interrupt() {
+    interrupted_ = true;
+    asio::post(io_, [this] {
+      boost::system::error_code ignored;
+      socket_.cancel(ignored);
+      backoff_.cancel();
+    });
+  }
+
+  // Sends one request and returns the server's response; `wait_deadline` is the time the
+  // reply may take (longer than `deadline` for requests the server holds).
+  Response call(Request request, Deadline deadline) {
+    const auto start = Clock::now();
+    Deadline reply_deadline = deadline;
+    if (request.command == Command::kGet || request.command == Command::kMultiGet ||
+        request.command == Command::kWait) {
+      request.timeout_ms = to_timeout_ms(deadline);
+      reply_deadline = Deadline::at(deadline.when() + options_.reply_grace);
+    }
+    if (!socket_.is_open()) connect(deadline);
+    const std::string frame = store::encode_request(request, options_.limits);
+    try {
+      exchange(frame, reply_deadline);
+      auto response = store::decode_response(request.command, reply_body_, options_.limits);
+      if (response.status == Status::kError) {
+        close();
+        throw Error(fmt::format("store at {} refused {} of {}: {}", where_,
+                                store::command_name(request.command),
+                                describe_keys(request.keys), response.message));
+      }
+      if (response.status == Status::kTimeout) {
+        throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in store at {}",
+                                       format_duration(Clock::now() - start),
+                                       describe_keys(request.keys), where_));
+      }
+      return response;
+    } catch (const ProtocolError& e) {
+      close();
+      throw ProtocolError(fmt::format("store at {} sent a bad reply to {}: {}", where_,
+                                      store::command_name(request.command), e.what()));
+    }
+  }
+
+ private:
+  void connect(Deadline deadline) {
+    const auto start = Clock::now();
+    std::string first_error;
+    std::string last_error;
+    int attempts = 0;
+    auto backoff = std::chrono::milliseconds(10);
+    while (true) {
+      check_interrupted("connecting");
+      ++attempts;
+      auto ec = try_connect(deadline);
+      if (!ec) {
+        if (attempts > 1) {
+          spdlog::debug("store: connected to {} after {} attempts", where_, attempts);
+        }
+        return;
+      }
+      last_error = ec.message();
+      if (first_error.empty()) first_error = last_error;
+      check_interrupted("connecting");
+      if (deadline.expired()) break;
+      // Exponential backoff with +-25% jitter so that many agents started together do not
+      // hammer the store in lockstep.
+      std::uniform_real_distribution<double> jitter(0.75, 1.25);
+      auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng_));
+      sleep(std::min(pause, deadline.remaining()));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      if (deadline.expired()) break;
+    }
+    throw ConnectionError(fmt::format(
+        "could not connect to store at {} within {} ({} attempts; last error: {}{})", where_,
+        format_duration(Clock::now() - start), attempts, last_error,
+        first_error != last_error ? "; first error: " + first_error : ""));
+  }
+
+  boost::system::error_code try_connect(Deadline deadline) {
+    close();
+    boost::system::error_code result = asio::error::timed_out;
+    tcp::resolver resolver(io_);
+    resolver.async_resolve(
+        options_.host, std::to_string(options_.port),
+        [&](boost::system::error_code ec, const tcp::resolver::results_type& endpoints) {
+          if (ec) {
+            result = ec;
+            return;
+          }
+          asio::async_connect(socket_, endpoints,
+                              [&](boost::system::error_code cec, const tcp::endpoint&) {
+                                result = cec;
+                              });
+        });
+    if (!run_until(deadline)) {
+      resolver.cancel();
+      close();
+      drain();
+      return asio::error::timed_out;
+    }
+    if (result) {
+      close();
+      return result;
+    }
+    boost::system::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    socket_.set_option(asio::socket_base::keep_alive(true), ignored);
+    // The handshake: magic, version, run id. A refusal here is final, not retried.
+    Request hello;
+    hello.command = Command::kHello;
+    hello.run_id = options_.run_id;
+    try {
+      exchange(store::encode_request(hello, options_.limits), deadline);
+    } catch (const TimeoutError&) {
+      return asio::error::timed_out;
+    } catch (const ConnectionError& e) {
+      return asio::error::connection_reset;
+    }
+    auto response = store::decode_response(Command::kHello, reply_body_, options_.limits);
+    if (response.status != Status::kOk) {
+      close();
+      throw ProtocolError(
+          fmt::format("store at {} refused the handshake: {}", where_, response.message));
+    }
+    return {};
+  }
+
+  // Writes `frame` and reads one response frame into reply_body_.
+  void exchange(const std::string& frame, Deadline deadline) {
+    const auto start = Clock::now();
+    check_interrupted("sending a request");
+    boost::system::error_code result = asio::error::timed_out;
+    header_.fill(0);
+    asio::async_write(socket_, asio::buffer(frame), [&](boost::system::error_code ec,
+                                                        std::size_t) {
+      if (ec) {
+        result = ec;
+        return;
+      }
+      asio::async_read(socket_, asio::buffer(header_), [&](boost::system::error_code hec,
+                                                           std::size_t) {
+        if (hec) {
+          result = hec;
+          return;
+        }
+        std::size_t body = 0;
+        try {
+          auto size = store::complete_frame_size(std::string_view(header_.data(), header_.size()),
+                                                 options_.limits);
+          (void)size;
+          for (char c : header_) body = (body << 8) | static_cast<std::uint8_t>(c);
+        } catch (const ProtocolError&) {
+          result = asio::error::message_size;
+          return;
+        }
+        reply_body_.resize(body);
+        asio::async_read(socket_, asio::buffer(reply_body_),
+                         [&](boost::system::error_code bec, std::size_t) { result = bec; });
+      });
+    });
+    const bool finished = run_until(deadline);
+    if (!finished) {
+      close();
+      drain();
+      check_interrupted("waiting for a reply");
+      throw TimeoutError(fmt::format("no reply from store at {} after {}", where_,
+                                     format_duration(Clock::now() - start)));
+    }
+    if (result) {
+      close();
+      check_interrupted("waiting for a reply");
+      if (result == asio::error::message_size) {
+        throw ProtocolError(fmt::format("store at {} announced an oversized reply", where_));
+      }
+      throw ConnectionError(fmt::format("lost connection to store at {} after {}: {}", where_,
+                                        format_duration(Clock::now() - start), result.message()));
+    }
+  }
+
+  // Runs the io_context until its work is done (true) or the deadline passes (false).
+  bool run_until(Deadline deadline) {
+    io_.restart();
+    io_.run_until(deadline.when());
+    return io_.stopped();
+  }
+
+  void drain() {
+    io_.restart();
+    io_.run();
+  }
+
+  void sleep(Clock::duration pause) {
+    backoff_.expires_after(pause);
+    backoff_.async_wait([](boost::system::error_code) {});
+    io_.restart();
+    io_.run();
+  }
+
+  void close() {
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
+
+  void check_interrupted(const char* doing) {
+    if (interrupted_) {
+      close();
+      drain();
+      throw InterruptedError(fmt::format("interrupted while {} (store at {})", doing, where_));
+    }
+  }
+
+  StoreClientOptions options_;
+  std::string where_;
+  asio::io_context io_;
+  tcp::socket socket_;
+  asio::steady_timer backoff_{io_};
+  std::array<char, store::kFrameHeaderSize> header_{};
+  std::string reply_body_;
+  std::atomic<bool> interrupted_{false};
+  std::mt19937 rng_;
+};
+
+TcpStoreClient::TcpStoreClient(StoreClientOptions options, Deadline connect_deadline)
+    : impl_(std::make_unique<Impl>(std::move(options), connect_deadline)) {}
+TcpStoreClient::~TcpStoreClient() = default;
+
+std::string TcpStoreClient::describe() const { return impl_->where(); }
+void TcpStoreClient::interrupt() { impl_->interrupt(); }
+
+namespace {
+Request make(Command c, std::vector<std::string> keys = {}, std::vector<std::string> values = {}) {
+  Request r;
+  r.command = c;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  return r;
+}
+}  // namespace
+
+void TcpStoreClient::set(const std::string& key, const std::string& value, Deadline deadline) {
+  impl_->call(make(Command::kSet, {key}, {value}), deadline);
+}
+
+std::string TcpStoreClient::get(const std::string& key, Deadline deadline) {
+  return impl_->call(make(Command::kGet, {key}), deadline).values.at(0);
+}
+
+std::optional<std::string> TcpStoreClient::try_get(const std::string& key, Deadline deadline) {
+  auto r = impl_->call(make(Command::kTryGet, {key}), deadline);
+  if (r.status == Status::kMissing) return std::nullopt;
+  return r.values.at(0);
+}
+
+bool TcpStoreClient::check(const std::vector<std::string>& keys, Deadline deadline) {
+  return impl_->call(make(Command::kCheck, keys), deadline).number != 0;
+}
+
+std::int64_t TcpStoreClient::add(const std::string& key, std::int64_t delta, Deadline deadline) {
+  auto r = make(Command::kAdd, {key});
+  r.number = delta;
+  return impl_->call(std::move(r), deadline).number;
+}
+
+std::string TcpStoreClient::compare_set(const std::string& key, const std::string& expected,
+                                        const std::string& desired, Deadline deadline) {
+  return impl_->call(make(Command::kCompareSet, {key}, {expected, desired}), deadline).values.at(0);
+}
+
+bool TcpStoreClient::erase(const std::string& key, Deadline deadline) {
+  return impl_->call(make(Command::kErase, {key}), deadline).number != 0;
+}
+
+std::vector<std::string> TcpStoreClient::multi_get(const std::vector<std::string>& keys,
+                                                   Deadline deadline) {
+  return impl_->call(make(Command::kMultiGet, keys), deadline).values;
+}
+
+void TcpStoreClient::multi_set(const std::vector<std::string>& keys,
+                               const std::vector<std::string>& values, Deadline deadline) {
+  impl_->call(make(Command::kMultiSet, keys, values), deadline);
+}
+
+void TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  impl_->call(make(Command::kWait, keys), deadline);
+}
+
+std::int64_t TcpStoreClient::num_keys(Deadline deadline) {
+  return impl_->call(make(Command::kNumKeys), deadline).number;
+}
+
+void TcpStoreClient::ping(Deadline deadline) { impl_->call(make(Command::kPing), deadline); }
+
+}  // namespace ddprun

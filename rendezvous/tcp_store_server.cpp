@@ -1,0 +1,131 @@
+#include "rendezvous/tcp_store_server.hpp"
+
+#include <atomic>
+#include <thread>
+#include <unordered_set>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+#include "rendezvous/store_connection.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+class TcpStoreServer::Impl {
+ public:
+  explicit Impl(StoreServerOptions options)
+      : options_(std::move(options)), acceptor_(io_), context_{state_, options_.limits,
+                                                               options_.read_timeout, {}} {
+    tcp::endpoint endpoint = resolve();
+    boost::system::error_code ec;
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && endpoint.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      throw ConnectionError(fmt::format("store: cannot listen on {}: {}",
+                                        format_host_port(options_.host, options_.port),
+                                        ec.message()));
+    }
+    bound_ = acceptor_.local_endpoint();
+    context_.on_close = [this](const std::shared_ptr<store::Connection>& c) { forget(c); };
+    spdlog::info("store: listening on {}", endpoint_text());
+    accept();
+  }
+
+  ~Impl() {
+    stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::uint16_t port() const { return bound_.port(); }
+  std::string endpoint_text() const {
+    return format_host_port(bound_.address().to_string(), bound_.port());
+  }
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  void run() {
+    io_.run();
+  }
+
+  void stop() {
+    if (stopping_.exchange(true)) return;
+    asio::post(io_, [this] {
+      boost::system::error_code ignored;
+      acceptor_.close(ignored);
+      auto open = connections_;
+      for (const auto& c : open) c->close("server stopping");
+      connections_.clear();
+      count_ = 0;
+    });
+  }
+
+  std::size_t num_connections() const { return count_.load(); }
+
+ private:
+  tcp::endpoint resolve() {
+    boost::system::error_code ec;
+    auto address = asio::ip::make_address(options_.host, ec);
+    if (!ec) return {address, options_.port};
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(options_.host, std::to_string(options_.port),
+                                    tcp::resolver::numeric_service, ec);
+    if (ec || results.empty()) {
+      throw ConnectionError(fmt::format("store: cannot resolve listen address '{}': {}",
+                                        options_.host, ec ? ec.message() : "no addresses"));
+    }
+    return results.begin()->endpoint();
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || stopping_) return;
+      if (ec) {
+        spdlog::warn("store: accept on {} failed: {}", endpoint_text(), ec.message());
+      } else {
+        auto connection = std::make_shared<store::Connection>(std::move(socket), context_);
+        connections_.insert(connection);
+        count_ = connections_.size();
+        connection->start();
+      }
+      accept();
+    });
+  }
+
+  void forget(const std::shared_ptr<store::Connection>& c) {
+    connections_.erase(c);
+    count_ = connections_.size();
+  }
+
+  StoreServerOptions options_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  tcp::endpoint bound_;
+  store::StoreState state_;
+  store::ConnectionContext context_;
+  std::unordered_set<std::shared_ptr<store::Connection>> connections_;
+  std::atomic<std::size_t> count_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+TcpStoreServer::TcpStoreServer(StoreServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+TcpStoreServer::~TcpStoreServer() = default;
+std::uint16_t TcpStoreServer::port() const { return impl_->port(); }
+std::string TcpStoreServer::endpoint() const { return impl_->endpoint_text(); }
+void TcpStoreServer::start() { impl_->start(); }
+void TcpStoreServer::run() { impl_->run(); }
+void TcpStoreServer::stop() { impl_->stop(); }
+std::size_t TcpStoreServer::num_connections() const { return impl_->num_connections(); }
+
+}  // namespace ddprun

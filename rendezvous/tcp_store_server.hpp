@@ -1,0 +1,52 @@
+#pragma once
+// The TCP store server: one Asio io_context on one thread, many clients. Blocking requests are
+// answered by the server when their keys appear (no polling anywhere). A client that breaks the
+// protocol loses its own connection, with a logged reason; the server and other clients go on.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rendezvous/protocol.hpp"
+
+namespace ddprun {
+
+struct StoreServerOptions {
+  std::string host = "127.0.0.1";  // bound exactly as given; "::1" and "0.0.0.0" work too
+  std::uint16_t port = 0;          // 0: the kernel picks one; see TcpStoreServer::port()
+  store::Limits limits;
+  // A client that has sent part of a frame and nothing more for this long is dropped.
+  std::chrono::milliseconds read_timeout{30'000};
+};
+
+class TcpStoreServer {
+ public:
+  // Resolves, binds and listens at once. Throws ConnectionError naming host:port when the
+  // address cannot be resolved or bound (e.g. the port is taken).
+  explicit TcpStoreServer(StoreServerOptions options);
+  // Stops and joins the background thread, if any.
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  std::uint16_t port() const;
+  // "host:port" as bound, IPv6 in brackets.
+  std::string endpoint() const;
+
+  // Serves on a background thread until stop() or destruction.
+  void start();
+  // Serves on the calling thread until stop() is called (from another thread or a handler).
+  void run();
+  // Closes the listener and every connection. Thread-safe, idempotent.
+  void stop();
+
+  // Open client connections (thread-safe snapshot, for tests and diagnostics).
+  std::size_t num_connections() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun

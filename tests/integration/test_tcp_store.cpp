@@ -1,0 +1,313 @@
+// The real TCP store server and client on loopback sockets.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/error.hpp"
+#include "rendezvous/protocol.hpp"
+#include "rendezvous/tcp_store_client.hpp"
+#include "rendezvous/tcp_store_server.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+
+namespace {
+
+StoreServerOptions local(std::string host = "127.0.0.1") {
+  StoreServerOptions o;
+  o.host = std::move(host);
+  o.port = 0;
+  o.read_timeout = 300ms;
+  return o;
+}
+
+TcpStoreClient connect_to(const TcpStoreServer& server, std::string run_id = "test",
+                          std::string host = "127.0.0.1") {
+  StoreClientOptions o;
+  o.host = std::move(host);
+  o.port = server.port();
+  o.run_id = std::move(run_id);
+  return TcpStoreClient(o, Deadline::after(10s));
+}
+
+std::string hello_frame(std::uint32_t magic = store::kMagic) {
+  store::Request hello;
+  hello.command = store::Command::kHello;
+  hello.magic = magic;
+  hello.run_id = "raw";
+  return store::encode_request(hello);
+}
+
+// After abuse, the server must still serve a well-behaved client.
+void require_server_healthy(const TcpStoreServer& server) {
+  auto client = connect_to(server);
+  auto d = Deadline::after(5s);
+  client.set("health", "ok", d);
+  REQUIRE(client.get("health", d) == "ok");
+}
+
+}  // namespace
+
+TEST_CASE("tcp store: every operation over a real socket", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto c = connect_to(server);
+  auto d = Deadline::after(5s);
+  c.set("a", "1", d);
+  CHECK(c.get("a", d) == "1");
+  CHECK(c.try_get("nope", d) == std::nullopt);
+  CHECK(c.try_get("a", d) == "1");
+  CHECK(c.check({"a"}, d));
+  CHECK_FALSE(c.check({"a", "nope"}, d));
+  CHECK(c.add("n", 10, d) == 10);
+  CHECK(c.add("n", -3, d) == 7);
+  CHECK(c.compare_set("cas", "", "v1", d) == "v1");
+  CHECK(c.compare_set("cas", "wrong", "v2", d) == "v1");
+  CHECK(c.compare_set("cas", "v1", "v2", d) == "v2");
+  c.multi_set({"m1", "m2"}, {"x", std::string(100'000, 'y')}, d);
+  auto values = c.multi_get({"m2", "m1"}, d);
+  REQUIRE(values.size() == 2);
+  CHECK(values[0].size() == 100'000);
+  CHECK(values[1] == "x");
+  CHECK(c.erase("a", d));
+  CHECK_FALSE(c.erase("a", d));
+  CHECK(c.num_keys(d) == 4);  // n, cas, m1, m2
+  c.ping(d);
+  CHECK_THROWS_WITH(c.add("m1", 1, d), Catch::Contains("not an integer"));
+  // The refusal closed that connection; the next call reconnects.
+  CHECK(c.get("n", Deadline::after(5s)) == "7");
+}
+
+TEST_CASE("tcp store: 16 threads x 1000 adds give the exact total", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&] {
+      try {
+        auto c = connect_to(server);
+        for (int i = 0; i < 1000; ++i) c.add("counter", 1, Deadline::after(10s));
+      } catch (const std::exception&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  auto c = connect_to(server);
+  CHECK(c.get("counter", Deadline::after(5s)) == "16000");
+}
+
+TEST_CASE("tcp store: wait wakes on a set from another client", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  std::thread writer([&] {
+    auto w = connect_to(server);
+    std::this_thread::sleep_for(100ms);
+    w.set("k1", "a", Deadline::after(5s));
+    std::this_thread::sleep_for(50ms);
+    w.set("k2", "b", Deadline::after(5s));
+  });
+  auto c = connect_to(server);
+  auto start = Clock::now();
+  c.wait({"k1", "k2"}, Deadline::after(20s));
+  auto waited = Clock::now() - start;
+  writer.join();
+  CHECK(waited >= 140ms);
+  CHECK(waited < 10s);
+  CHECK(c.multi_get({"k1", "k2"}, Deadline::after(1s)) == std::vector<std::string>{"a", "b"});
+}
+
+TEST_CASE("tcp store: get times out with the key and the time in the message", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto c = connect_to(server);
+  auto start = Clock::now();
+  try {
+    c.get("absent/key", Deadline::after(300ms));
+    FAIL("get returned for a key that was never set");
+  } catch (const TimeoutError& e) {
+    std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("absent/key"));
+    CHECK_THAT(msg, Catch::Contains("timed out after 0.3"));
+    CHECK_THAT(msg, Catch::Contains(server.endpoint()));
+  }
+  auto waited = Clock::now() - start;
+  CHECK(waited >= 300ms);
+  CHECK(waited < 5s);
+  // The connection survives a server-side timeout.
+  c.set("after", "1", Deadline::after(1s));
+  CHECK(c.get("after", Deadline::after(1s)) == "1");
+}
+
+TEST_CASE("tcp store: run ids never see each other's keys", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto a = connect_to(server, "job-a");
+  auto b = connect_to(server, "job-b");
+  auto d = Deadline::after(5s);
+  a.set("rank", "a", d);
+  CHECK(b.try_get("rank", d) == std::nullopt);
+  b.set("rank", "b", d);
+  CHECK(a.get("rank", d) == "a");
+  CHECK(b.get("rank", d) == "b");
+  CHECK(a.num_keys(d) == 1);
+}
+
+TEST_CASE("tcp store: a client connects to a server that starts later", "[tcp_store]") {
+  auto port = test::free_port();
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(300ms);
+    auto o = local();
+    o.port = port;
+    server = std::make_unique<TcpStoreServer>(o);
+    server->start();
+  });
+  StoreClientOptions o;
+  o.port = port;
+  TcpStoreClient c(o, Deadline::after(20s));
+  starter.join();
+  c.set("x", "y", Deadline::after(2s));
+  CHECK(c.get("x", Deadline::after(2s)) == "y");
+}
+
+TEST_CASE("tcp store: connecting to nothing fails by the deadline, naming host:port",
+          "[tcp_store]") {
+  auto port = test::free_port();
+  StoreClientOptions o;
+  o.port = port;
+  auto start = Clock::now();
+  try {
+    TcpStoreClient c(o, Deadline::after(500ms));
+    FAIL("connected to a port nobody listens on");
+  } catch (const ConnectionError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(port)));
+    CHECK_THAT(e.what(), Catch::Contains("attempts"));
+  }
+  CHECK(Clock::now() - start < 5s);
+}
+
+TEST_CASE("tcp store: interrupt() ends a blocked call from another thread", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto c = connect_to(server);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    c.interrupt();
+  });
+  auto start = Clock::now();
+  CHECK_THROWS_AS(c.get("never", Deadline::after(30s)), InterruptedError);
+  stopper.join();
+  CHECK(Clock::now() - start < 10s);
+  CHECK_THROWS_AS(c.ping(Deadline::after(1s)), InterruptedError);
+}
+
+TEST_CASE("tcp store: IPv6 loopback", "[tcp_store]") {
+  std::unique_ptr<TcpStoreServer> server;
+  try {
+    server = std::make_unique<TcpStoreServer>(local("::1"));
+  } catch (const ConnectionError& e) {
+    WARN("IPv6 loopback unavailable here, skipped: " << e.what());
+    return;
+  }
+  server->start();
+  CHECK_THAT(server->endpoint(), Catch::StartsWith("[::1]:"));
+  auto c = connect_to(*server, "v6", "::1");
+  c.set("six", "6", Deadline::after(2s));
+  CHECK(c.get("six", Deadline::after(2s)) == "6");
+}
+
+TEST_CASE("tcp store: bad input closes only the offending connection", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto bystander = connect_to(server);
+  bystander.set("before", "1", Deadline::after(2s));
+  const long rss_before = test::rss_kib();
+
+  SECTION("garbage bytes") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    raw.send(std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+    CHECK(raw.closed_by_peer_within(5s));
+  }
+  SECTION("a frame claiming 2^62 bytes") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    raw.send(hello_frame());
+    std::string header(store::kFrameHeaderSize, '\0');
+    header[0] = 0x40;
+    raw.send(header + "xxxx");
+    CHECK(raw.closed_by_peer_within(5s));
+  }
+  SECTION("a stalled half frame is dropped after the read timeout") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    auto frame = hello_frame();
+    raw.send(frame.substr(0, frame.size() / 2));
+    CHECK_FALSE(raw.closed_by_peer_within(100ms));
+    CHECK(raw.closed_by_peer_within(5s));
+  }
+  SECTION("a wrong magic") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    raw.send(hello_frame(0xdeadbeef));
+    CHECK(raw.closed_by_peer_within(5s));
+  }
+  SECTION("a request before the handshake") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    store::Request ping;
+    ping.command = store::Command::kPing;
+    raw.send(store::encode_request(ping));
+    CHECK(raw.closed_by_peer_within(5s));
+  }
+
+  require_server_healthy(server);
+  CHECK(bystander.get("before", Deadline::after(2s)) == "1");
+  // Nothing the size of a claimed frame was allocated (a 2^62-byte claim would abort anyway;
+  // this bounds smaller leaks too).
+  CHECK(test::rss_kib() - rss_before < 16 * 1024);
+}
+
+TEST_CASE("tcp store: a client whose server dies mid-request gets an error, not a hang",
+          "[tcp_store]") {
+  auto port = test::free_port();
+  auto pid = test::spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                          std::to_string(port), "--log-level", "warn"});
+  StoreClientOptions o;
+  o.port = port;
+  TcpStoreClient c(o, Deadline::after(10s));
+  c.set("x", "1", Deadline::after(2s));
+  std::thread killer([&] {
+    std::this_thread::sleep_for(200ms);
+    kill(pid, SIGKILL);
+  });
+  auto start = Clock::now();
+  CHECK_THROWS_AS(c.get("never", Deadline::after(30s)), ConnectionError);
+  killer.join();
+  CHECK(Clock::now() - start < 10s);
+  CHECK(test::wait_for_exit(pid, 5s) != -1);
+}
+
+TEST_CASE("ddprun-store: listens, refuses a taken port with exit 2, stops on SIGTERM",
+          "[tcp_store]") {
+  auto port = test::free_port();
+  auto first = test::spawn({DDPRUN_STORE_BINARY, "--port", std::to_string(port)});
+  StoreClientOptions o;
+  o.port = port;
+  TcpStoreClient c(o, Deadline::after(10s));
+  c.ping(Deadline::after(2s));
+  auto second = test::spawn({DDPRUN_STORE_BINARY, "--port", std::to_string(port)});
+  int status = test::wait_for_exit(second, 10s);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  kill(first, SIGTERM);
+  status = test::wait_for_exit(first, 10s);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}

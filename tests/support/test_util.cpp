@@ -1,0 +1,114 @@
+#include "support/test_util.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+namespace ddprun::test {
+
+long rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+RawSocket::RawSocket(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) {
+    throw std::runtime_error("cannot resolve " + host);
+  }
+  fd_ = ::socket(res->ai_family, SOCK_STREAM, 0);
+  int rc = ::connect(fd_, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rc != 0) throw std::runtime_error("cannot connect raw socket");
+}
+
+RawSocket::~RawSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RawSocket::send(const std::string& bytes) {
+  // MSG_NOSIGNAL: the server may already have closed us; that is what some tests expect.
+  (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+}
+
+bool RawSocket::closed_by_peer_within(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+        deadline - std::chrono::steady_clock::now());
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(left.count() / 1'000'000);
+    tv.tv_usec = static_cast<suseconds_t>(left.count() % 1'000'000);
+    if (tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    auto n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n == 0) return true;
+    if (n < 0 && errno == ECONNRESET) return true;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  }
+  return false;
+}
+
+pid_t spawn(const std::vector<std::string>& argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    auto r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0) return -1;
+    // Tests only: a short poll keeps this helper simple and it has a hard deadline.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return -1;
+}
+
+bool process_alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content;
+  if (!std::getline(stat, content)) return false;
+  auto close = content.rfind(')');
+  return close != std::string::npos && close + 2 < content.size() && content[close + 2] != 'Z';
+}
+
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace ddprun::test

@@ -1,0 +1,251 @@
+#include "launcher/cli.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+#include "launcher/config_builder.hpp"
+
+#ifndef DDPRUN_VERSION
+#define DDPRUN_VERSION "0.1.0"
+#endif
+
+namespace ddprun {
+namespace {
+
+constexpr std::string_view kNodes = "Nodes and rendezvous";
+constexpr std::string_view kWorkers = "Workers";
+constexpr std::string_view kFailures = "Failures and restarts";
+constexpr std::string_view kOutput = "Output and logs";
+
+struct OptionSpec {
+  std::string_view name;        // long name with dashes, without "--"
+  std::string_view short_name;  // one letter or empty
+  std::string_view value_name;  // empty for a boolean flag
+  std::string_view group;
+  std::string_view help;
+};
+
+// Every flag of torchrun's contract plus ddprun's own. Defaults live in LaunchConfig; the
+// help repeats them for the reader.
+constexpr OptionSpec kOptions[] = {
+    {"nnodes", "", "N|MIN:MAX", kNodes, "Number of nodes, or an elastic range [1]"},
+    {"node-rank", "", "RANK", kNodes, "This node's rank, static rendezvous only [0]"},
+    {"master-addr", "", "ADDR", kNodes, "Node 0's address, static only; IPv6 as [::1] [127.0.0.1]"},
+    {"master-port", "", "PORT", kNodes, "Node 0's port, static only [29500]"},
+    {"rdzv-backend", "", "NAME", kNodes, "static or c10d (elastic) [static]"},
+    {"rdzv-endpoint", "", "HOST[:PORT]", kNodes, "c10d store address [port 29400]"},
+    {"rdzv-id", "", "ID", kNodes, "Job id, becomes TORCHELASTIC_RUN_ID [none]"},
+    {"rdzv-conf", "", "K=V,...", kNodes,
+     "Rendezvous settings (seconds): join_timeout [600],\nlast_call_timeout [30], "
+     "close_timeout [30], read_timeout [60],\nkeep_alive_interval [5]; also "
+     "keep_alive_max_attempt [3], is_host"},
+    {"standalone", "", "", kNodes, "One node: c10d on localhost, free port, random run id"},
+    {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]"},
+
+    {"nproc-per-node", "", "N|cpu|gpu|auto", kWorkers, "Workers on this node [1]"},
+    {"role", "", "NAME", kWorkers, "ROLE_NAME of the workers [default]"},
+    {"module", "m", "", kWorkers, "Run PROGRAM as a Python module (python -u -m)"},
+    {"no-python", "", "", kWorkers, "Execute PROGRAM directly, without Python"},
+    {"run-path", "", "", kWorkers, "Run PROGRAM with the Python interpreter"},
+    {"start-method", "", "METHOD", kWorkers, "spawn, fork or forkserver; accepted, always spawn"},
+    {"monitor-interval", "", "SECONDS", kWorkers, "Accepted; ddprun sees worker exits at once"},
+
+    {"max-restarts", "", "N", kFailures, "Restarts of all workers after a failure [0]"},
+    {"signals-to-handle", "", "SIG,...", kFailures,
+     "Signals forwarded to workers [SIGTERM,SIGINT,SIGHUP,SIGQUIT]"},
+    {"shutdown-timeout", "", "SECONDS", kFailures, "Grace between forwarded signal and SIGKILL [30]"},
+    {"exit-barrier-timeout", "", "SECONDS", kFailures,
+     "Wait for the other nodes after success [300]"},
+
+    {"log-dir", "", "DIR", kOutput, "Per-rank log files [a temp dir, when redirecting]"},
+    {"redirects", "r", "0-3|R:V,...", kOutput,
+     "Worker streams to files: 0 none, 1 stdout, 2 stderr,\n3 both; or per local rank, "
+     "e.g. 0:3,1:2 [0]"},
+    {"tee", "t", "0-3|R:V,...", kOutput, "Like --redirects, and also to the console [0]"},
+    {"local-ranks-filter", "", "R,...", kOutput, "Local ranks whose output reaches the console [all]"},
+    {"log-line-prefix", "", "TEMPLATE", kOutput,
+     "Console prefix: {rank} {local_rank} {node} {host}\n{role} {time} "
+     "[\"[{role}{local_rank}]:\"]"},
+    {"log-line-prefix-template", "", "TEMPLATE", kOutput,
+     "torchrun's form: ${rank} ${local_rank} ${role_name}"},
+    {"raw-output", "", "", kOutput, "Workers write straight to the console, no prefix"},
+    {"events-file", "", "PATH", kOutput, "Append agent events as JSON lines"},
+    {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
+};
+
+// CLI11 reads "--log-dir=" (an empty value, typical of a script expanding an unset variable)
+// like "--log-dir" and takes the next argument as the value, swallowing the program. So every
+// "--name=" gets this marker appended before parsing; it turns back into an empty value, and
+// is stripped again from the program's arguments, which therefore stay byte-for-byte intact.
+constexpr std::string_view kEmptyMarker = "\x1f<empty>";
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+std::string strip_empty_marker(std::string text) {
+  for (auto pos = text.find(kEmptyMarker); pos != std::string::npos;
+       pos = text.find(kEmptyMarker, pos)) {
+    text.erase(pos, kEmptyMarker.size());
+  }
+  return text;
+}
+
+// "nproc-per-node" -> "NPROC_PER_NODE", for PET_*.
+std::string env_suffix(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) {
+    c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// "-r,--redirects" plus torchrun's underscore spelling where it differs.
+std::string cli11_names(const OptionSpec& spec) {
+  std::string names = spec.short_name.empty() ? "" : fmt::format("-{},", spec.short_name);
+  names += fmt::format("--{}", spec.name);
+  std::string underscored(spec.name);
+  std::replace(underscored.begin(), underscored.end(), '-', '_');
+  if (underscored != spec.name) names += fmt::format(",--{}", underscored);
+  return names;
+}
+
+// Shows one spelling per option (the underscore twins would double every line) and our
+// usage line, which has a positional program CLI11 does not know about.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  HelpFormatter() { column_width(40); }
+
+  // The blank line after the usage replaces the one CLI11 puts before every group, which
+  // doubles up with the one it also puts between groups.
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "\nUsage: ddprun [OPTIONS] PROGRAM [ARGS...]\n\n";
+  }
+
+  std::string make_group(std::string group, bool is_positional,
+                         std::vector<const CLI::Option*> opts) const override {
+    std::string out = group + ":\n";
+    for (const CLI::Option* opt : opts) out += make_option(opt, is_positional);
+    return out;
+  }
+
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    if (is_positional) return CLI::Formatter::make_option_name(opt, is_positional);
+    std::string out;
+    for (const auto& name : opt->get_snames()) out += "-" + name + ", ";
+    for (const auto& name : opt->get_lnames()) {
+      if (name.find('_') == std::string::npos) out += "--" + name + ", ";
+    }
+    return out.substr(0, out.size() - 2);
+  }
+};
+
+// The parser and the storage its options write into. Values stay text; config_builder
+// gives them meaning, so environment values go through exactly the same checks.
+struct Parser {
+  CLI::App app{"ddprun: launch and supervise distributed PyTorch workers (torchrun-compatible)",
+               "ddprun"};
+  // By OptionSpec::name; map nodes keep their addresses, which CLI11 writes through. Flags
+  // are bound to text too ("true", or the value of --flag=VALUE), so that a bad boolean gets
+  // the same message from the command line as from PET_*.
+  std::map<std::string, std::string> values;
+  std::map<std::string, CLI::Option*> options;
+
+  Parser() {
+    app.formatter(std::make_shared<HelpFormatter>());
+    // Stop at the first positional: it is the program, and the rest is its own.
+    app.prefix_command();
+    app.set_version_flag("--version", fmt::format("ddprun {}", DDPRUN_VERSION),
+                         "Print the version and exit");
+    app.footer(
+        "Every flag also accepts torchrun's underscore spelling (--nproc_per_node) and can be\n"
+        "set as PET_<FLAG> in the environment (PET_NPROC_PER_NODE=4, PET_NO_PYTHON=1); the\n"
+        "command line wins. Everything after PROGRAM is passed to it untouched.");
+    for (const auto& spec : kOptions) {
+      std::string key(spec.name);
+      std::string help(spec.help);
+      CLI::Option* opt = spec.value_name.empty()
+                             ? app.add_flag(cli11_names(spec), values[key], help)
+                             : app.add_option(cli11_names(spec), values[key], help)
+                                   ->type_name(std::string(spec.value_name));
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(std::string(spec.group));
+      options[key] = opt;
+    }
+  }
+
+  // Command-line values, then PET_* for the flags the command line left out.
+  RawOptions collect(const std::map<std::string, std::string>& env) const {
+    RawOptions raw;
+    for (const auto& spec : kOptions) {
+      std::string key(spec.name);
+      if (options.at(key)->count() > 0) {
+        raw[key] = RawValue{strip_empty_marker(values.at(key)), fmt::format("--{}", key), true};
+        continue;
+      }
+      std::string env_name = "PET_" + env_suffix(key);
+      auto it = env.find(env_name);
+      if (it != env.end() && !it->second.empty()) raw[key] = RawValue{it->second, env_name, false};
+    }
+    return raw;
+  }
+};
+
+CliOutcome usage_error(std::string message) {
+  // One line, whatever CLI11 or a parser produced.
+  message = strip_empty_marker(std::move(message));
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  return CliOutcome{std::nullopt, kExitUsage, "ddprun: " + message, {}};
+}
+
+}  // namespace
+
+std::string help_text() {
+  Parser parser;
+  return parser.app.help();
+}
+
+CliOutcome parse_command_line(const std::vector<std::string>& args,
+                              const std::map<std::string, std::string>& env) {
+  Parser parser;
+  try {
+    // CLI11 consumes a reversed vector from the back.
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    for (auto& arg : reversed) {
+      if (arg.size() > 3 && starts_with(arg, "--") && ends_with(arg, "=")) arg += kEmptyMarker;
+    }
+    parser.app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return CliOutcome{std::nullopt, kExitOk, parser.app.help(), {}};
+  } catch (const CLI::CallForVersion& e) {
+    return CliOutcome{std::nullopt, kExitOk, e.what(), {}};
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
+
+  // With prefix_command, CLI11 leaves unknown options, a "--" separator, the program and its
+  // arguments, in that order, in remaining().
+  std::vector<std::string> rest = parser.app.remaining();
+  for (auto& arg : rest) {
+    if (ends_with(arg, kEmptyMarker)) arg.resize(arg.size() - kEmptyMarker.size());
+  }
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-') {
+    return usage_error(fmt::format("unknown option {} (see ddprun --help)", rest.front()));
+  }
+
+  try {
+    BuiltConfig built = build_launch_config(parser.collect(env), rest, env);
+    return CliOutcome{std::move(built.config), kExitOk, {}, std::move(built.notes)};
+  } catch (const ConfigError& e) {
+    return usage_error(e.what());
+  }
+}
+
+}  // namespace ddprun

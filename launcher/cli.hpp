@@ -1,0 +1,42 @@
+#pragma once
+// The ddprun command line: torchrun's flags (both spellings, PET_* environment fallback)
+// plus ddprun's own, turned into a LaunchConfig. Nothing here starts processes or exits.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/launch_config.hpp"
+
+namespace ddprun {
+
+// Exit codes of a command line that does not launch anything.
+inline constexpr int kExitOk = 0;     // --help, --version
+inline constexpr int kExitUsage = 2;  // any invalid flag, value or combination
+
+struct CliOutcome {
+  // Set when the job should run. When empty, print `message` (to stdout for exit code 0,
+  // stderr otherwise) and exit with `exit_code`.
+  std::optional<LaunchConfig> config;
+  int exit_code = kExitOk;
+  // Help text, "ddprun <version>", or one line "ddprun: <flag>=<value>: <what is wrong>".
+  std::string message;
+  // With a config: one-line notices for the startup log (what --standalone chose, ignored
+  // flags). Never errors.
+  std::vector<std::string> notes;
+};
+
+// `args`: argv without argv[0]. `env`: the process environment; every flag --foo-bar falls
+// back to PET_FOO_BAR from it (empty values count as unset), and PYTHON_EXEC and
+// CUDA_VISIBLE_DEVICES are read from it. The first positional argument is the program;
+// it and everything after it are the program's, untouched. A leading "--" before the
+// program is dropped. May load the CUDA driver for --nproc-per-node=gpu/auto. Never throws
+// for bad input.
+CliOutcome parse_command_line(const std::vector<std::string>& args,
+                              const std::map<std::string, std::string>& env);
+
+// The full --help text.
+std::string help_text();
+
+}  // namespace ddprun

@@ -1,0 +1,279 @@
+#include "launcher/config_builder.hpp"
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+#include "launcher/cpu_count.hpp"
+#include "launcher/gpu_count.hpp"
+#include "launcher/value_parsers.hpp"
+
+namespace ddprun {
+namespace {
+
+constexpr std::uint16_t kC10dDefaultPort = 29400;
+constexpr const char* kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+
+// Read access to the raw options with the conversions every section needs.
+class Options {
+ public:
+  explicit Options(const RawOptions& raw) : raw_(raw) {}
+
+  const RawValue* find(std::string_view key) const {
+    auto it = raw_.find(key);
+    return it == raw_.end() ? nullptr : &it->second;
+  }
+
+  bool flag(std::string_view key) const {
+    const RawValue* value = find(key);
+    if (value == nullptr) return false;
+    auto parsed = parse_bool(value->text);
+    if (!parsed) {
+      throw ConfigError(fmt::format("{}={}: expected a boolean (1/0, true/false)", value->label,
+                                    value->text));
+    }
+    return *parsed;
+  }
+
+  // The label to name a flag by in messages, whether or not it was given.
+  std::string label(std::string_view key) const {
+    const RawValue* value = find(key);
+    return value != nullptr ? value->label : fmt::format("--{}", key);
+  }
+
+ private:
+  const RawOptions& raw_;
+};
+
+std::string get_env(const std::map<std::string, std::string>& env, const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? std::string() : it->second;
+}
+
+// An address without a port; IPv6 may be written with brackets, which are dropped.
+std::string parse_address(const RawValue& value) {
+  HostPort host_port = parse_host_port(value.text, value.label);
+  if (host_port.port) {
+    throw ConfigError(
+        fmt::format("{}={}: expected an address without a port", value.label, value.text));
+  }
+  return host_port.host;
+}
+
+std::string parse_nonempty(const RawValue& value) {
+  std::string text(trim(value.text));
+  if (text.empty()) throw ConfigError(fmt::format("{} must not be empty", value.label));
+  return text;
+}
+
+int resolve_nproc_per_node(const RawValue& value,
+                           const std::map<std::string, std::string>& env) {
+  auto text = trim(value.text);
+  auto gpu_count = [&] {
+    auto visible = env.find("CUDA_VISIBLE_DEVICES");
+    if (visible != env.end()) {
+      if (auto hidden = cuda_devices_from_visible_env(visible->second)) return *hidden;
+    }
+    return visible_cuda_devices();
+  };
+  if (text == "cpu") return usable_cpu_count();
+  if (text == "gpu") {
+    int gpus = gpu_count();
+    if (gpus == 0) {
+      throw ConfigError(fmt::format("{}={}: no CUDA device is visible", value.label, value.text));
+    }
+    return gpus;
+  }
+  if (text == "auto") {
+    int gpus = gpu_count();
+    return gpus > 0 ? gpus : usable_cpu_count();
+  }
+  auto count = parse_int(text);
+  if (!count || *count <= 0 || *count > 1'000'000) {
+    throw ConfigError(fmt::format("{}={}: expected a number of workers >= 1, cpu, gpu or auto",
+                                  value.label, value.text));
+  }
+  return static_cast<int>(*count);
+}
+
+void build_rendezvous(const Options& options, BuiltConfig& out) {
+  LaunchConfig& config = out.config;
+  if (auto* v = options.find("nnodes")) {
+    std::tie(config.min_nodes, config.max_nodes) = parse_nnodes(v->text, v->label);
+  }
+  if (auto* v = options.find("rdzv-backend")) {
+    auto backend = std::string(trim(v->text));
+    if (backend == "etcd" || backend == "etcd-v2") {
+      throw ConfigError(fmt::format(
+          "{}={}: the etcd rendezvous is not supported by ddprun (use static or c10d)", v->label,
+          v->text));
+    }
+    config.rdzv_backend = parse_choice(backend, v->label, {"static", "c10d"});
+  }
+  if (auto* v = options.find("rdzv-id")) config.rdzv_id = parse_nonempty(*v);
+  if (auto* v = options.find("master-addr")) config.master_addr = parse_address(*v);
+  if (auto* v = options.find("master-port")) config.master_port = parse_port(v->text, v->label);
+  if (auto* v = options.find("local-addr")) config.local_addr = parse_address(*v);
+  if (auto* v = options.find("rdzv-conf")) config.rdzv_conf = parse_rdzv_conf(v->text, v->label);
+  if (auto* v = options.find("node-rank")) config.node_rank = parse_int_at_least(v->text, v->label, 0);
+  const RawValue* endpoint = options.find("rdzv-endpoint");
+
+  config.standalone = options.flag("standalone");
+  if (config.standalone) {
+    std::string ignored;
+    for (auto key : {"rdzv-backend", "rdzv-endpoint", "rdzv-id", "nnodes"}) {
+      if (options.find(key) != nullptr) ignored += " " + options.label(key);
+    }
+    if (!ignored.empty()) {
+      out.notes.push_back(fmt::format("--standalone: ignoring{}", ignored));
+    }
+    config.rdzv_backend = "c10d";
+    config.rdzv_endpoint = "localhost:0";
+    config.min_nodes = config.max_nodes = 1;
+    config.rdzv_id = random_run_id();
+    out.notes.push_back(fmt::format(
+        "--standalone: single node, c10d rendezvous on localhost with a free port, run id {}",
+        config.rdzv_id));
+    return;
+  }
+
+  if (config.is_static()) {
+    if (config.min_nodes != config.max_nodes) {
+      throw ConfigError(fmt::format("{}={}:{}: a range of nodes needs --rdzv-backend=c10d",
+                                    options.label("nnodes"), config.min_nodes, config.max_nodes));
+    }
+    // torchrun's static rendezvous takes the master's address from --rdzv-endpoint when given.
+    if (endpoint != nullptr && !trim(endpoint->text).empty()) {
+      HostPort host_port = parse_host_port(endpoint->text, endpoint->label);
+      if (!host_port.port) {
+        throw ConfigError(fmt::format("{}={}: the static rendezvous needs host:port",
+                                      endpoint->label, endpoint->text));
+      }
+      config.master_addr = host_port.host;
+      config.master_port = *host_port.port;
+    }
+    if (config.node_rank >= config.max_nodes) {
+      throw ConfigError(fmt::format("{}={}: must be < the number of nodes ({})",
+                                    options.label("node-rank"), config.node_rank,
+                                    config.max_nodes));
+    }
+    return;
+  }
+
+  // c10d. Like torchrun, an empty endpoint means localhost, which only works on one node.
+  std::string host = "localhost";
+  std::uint16_t port = kC10dDefaultPort;
+  if (endpoint != nullptr && !trim(endpoint->text).empty()) {
+    HostPort host_port = parse_host_port(endpoint->text, endpoint->label);
+    host = host_port.host;
+    port = host_port.port.value_or(kC10dDefaultPort);
+  } else if (config.max_nodes > 1) {
+    out.notes.push_back(fmt::format(
+        "no --rdzv-endpoint: using localhost:{}, which other nodes cannot reach", port));
+  }
+  config.rdzv_endpoint = format_host_port(host, port);
+}
+
+void build_program(const Options& options, const std::vector<std::string>& program_and_args,
+                   const std::map<std::string, std::string>& env, BuiltConfig& out) {
+  LaunchConfig& config = out.config;
+  config.module = options.flag("module");
+  config.no_python = options.flag("no-python");
+  config.run_path = options.flag("run-path");
+  if (config.no_python && config.module) {
+    throw ConfigError(fmt::format("{} and {} cannot be used together", options.label("no-python"),
+                                  options.label("module")));
+  }
+  if (program_and_args.empty() || program_and_args.front().empty()) {
+    throw ConfigError("missing the program to run (usage: ddprun [OPTIONS] PROGRAM [ARGS...])");
+  }
+  config.program = program_and_args.front();
+  // Like torchrun, --run-path always runs the script with Python, whatever else was asked.
+  if (config.run_path && (config.no_python || config.module)) {
+    out.notes.push_back(fmt::format("{}: running {} as a Python script", options.label("run-path"),
+                                    config.program));
+    config.no_python = config.module = false;
+  }
+  if (config.no_python) {
+    config.argv = program_and_args;
+    return;
+  }
+  std::string python = get_env(env, "PYTHON_EXEC");
+  config.argv = {python.empty() ? "python3" : python, "-u"};
+  if (config.module) config.argv.push_back("-m");
+  config.argv.insert(config.argv.end(), program_and_args.begin(), program_and_args.end());
+}
+
+// --log-line-prefix (ddprun) and --log-line-prefix-template (torchrun) set the same thing:
+// the command line beats the environment, and two from the same source contradict.
+void build_log_line_prefix(const Options& options, LaunchConfig& config) {
+  const RawValue* ours = options.find("log-line-prefix");
+  const RawValue* theirs = options.find("log-line-prefix-template");
+  if (ours != nullptr && theirs != nullptr) {
+    if (ours->from_command_line == theirs->from_command_line) {
+      throw ConfigError(
+          fmt::format("{} and {} cannot be used together", ours->label, theirs->label));
+    }
+    (ours->from_command_line ? theirs : ours) = nullptr;
+  }
+  if (ours != nullptr) config.log_line_prefix = validate_log_line_prefix(ours->text, ours->label);
+  if (theirs != nullptr) {
+    config.log_line_prefix = convert_log_line_prefix_template(theirs->text, theirs->label);
+  }
+}
+
+void build_workers_and_output(const Options& options,
+                              const std::map<std::string, std::string>& env,
+                              LaunchConfig& config) {
+  if (auto* v = options.find("nproc-per-node")) config.nproc_per_node = resolve_nproc_per_node(*v, env);
+  if (auto* v = options.find("role")) config.role = parse_nonempty(*v);
+  if (auto* v = options.find("start-method")) {
+    config.start_method = parse_choice(v->text, v->label, {"spawn", "fork", "forkserver"});
+  }
+  if (auto* v = options.find("monitor-interval")) {
+    config.monitor_interval = parse_seconds(v->text, v->label);
+  }
+  if (auto* v = options.find("max-restarts")) {
+    config.max_restarts = parse_int_at_least(v->text, v->label, 0);
+  }
+  const RawValue* signals = options.find("signals-to-handle");
+  config.signals_to_handle = signals != nullptr ? parse_signals(signals->text, signals->label)
+                                                : parse_signals(kDefaultSignals, "default");
+  if (auto* v = options.find("shutdown-timeout")) {
+    config.shutdown_timeout = parse_seconds(v->text, v->label);
+  }
+  if (auto* v = options.find("exit-barrier-timeout")) {
+    config.exit_barrier_timeout = parse_seconds(v->text, v->label);
+  }
+
+  if (auto* v = options.find("log-dir")) config.log_dir = std::string(trim(v->text));
+  if (auto* v = options.find("redirects")) config.redirects = parse_std_spec(v->text, v->label);
+  if (auto* v = options.find("tee")) config.tee = parse_std_spec(v->text, v->label);
+  if (auto* v = options.find("local-ranks-filter"); v != nullptr && !trim(v->text).empty()) {
+    config.local_ranks_filter = parse_rank_list(v->text, v->label);
+  }
+  build_log_line_prefix(options, config);
+  config.raw_output = options.flag("raw-output");
+  if (auto* v = options.find("events-file")) config.events_file = std::string(trim(v->text));
+  if (auto* v = options.find("log-level")) {
+    config.log_level = parse_choice(v->text, v->label,
+                                    {"trace", "debug", "info", "warn", "warning", "error"});
+    if (config.log_level == "warning") config.log_level = "warn";
+  }
+}
+
+}  // namespace
+
+BuiltConfig build_launch_config(const RawOptions& raw,
+                                const std::vector<std::string>& program_and_args,
+                                const std::map<std::string, std::string>& env) {
+  Options options(raw);
+  BuiltConfig out;
+  build_rendezvous(options, out);
+  // Before the workers: a missing program is reported without probing the CUDA driver.
+  build_program(options, program_and_args, env, out);
+  build_workers_and_output(options, env, out.config);
+  return out;
+}
+
+}  // namespace ddprun

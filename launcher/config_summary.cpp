@@ -1,0 +1,77 @@
+#include "launcher/config_summary.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/strings.hpp"
+
+namespace ddprun {
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds duration) {
+  return fmt::format("{:g}s", static_cast<double>(duration.count()) / 1000.0);
+}
+
+bool any_stream(const StdSpec& spec) {
+  if (spec.per_rank.empty()) return spec.all != Std::kNone;
+  return std::any_of(spec.per_rank.begin(), spec.per_rank.end(),
+                     [](const auto& entry) { return entry.second != Std::kNone; });
+}
+
+std::string log_dir_text(const LaunchConfig& config) {
+  if (!config.log_dir.empty()) return config.log_dir;
+  if (any_stream(config.redirects) || any_stream(config.tee)) return "(a new temp dir)";
+  return "(console only)";
+}
+
+}  // namespace
+
+std::string shell_quote(const std::string& arg) {
+  constexpr std::string_view kSafe =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%";
+  if (!arg.empty() && arg.find_first_not_of(kSafe) == std::string::npos) return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string describe(const LaunchConfig& config) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("nodes", config.min_nodes == config.max_nodes
+                                 ? fmt::format("{}", config.max_nodes)
+                                 : fmt::format("{}:{}", config.min_nodes, config.max_nodes));
+  rows.emplace_back("nproc per node", fmt::format("{}", config.nproc_per_node));
+  if (config.is_static()) {
+    rows.emplace_back("rendezvous",
+                      fmt::format("static, master {}, run id {}",
+                                  format_host_port(config.master_addr, config.master_port),
+                                  config.rdzv_id));
+    rows.emplace_back("node rank", fmt::format("{}", config.node_rank));
+  } else {
+    rows.emplace_back("rendezvous", fmt::format("{}{}, endpoint {}, run id {}",
+                                                config.rdzv_backend,
+                                                config.standalone ? " (standalone)" : "",
+                                                config.rdzv_endpoint, config.rdzv_id));
+  }
+  rows.emplace_back("max restarts", fmt::format("{}", config.max_restarts));
+  rows.emplace_back("shutdown timeout", seconds_text(config.shutdown_timeout));
+  rows.emplace_back("log dir", log_dir_text(config));
+  std::string program;
+  for (const auto& arg : config.argv) program += (program.empty() ? "" : " ") + shell_quote(arg);
+  rows.emplace_back("program", program);
+
+  std::size_t width = 0;
+  for (const auto& row : rows) width = std::max(width, row.first.size());
+  std::string out;
+  for (const auto& [key, value] : rows) {
+    if (!out.empty()) out += '\n';
+    out += fmt::format("{:<{}}  {}", key, width, value);
+  }
+  return out;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,19 @@
+#pragma once
+// The resolved configuration as the aligned block ddprun logs once at startup.
+
+#include <string>
+
+#include "common/launch_config.hpp"
+
+namespace ddprun {
+
+// Lines "key   value" with the values in one column, separated by '\n', no trailing newline:
+// nodes, nproc per node, rendezvous (backend, endpoint, run id), node rank (static only),
+// max restarts, shutdown timeout, log dir, program (argv joined, shell-quoted where needed).
+std::string describe(const LaunchConfig& config);
+
+// An argument as a POSIX shell would need it written ('it'\''s' style quoting), so the
+// logged program line can be pasted back into a shell.
+std::string shell_quote(const std::string& arg);
+
+}  // namespace ddprun

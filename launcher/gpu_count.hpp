@@ -1,0 +1,20 @@
+#pragma once
+// Counting the CUDA devices this process may use, without linking CUDA: ddprun must run on
+// machines without a GPU or a CUDA toolkit, so the driver is loaded only when asked for.
+
+#include <optional>
+#include <string_view>
+
+namespace ddprun {
+
+// The number of CUDA devices visible to this process (the driver applies
+// CUDA_VISIBLE_DEVICES itself). 0 when libcuda.so.1 is absent, cuInit fails, or
+// CUDA_VISIBLE_DEVICES hides every device. Blocks for as long as cuInit takes (up to a
+// second or so on a large machine). Not thread-safe with other CUDA initialisation.
+int visible_cuda_devices();
+
+// Decides from the value of CUDA_VISIBLE_DEVICES alone when it hides every device ("" or a
+// list starting with "-1"): returns 0 then, nullopt when the driver has to be asked.
+std::optional<int> cuda_devices_from_visible_env(std::string_view value);
+
+}  // namespace ddprun

@@ -1,0 +1,300 @@
+#include "launcher/value_parsers.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+
+namespace ddprun {
+namespace {
+
+[[noreturn]] void fail(std::string_view label, std::string_view text, std::string_view why) {
+  throw ConfigError(fmt::format("{}={}: {}", label, text, why));
+}
+
+// Parses one "0".."3" stream selector; nullopt when the text is anything else.
+std::optional<Std> parse_std(std::string_view text) {
+  auto value = parse_int(text);
+  if (!value || *value < 0 || *value > 3) return std::nullopt;
+  return static_cast<Std>(*value);
+}
+
+struct SignalName {
+  std::string_view name;
+  int number;
+};
+// The signals torchrun lets users forward; others (SIGKILL, SIGSTOP, SIGCHLD) make no sense
+// to forward or cannot be caught.
+constexpr SignalName kSignals[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
+                                   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+                                   {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+
+constexpr std::string_view kPrefixPlaceholders[] = {"rank", "local_rank", "node",
+                                                    "host", "role",       "time"};
+
+}  // namespace
+
+std::pair<int, int> parse_nnodes(std::string_view text, std::string_view label) {
+  auto parts = split(text, ':');
+  if (parts.size() > 2) fail(label, text, "expected N or MIN:MAX");
+  auto parse_count = [&](const std::string& part, std::string_view which) {
+    auto value = parse_int(part);
+    if (!value) fail(label, text, fmt::format("{} must be an integer", which));
+    if (*value <= 0) fail(label, text, fmt::format("{} must be >= 1", which));
+    if (*value > INT_MAX) fail(label, text, fmt::format("{} is too large", which));
+    return static_cast<int>(*value);
+  };
+  if (parts.size() == 1) {
+    int n = parse_count(parts[0], "the number of nodes");
+    return {n, n};
+  }
+  int min_nodes = parse_count(parts[0], "MIN");
+  int max_nodes = parse_count(parts[1], "MAX");
+  if (min_nodes > max_nodes) fail(label, text, "MIN must be <= MAX");
+  return {min_nodes, max_nodes};
+}
+
+int parse_int_at_least(std::string_view text, std::string_view label, int min_value) {
+  auto value = parse_int(text);
+  if (!value) fail(label, text, "expected an integer");
+  if (*value < min_value) fail(label, text, fmt::format("must be >= {}", min_value));
+  if (*value > INT_MAX) fail(label, text, "too large");
+  return static_cast<int>(*value);
+}
+
+std::uint16_t parse_port(std::string_view text, std::string_view label) {
+  auto value = parse_int(text);
+  if (!value || *value < 0 || *value > 65535) {
+    fail(label, text, "a port must be an integer in 0..65535");
+  }
+  return static_cast<std::uint16_t>(*value);
+}
+
+std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view label,
+                                        bool allow_zero) {
+  auto value = parse_double(text);
+  // from_chars accepts "inf" and "nan"; neither is a usable timeout.
+  if (!value || !std::isfinite(*value)) fail(label, text, "expected a number of seconds");
+  if (*value < 0 || (!allow_zero && *value == 0)) {
+    fail(label, text, allow_zero ? "must be >= 0 seconds" : "must be > 0 seconds");
+  }
+  double ms = std::round(*value * 1000.0);
+  if (ms > 1e15) fail(label, text, "too large");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+}
+
+StdSpec parse_std_spec(std::string_view text, std::string_view label) {
+  StdSpec spec;
+  auto trimmed = trim(text);
+  if (auto all = parse_std(trimmed)) {
+    spec.all = *all;
+    return spec;
+  }
+  constexpr std::string_view kExpected = "expected 0..3 or a map like 0:1,1:2";
+  if (trimmed.find(':') == std::string_view::npos) fail(label, text, kExpected);
+  for (const auto& item : split(trimmed, ',')) {
+    auto pair = split(item, ':');
+    if (pair.size() != 2) fail(label, text, kExpected);
+    auto rank = parse_int(pair[0]);
+    if (!rank || *rank < 0 || *rank > INT_MAX) {
+      fail(label, text, fmt::format("'{}' is not a local rank (an integer >= 0)", trim(pair[0])));
+    }
+    auto value = parse_std(pair[1]);
+    if (!value) {
+      fail(label, text, fmt::format("'{}' for local rank {} is not 0..3", trim(pair[1]), *rank));
+    }
+    if (!spec.per_rank.emplace(static_cast<int>(*rank), *value).second) {
+      fail(label, text, fmt::format("local rank {} is given twice", *rank));
+    }
+  }
+  return spec;
+}
+
+RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label) {
+  RdzvConf conf;
+  std::optional<std::chrono::milliseconds> join_timeout;
+  std::optional<std::chrono::milliseconds> timeout_alias;
+  for (const auto& raw_item : split(text, ',')) {
+    auto item = trim(raw_item);
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      fail(label, text, fmt::format("'{}' is not key=value", item));
+    }
+    std::string key(trim(item.substr(0, eq)));
+    std::string value(trim(item.substr(eq + 1)));
+    if (key.empty()) fail(label, text, fmt::format("'{}' has an empty key", item));
+    // Sub-errors name the key, e.g. "--rdzv-conf join_timeout=abc: expected ...".
+    std::string key_label = fmt::format("{} {}", label, key);
+    if (key == "join_timeout") {
+      join_timeout = parse_seconds(value, key_label, false);
+    } else if (key == "timeout") {
+      timeout_alias = parse_seconds(value, key_label, false);
+    } else if (key == "last_call_timeout") {
+      conf.last_call_timeout = parse_seconds(value, key_label);
+    } else if (key == "close_timeout") {
+      conf.close_timeout = parse_seconds(value, key_label);
+    } else if (key == "keep_alive_interval") {
+      conf.keep_alive_interval = parse_seconds(value, key_label, false);
+    } else if (key == "keep_alive_max_attempt") {
+      conf.keep_alive_max_attempt = parse_int_at_least(value, key_label, 1);
+    } else if (key == "read_timeout") {
+      conf.read_timeout = parse_seconds(value, key_label, false);
+    } else if (key == "is_host") {
+      auto flag = parse_bool(value);
+      if (!flag) fail(key_label, value, "expected a boolean (true/false, 1/0)");
+      conf.is_host = *flag;
+    } else {
+      conf.extra[key] = value;
+    }
+  }
+  if (join_timeout) {
+    conf.join_timeout = *join_timeout;
+  } else if (timeout_alias) {
+    conf.join_timeout = *timeout_alias;
+  }
+  return conf;
+}
+
+std::vector<int> parse_signals(std::string_view text, std::string_view label) {
+  std::vector<int> numbers;
+  for (const auto& raw_item : split(text, ',')) {
+    std::string name(trim(raw_item));
+    if (name.empty()) fail(label, text, "empty signal name");
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (!starts_with(name, "SIG")) name = "SIG" + name;
+    auto it = std::find_if(std::begin(kSignals), std::end(kSignals),
+                           [&](const SignalName& s) { return s.name == name; });
+    if (it == std::end(kSignals)) {
+      fail(label, text,
+           fmt::format("unknown signal '{}' (expected SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 "
+                       "or SIGUSR2)",
+                       trim(raw_item)));
+    }
+    if (std::find(numbers.begin(), numbers.end(), it->number) == numbers.end()) {
+      numbers.push_back(it->number);
+    }
+  }
+  return numbers;
+}
+
+std::vector<int> parse_rank_list(std::string_view text, std::string_view label) {
+  std::set<int> ranks;
+  for (const auto& item : split(text, ',')) {
+    auto rank = parse_int(item);
+    if (!rank || *rank < 0 || *rank > INT_MAX) {
+      fail(label, text, fmt::format("'{}' is not a local rank (an integer >= 0)", trim(item)));
+    }
+    ranks.insert(static_cast<int>(*rank));
+  }
+  return {ranks.begin(), ranks.end()};
+}
+
+std::string parse_choice(std::string_view text, std::string_view label,
+                         const std::vector<std::string_view>& allowed) {
+  auto value = trim(text);
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) {
+    return std::string(value);
+  }
+  std::string choices;
+  for (auto choice : allowed) choices += (choices.empty() ? "" : ", ") + std::string(choice);
+  fail(label, text, fmt::format("expected one of {}", choices));
+}
+
+std::string validate_log_line_prefix(std::string_view text, std::string_view label) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    bool doubled = i + 1 < text.size() && text[i + 1] == c;
+    if ((c == '{' || c == '}') && doubled) {
+      ++i;
+      continue;
+    }
+    if (c == '}') fail(label, text, "unmatched '}' (write '}}' for a literal brace)");
+    if (c != '{') continue;
+    auto close = text.find('}', i);
+    if (close == std::string_view::npos) {
+      fail(label, text, "unmatched '{' (write '{{' for a literal brace)");
+    }
+    auto name = text.substr(i + 1, close - i - 1);
+    if (std::find(std::begin(kPrefixPlaceholders), std::end(kPrefixPlaceholders), name) ==
+        std::end(kPrefixPlaceholders)) {
+      fail(label, text,
+           fmt::format("unknown placeholder {{{}}} (known: {{rank}} {{local_rank}} {{node}} "
+                       "{{host}} {{role}} {{time}})",
+                       name));
+    }
+    i = close;
+  }
+  return std::string(text);
+}
+
+std::string convert_log_line_prefix_template(std::string_view text, std::string_view label) {
+  auto is_ident = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  };
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '{' || c == '}') {
+      out += std::string(2, c);
+      continue;
+    }
+    if (c != '$') {
+      out += c;
+      continue;
+    }
+    if (i + 1 < text.size() && text[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    std::string_view name;
+    if (i + 1 < text.size() && text[i + 1] == '{') {
+      auto close = text.find('}', i);
+      if (close == std::string_view::npos) fail(label, text, "unmatched '${'");
+      name = text.substr(i + 2, close - i - 2);
+      i = close;
+    } else {
+      auto end = i + 1;
+      while (end < text.size() && is_ident(text[end])) ++end;
+      name = text.substr(i + 1, end - i - 1);
+      i = end - 1;
+    }
+    if (name == "rank" || name == "local_rank") {
+      out += fmt::format("{{{}}}", name);
+    } else if (name == "role_name") {
+      out += "{role}";
+    } else {
+      fail(label, text,
+           fmt::format("unknown placeholder '${}' (known: ${{rank}}, ${{local_rank}}, "
+                       "${{role_name}})",
+                       name));
+    }
+  }
+  return out;
+}
+
+std::string random_run_id() {
+  std::random_device device;
+  std::mt19937_64 engine((static_cast<std::uint64_t>(device()) << 32) ^ device());
+  std::uniform_int_distribution<int> hex(0, 15);
+  // UUID4 layout: version nibble 4, variant nibble 8..b.
+  std::string id = "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx";
+  constexpr std::string_view kDigits = "0123456789abcdef";
+  for (char& c : id) {
+    if (c == 'x') c = kDigits[static_cast<std::size_t>(hex(engine))];
+    if (c == 'y') c = kDigits[static_cast<std::size_t>(8 + hex(engine) % 4)];
+  }
+  return id;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,109 @@
+// parse_command_line on bad input: every case must exit 2 with no config and one line that
+// names the flag (or the environment variable) at fault.
+
+#include "cli_test_helpers.hpp"
+
+using namespace ddprun;
+using namespace ddprun::test;
+
+TEST_CASE("--nnodes must be N or MIN:MAX with 0 < MIN <= MAX", "[launcher][cli][errors]") {
+  expect_usage_error({"--nnodes=2:1", "--rdzv-backend=c10d", "x.py"},
+                     {"--nnodes=2:1: MIN must be <= MAX"});
+  for (const char* bad : {"0", "-1", "a:b", "1:2:3", "", "x", "0:2", "1:"}) {
+    expect_usage_error({"--rdzv-backend=c10d", std::string("--nnodes=") + bad, "x.py"},
+                       {"--nnodes="});
+  }
+  // A negative value as a separate argument is still taken as the value.
+  expect_usage_error({"--nnodes", "-1", "x.py"}, {"--nnodes=-1", ">= 1"});
+}
+
+TEST_CASE("a static rendezvous needs a fixed node count and a node rank below it",
+          "[launcher][cli][errors]") {
+  expect_usage_error({"--nnodes=1:2", "x.py"}, {"--nnodes", "c10d"});
+  expect_usage_error({"--nnodes=2", "--node-rank=2", "x.py"}, {"--node-rank=2", "< the number"});
+  expect_usage_error({"--node_rank=1", "x.py"}, {"--node-rank=1"});
+  expect_usage_error({"--node-rank=-1", "x.py"}, {"--node-rank=-1"});
+  expect_usage_error({"x.py"}, {"PET_NODE_RANK=3"}, {{"PET_NODE_RANK", "3"}, {"PET_NNODES", "2"}});
+  expect_usage_error({"--rdzv-endpoint=host", "x.py"}, {"--rdzv-endpoint=host", "host:port"});
+}
+
+TEST_CASE("ports are 0..65535", "[launcher][cli][errors]") {
+  CHECK(parse_ok({"--master-port=0", "x.py"}).master_port == 0);
+  CHECK(parse_ok({"--master-port=65535", "x.py"}).master_port == 65535);
+  expect_usage_error({"--master-port=65536", "x.py"}, {"--master-port=65536", "0..65535"});
+  expect_usage_error({"--master-port=-1", "x.py"}, {"--master-port=-1"});
+  expect_usage_error({"--master-port=http", "x.py"}, {"--master-port=http"});
+  expect_usage_error({"--rdzv-backend=c10d", "--rdzv-endpoint=h:70000", "x.py"},
+                     {"--rdzv-endpoint", "0..65535"});
+  expect_usage_error({"--master-addr=h:80", "x.py"}, {"--master-addr=h:80", "without a port"});
+}
+
+TEST_CASE("program selection errors", "[launcher][cli][errors]") {
+  expect_usage_error({"--no-python", "-m", "pkg"}, {"--no-python", "--module"});
+  expect_usage_error({"--nnodes=1"}, {"missing the program"});
+  expect_usage_error({}, {"missing the program"});
+  expect_usage_error({"--"}, {"missing the program"});
+  expect_usage_error({"--standalone"}, {"missing the program"});
+}
+
+TEST_CASE("--nproc-per-node must be a positive int, cpu, gpu or auto",
+          "[launcher][cli][errors]") {
+  for (const char* bad : {"0", "-2", "two", "1.5", "GPU", ""}) {
+    expect_usage_error({std::string("--nproc-per-node=") + bad, "x.py"}, {"--nproc-per-node="});
+  }
+  expect_usage_error({"x.py"}, {"PET_NPROC_PER_NODE=0"}, {{"PET_NPROC_PER_NODE", "0"}});
+}
+
+TEST_CASE("integer and duration flags", "[launcher][cli][errors]") {
+  expect_usage_error({"--max-restarts=-1", "x.py"}, {"--max-restarts=-1", ">= 0"});
+  expect_usage_error({"--max_restarts", "many", "x.py"}, {"--max-restarts=many"});
+  for (const char* flag : {"--shutdown-timeout", "--monitor-interval", "--exit-barrier-timeout"}) {
+    for (const char* bad : {"-1", "soon", "inf", "nan", ""}) {
+      expect_usage_error({std::string(flag) + "=" + bad, "x.py"}, {std::string(flag) + "="});
+    }
+  }
+}
+
+TEST_CASE("rendezvous backend and configuration", "[launcher][cli][errors]") {
+  expect_usage_error({"--rdzv-backend=etcd", "x.py"}, {"--rdzv-backend=etcd", "not supported"});
+  expect_usage_error({"--rdzv-backend=etcd-v2", "x.py"}, {"not supported"});
+  expect_usage_error({"--rdzv-backend=zookeeper", "x.py"}, {"--rdzv-backend", "static, c10d"});
+  expect_usage_error({"--rdzv-conf=join_timeout", "x.py"}, {"--rdzv-conf", "key=value"});
+  expect_usage_error({"--rdzv-conf=join_timeout=abc", "x.py"},
+                     {"--rdzv-conf join_timeout=abc"});
+  expect_usage_error({"--rdzv-conf=is_host=maybe", "x.py"}, {"--rdzv-conf is_host=maybe"});
+  expect_usage_error({"--rdzv-conf==5", "x.py"}, {"--rdzv-conf", "empty key"});
+  expect_usage_error({"--rdzv-conf=keep_alive_max_attempt=0", "x.py"},
+                     {"keep_alive_max_attempt=0"});
+  expect_usage_error({"--rdzv-id=", "x.py"}, {"--rdzv-id"});
+}
+
+TEST_CASE("--redirects and --tee specs", "[launcher][cli][errors]") {
+  for (const char* bad : {"4", "-1", "x", "0:4", "0:1,", "a:1", "0:1,0:2", "0:1:2", ":1", ""}) {
+    expect_usage_error({std::string("--redirects=") + bad, "x.py"}, {"--redirects="});
+    expect_usage_error({"-t", bad, "x.py"}, {"--tee="});
+  }
+}
+
+TEST_CASE("signals, local ranks, choices and prefixes", "[launcher][cli][errors]") {
+  expect_usage_error({"--signals-to-handle=SIGTERM,SIGKILL", "x.py"},
+                     {"--signals-to-handle", "SIGKILL"});
+  expect_usage_error({"--signals-to-handle=SIGTERM,", "x.py"}, {"--signals-to-handle"});
+  expect_usage_error({"--local-ranks-filter=0,-1", "x.py"}, {"--local-ranks-filter", "'-1'"});
+  expect_usage_error({"--local-ranks-filter=0,,1", "x.py"}, {"--local-ranks-filter"});
+  expect_usage_error({"--start-method=thread", "x.py"}, {"--start-method=thread"});
+  expect_usage_error({"--log-level=verbose", "x.py"}, {"--log-level=verbose"});
+  expect_usage_error({"--log-line-prefix={nope}", "x.py"}, {"--log-line-prefix", "{nope}"});
+  expect_usage_error({"--log-line-prefix-template=${gpu}", "x.py"},
+                     {"--log-line-prefix-template", "$gpu"});
+  expect_usage_error({"--role=", "x.py"}, {"--role"});
+}
+
+TEST_CASE("unknown options and missing values", "[launcher][cli][errors]") {
+  expect_usage_error({"--nnode=2", "x.py"}, {"unknown option --nnode=2"});
+  expect_usage_error({"--bogus", "3", "x.py"}, {"unknown option --bogus"});
+  expect_usage_error({"-z", "x.py"}, {"unknown option -z"});
+  expect_usage_error({"--bogus", "--", "x.py"}, {"unknown option --bogus"});
+  expect_usage_error({"--nnodes"}, {"--nnodes"});
+  expect_usage_error({"--nproc-per-node"}, {"--nproc-per-node"});
+}

@@ -7,13 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.hpp"
 #include "common/launch_config.hpp"
 
 namespace ddprun {
 
-// Exit codes of a command line that does not launch anything.
-inline constexpr int kExitOk = 0;     // --help, --version
-inline constexpr int kExitUsage = 2;  // any invalid flag, value or combination
 
 struct CliOutcome {
   // Set when the job should run. When empty, print `message` (to stdout for exit code 0,

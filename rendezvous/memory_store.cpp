@@ -111,13 +111,24 @@ std::int64_t MemoryStore::num_keys(Deadline) {
 
 void MemoryStore::ping(Deadline) {}
 
+void MemoryStore::interrupt() {
+  {
+    std::lock_guard lock(mutex_);
+    interrupted_ = true;
+  }
+  changed_.notify_all();
+}
+
 void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
                               const std::vector<std::string>& keys, Deadline deadline) {
   auto start = Clock::now();
   auto all_present = [&] {
-    return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; });
+    return interrupted_ || std::all_of(keys.begin(), keys.end(),
+                                       [&](const auto& k) { return data_.count(k) > 0; });
   };
-  if (!changed_.wait_until(lock, deadline.when(), all_present)) {
+  const bool ready = changed_.wait_until(lock, deadline.when(), all_present);
+  if (interrupted_) throw InterruptedError("interrupted while waiting in the memory store");
+  if (!ready) {
     throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in the memory store",
                                    format_duration(Clock::now() - start), keys));
   }

@@ -28,6 +28,7 @@ class MemoryStore final : public Store {
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;
   std::string describe() const override { return "memory"; }
+  void interrupt() override;
 
  private:
   void wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
@@ -36,6 +37,7 @@ class MemoryStore final : public Store {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::string> data_;
+  bool interrupted_ = false;
 };
 
 }  // namespace ddprun

@@ -26,6 +26,7 @@ class PrefixStore final : public Store {
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;
   std::string describe() const override;
+  void interrupt() override { inner_.interrupt(); }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + key; }

@@ -46,6 +46,10 @@ class Store {
 
   // Where the store lives, for messages ("127.0.0.1:29500", "memory").
   virtual std::string describe() const = 0;
+
+  // Thread-safe and final: the call in progress and every later call throw InterruptedError.
+  // (A caller that still needs the store afterwards opens a new connection.)
+  virtual void interrupt() = 0;
 };
 
 // Encodes/decodes the int64 values `add` keeps (decimal text, like c10d's TCPStore).

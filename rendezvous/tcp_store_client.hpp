@@ -50,10 +50,7 @@ class TcpStoreClient final : public Store {
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;
   std::string describe() const override;
-
-  // Thread-safe and final: the call in progress and every later call throw InterruptedError.
-  // (A caller that still needs the store afterwards opens a new client.)
-  void interrupt();
+  void interrupt() override;
 
  private:
   class Impl;

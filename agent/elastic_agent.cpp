@@ -1,0 +1,400 @@
+#include "agent/elastic_agent.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* kSuccess = "success";
+
+// A failure published for a reason other than a worker's exit ends the job: it is not retried.
+bool retryable(const Failure& f) { return f.kind == Failure::Kind::kWorker; }
+
+void replace_all(std::string& s, const std::string& token, const std::string& value) {
+  for (auto pos = s.find(token); pos != std::string::npos; pos = s.find(token, pos + value.size())) {
+    s.replace(pos, token.size(), value);
+  }
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
+                          const std::string& host, const std::string& role) {
+  std::string out = tmpl;
+  replace_all(out, "{rank}", std::to_string(rank));
+  replace_all(out, "{local_rank}", std::to_string(local_rank));
+  replace_all(out, "{node}", std::to_string(node));
+  replace_all(out, "{host}", host);
+  replace_all(out, "{role}", role);
+  return out;
+}
+
+ElasticAgent::ElasticAgent(const LaunchConfig& config, AgentContext context)
+    : config_(config), ctx_(std::move(context)) {}
+
+ElasticAgent::~ElasticAgent() { stop_watcher(); }
+
+std::string ElasticAgent::key(const std::string& name) const {
+  return fmt::format("attempt/{}/{}", attempt_, name);
+}
+
+std::string ElasticAgent::attempt_dir() const {
+  return (fs::path(ctx_.log_dir) / fmt::format("attempt_{}", attempt_)).string();
+}
+
+void ElasticAgent::on_signal(int signal) {
+  int expected = 0;
+  if (!signal_.compare_exchange_strong(expected, signal)) return;
+  AgentEvent e;
+  e.kind = AgentEvent::Kind::kSignal;
+  e.signal = signal;
+  e.attempt = -1;
+  events_.push(e);
+  // A rendezvous or barrier may be blocking the main thread in the store: end it.
+  ctx_.store->interrupt();
+}
+
+RunResult ElasticAgent::run() {
+  RunResult result;
+  try {
+    rendezvous();
+    while (true) {
+      auto outcome = run_attempt();
+      result.restarts = attempt_;
+      if (outcome.success) {
+        leave();
+        result.reason = fmt::format("all {} workers succeeded", rdzv_.ranks.world_size);
+        return result;
+      }
+      const auto& f = outcome.failure;
+      if (retryable(f) && attempt_ < config_.max_restarts && signal_ == 0) {
+        spdlog::warn("attempt {} failed (rank {} on {}: exit code {}); restarting all workers "
+                     "({} of {} restarts left)",
+                     attempt_, f.rank, f.host, f.exit_code, config_.max_restarts - attempt_ - 1,
+                     config_.max_restarts);
+        ++attempt_;
+        continue;
+      }
+      std::fputs(format_root_cause(f, rdzv_.ranks.world_size).c_str(), stderr);
+      leave();
+      result.root_cause = f;
+      result.exit_code = f.exit_code != 0 ? f.exit_code : kExitInternal;
+      result.reason = f.kind == Failure::Kind::kWorker
+                          ? fmt::format("rank {} on {} failed with exit code {}", f.rank, f.host,
+                                        f.exit_code)
+                          : f.message;
+      return result;
+    }
+  } catch (const InterruptedError&) {
+    result.exit_code = 128 + signal_.load();
+    result.reason = fmt::format("stopped by {} before the workers started",
+                                signal_name(signal_.load()));
+  } catch (const TimeoutError& e) {
+    result.exit_code = kExitRendezvous;
+    result.reason = e.what();
+  } catch (const RendezvousError& e) {
+    result.exit_code = kExitRendezvous;
+    result.reason = e.what();
+  } catch (const ConnectionError& e) {
+    result.exit_code = kExitRendezvous;
+    result.reason = e.what();
+  }
+  stop_watcher();
+  ctx_.runner->stop(SIGKILL, 0s);
+  return result;
+}
+
+void ElasticAgent::rendezvous() {
+  StaticRendezvousOptions o;
+  o.nnodes = config_.max_nodes;
+  o.node_rank = config_.node_rank;
+  o.self = NodeInfo{ctx_.host, config_.nproc_per_node, static_cast<int>(getpid())};
+  o.join_timeout = config_.rdzv_conf.join_timeout;
+  rdzv_ = static_rendezvous(*ctx_.store, o);
+}
+
+// Every node arrives; the last one to arrive opens the gate. Node 0 publishes the workers'
+// master port before it arrives, so it is there once the gate opens.
+void ElasticAgent::start_barrier() {
+  const auto deadline = Deadline::after(config_.rdzv_conf.join_timeout);
+  if (rdzv_.ranks.group_rank == 0) {
+    ctx_.store->set(key("master_port"), std::to_string(ctx_.reserve_master_port()), deadline);
+  }
+  auto arrived = ctx_.store->add(key("arrived"), 1, deadline);
+  if (arrived == rdzv_.ranks.group_world_size) ctx_.store->set(key("go"), "1", deadline);
+  try {
+    ctx_.store->wait({key("go")}, deadline);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("attempt {}: not every node came back to start workers: {}",
+                                   attempt_, e.what()));
+  }
+}
+
+std::vector<WorkerLaunch> ElasticAgent::make_launches(int master_port) {
+  const auto& r = rdzv_.ranks;
+  std::vector<WorkerLaunch> launches;
+  for (int local = 0; local < r.local_world_size; ++local) {
+    auto dir = fs::path(attempt_dir()) / std::to_string(local);
+    fs::create_directories(dir);
+    WorkerEnvInput in;
+    in.ranks = r;
+    in.local_rank = local;
+    in.role = config_.role;
+    in.master_addr = config_.master_addr;
+    in.master_port = master_port;
+    in.restart_count = attempt_;
+    in.max_restarts = config_.max_restarts;
+    in.run_id = config_.rdzv_id;
+    in.error_file = (dir / "error.json").string();
+    in.set_omp_threads = r.local_world_size > 1;
+    fs::remove(in.error_file);
+
+    WorkerLaunch w;
+    w.local_rank = local;
+    w.rank = r.global_rank(local);
+    w.argv = substitute_local_rank(config_.argv, local);
+    w.env = to_env_strings(build_worker_env(ctx_.base_env, in));
+    const auto redirect = config_.redirects.for_rank(local);
+    const auto tee = config_.tee.for_rank(local);
+    auto has = [](Std s, Std bit) {
+      return (static_cast<int>(s) & static_cast<int>(bit)) != 0;
+    };
+    const bool shown = !config_.local_ranks_filter ||
+                       std::count(config_.local_ranks_filter->begin(),
+                                  config_.local_ranks_filter->end(), local) > 0;
+    auto& o = w.output;
+    o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
+    o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
+    if (has(redirect, Std::kOut) || has(tee, Std::kOut)) o.stdout_file = (dir / "stdout.log").string();
+    if (has(redirect, Std::kErr) || has(tee, Std::kErr)) o.stderr_file = (dir / "stderr.log").string();
+    o.prefix = render_prefix(config_.log_line_prefix, w.rank, local, r.group_rank, ctx_.host,
+                             config_.role);
+    o.raw = config_.raw_output;
+    launches.push_back(std::move(w));
+  }
+  return launches;
+}
+
+ElasticAgent::Outcome ElasticAgent::run_attempt() {
+  start_barrier();
+  const auto deadline = Deadline::after(config_.rdzv_conf.join_timeout);
+  const int master_port =
+      static_cast<int>(parse_counter(ctx_.store->get(key("master_port"), deadline), "master_port"));
+  const auto& r = rdzv_.ranks;
+  start_watcher();
+
+  const int attempt = attempt_;
+  auto launches = make_launches(master_port);
+  spdlog::info("attempt {}: starting {} workers (ranks {}..{} of {}), MASTER_ADDR={} "
+               "MASTER_PORT={}", attempt, r.local_world_size, r.base_rank,
+               r.base_rank + r.local_world_size - 1, r.world_size, config_.master_addr,
+               master_port);
+  try {
+    ctx_.runner->start(launches, [this, attempt](const WorkerExit& exit) {
+      AgentEvent e;
+      e.kind = AgentEvent::Kind::kWorkerExited;
+      e.attempt = attempt;
+      e.exit = exit;
+      events_.push(e);
+    });
+  } catch (const Error& e) {
+    auto f = agent_failure(e.what());
+    f.exit_code = kExitCannotStart;
+    auto decided = decide(publish_failure(f));
+    stop_watcher();
+    return decided;
+  }
+
+  int running = r.local_world_size;
+  bool published = false;
+  std::optional<Outcome> outcome;
+  // Once this node's workers all succeeded, wait for the others at most the exit barrier.
+  std::optional<Deadline> barrier;
+  while (!outcome) {
+    auto event = events_.pop(barrier ? *barrier : Deadline::after(1h));
+    if (!event) {
+      if (!barrier) continue;  // an hour without events: keep watching
+      spdlog::warn("exit barrier: other nodes still running after {}; leaving with success",
+                   format_duration(config_.exit_barrier_timeout));
+      outcome = Outcome{true, {}};
+      break;
+    }
+    switch (event->kind) {
+      case AgentEvent::Kind::kWorkerExited: {
+        if (event->attempt != attempt) break;
+        const auto& exit = event->exit;
+        --running;
+        if (exit.succeeded()) {
+          spdlog::debug("rank {} (local {}) exited 0", exit.rank, exit.local_rank);
+          if (running == 0 && !published) {
+            published = true;
+            auto done = ctx_.store->add(key("succeeded"), 1, deadline);
+            if (done == r.group_world_size) {
+              ctx_.store->compare_set(key("outcome"), "", kSuccess, deadline);
+            }
+            barrier = Deadline::after(config_.exit_barrier_timeout);
+          }
+          break;
+        }
+        spdlog::error("rank {} (local rank {}, pid {}) on {} {}", exit.rank, exit.local_rank,
+                      exit.pid, ctx_.host,
+                      exit.signal ? "was killed by " + signal_name(exit.signal)
+                                  : fmt::format("exited with code {}", exit.exit_code));
+        if (!published) {
+          published = true;
+          auto error_file = fs::path(attempt_dir()) / std::to_string(exit.local_rank) / "error.json";
+          auto f = worker_failure(exit, error_file.string(), ctx_.host, r.group_rank, attempt);
+          outcome = decide(publish_failure(f));
+        }
+        break;
+      }
+      case AgentEvent::Kind::kOutcome:
+        if (event->attempt == attempt) outcome = decide(event->text);
+        break;
+      case AgentEvent::Kind::kSignal: {
+        spdlog::warn("received {}: stopping workers", signal_name(event->signal));
+        Failure f = agent_failure(fmt::format("the agent on {} received {}", ctx_.host,
+                                              signal_name(event->signal)));
+        f.kind = Failure::Kind::kSignal;
+        f.signal = event->signal;
+        f.exit_code = 128 + event->signal;
+        try {
+          // The main connection was interrupted; say goodbye on a fresh one.
+          auto store = ctx_.open_store();
+          store->compare_set(key("outcome"), "", f.to_json(), Deadline::after(5s));
+        } catch (const Error& e) {
+          spdlog::warn("could not tell the other nodes about {}: {}", signal_name(event->signal),
+                       e.what());
+        }
+        outcome = Outcome{false, f};
+        break;
+      }
+      case AgentEvent::Kind::kStoreLost: {
+        if (event->attempt != attempt) break;
+        outcome = Outcome{false, agent_failure("lost the rendezvous store: " + event->text)};
+        outcome->failure.exit_code = kExitRendezvous;
+        break;
+      }
+    }
+  }
+
+  // Forward the signal that stopped us, else SIGTERM; SIGKILL after the shutdown timeout.
+  const int stop_signal = signal_ != 0 ? signal_.load() : SIGTERM;
+  if (running > 0) {
+    spdlog::info("stopping {} local worker(s) with {}", running, signal_name(stop_signal));
+  }
+  ctx_.runner->stop(stop_signal, config_.shutdown_timeout);
+  stop_watcher();
+  return *outcome;
+}
+
+// First writer wins: the value in the store after our compare_set is the job's outcome.
+std::string ElasticAgent::publish_failure(const Failure& failure) {
+  return ctx_.store->compare_set(key("outcome"), "", failure.to_json(),
+                                 Deadline::after(config_.rdzv_conf.read_timeout));
+}
+
+ElasticAgent::Outcome ElasticAgent::decide(const std::string& value) {
+  if (value == kSuccess) return Outcome{true, {}};
+  return Outcome{false, Failure::from_json(value)};
+}
+
+Failure ElasticAgent::agent_failure(const std::string& message) const {
+  Failure f;
+  f.kind = Failure::Kind::kAgent;
+  f.host = ctx_.host;
+  f.node = rdzv_.ranks.group_rank;
+  f.pid = static_cast<int>(getpid());
+  f.attempt = attempt_;
+  f.unix_time = unix_now();
+  f.message = message;
+  f.exit_code = kExitInternal;
+  return f;
+}
+
+// The watcher blocks in the store (server-side) until this attempt's outcome is decided by any
+// node, so a failure elsewhere reaches this agent the moment it is published.
+void ElasticAgent::start_watcher() {
+  stop_watcher();
+  std::unique_ptr<Store> store;
+  try {
+    store = ctx_.open_store();
+  } catch (const Error& e) {
+    throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
+                          e.what());
+  }
+  {
+    std::lock_guard lock(watcher_mutex_);
+    watcher_store_ = std::move(store);
+  }
+  watcher_ = std::thread([this, attempt = attempt_, outcome_key = key("outcome")] {
+    AgentEvent e;
+    e.attempt = attempt;
+    try {
+      // Re-armed every hour so that the wait is bounded like every other.
+      while (true) {
+        try {
+          e.text = watcher_store_->get(outcome_key, Deadline::after(1h));
+          e.kind = AgentEvent::Kind::kOutcome;
+          break;
+        } catch (const TimeoutError&) {
+        }
+      }
+    } catch (const InterruptedError&) {
+      return;
+    } catch (const Error& ex) {
+      e.kind = AgentEvent::Kind::kStoreLost;
+      e.text = ex.what();
+    }
+    events_.push(e);
+  });
+}
+
+void ElasticAgent::stop_watcher() {
+  {
+    std::lock_guard lock(watcher_mutex_);
+    if (watcher_store_) watcher_store_->interrupt();
+  }
+  if (watcher_.joinable()) watcher_.join();
+  std::lock_guard lock(watcher_mutex_);
+  watcher_store_.reset();
+}
+
+// The end of the job: node 0 hosts the store, so it waits (bounded) until every node has read
+// the outcome before the store goes away.
+void ElasticAgent::leave() {
+  try {
+    std::unique_ptr<Store> fresh;
+    Store* store = ctx_.store;
+    if (signal_ != 0) {
+      fresh = ctx_.open_store();
+      store = fresh.get();
+    }
+    const auto deadline = Deadline::after(config_.rdzv_conf.close_timeout);
+    auto left = store->add("final/left", 1, deadline);
+    if (left == rdzv_.ranks.group_world_size) store->set("final/all_left", "1", deadline);
+    if (rdzv_.ranks.group_rank == 0) store->wait({"final/all_left"}, deadline);
+  } catch (const Error& e) {
+    spdlog::warn("leaving the rendezvous: {}", e.what());
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,53 @@
+#pragma once
+// What wakes the agent's main loop, from the threads that notice it: the runner's thread
+// (a worker exited), the outcome watcher (the job's attempt was decided, or the store is gone)
+// and the signal thread. Thread-safe; pop() waits on a condition variable, never polls.
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "agent/process_runner.hpp"
+#include "common/deadline.hpp"
+
+namespace ddprun {
+
+struct AgentEvent {
+  enum class Kind { kWorkerExited, kOutcome, kSignal, kStoreLost };
+  Kind kind = Kind::kWorkerExited;
+  int attempt = 0;    // which attempt it belongs to (stale events are dropped)
+  WorkerExit exit;    // kWorkerExited
+  std::string text;   // kOutcome: the outcome value; kStoreLost: the error
+  int signal = 0;     // kSignal
+};
+
+class EventQueue {
+ public:
+  void push(AgentEvent event) {
+    {
+      std::lock_guard lock(mutex_);
+      events_.push_back(std::move(event));
+    }
+    ready_.notify_one();
+  }
+
+  // The oldest event, or nullopt when the deadline passed first.
+  std::optional<AgentEvent> pop(Deadline deadline) {
+    std::unique_lock lock(mutex_);
+    if (!ready_.wait_until(lock, deadline.when(), [&] { return !events_.empty(); })) {
+      return std::nullopt;
+    }
+    auto event = std::move(events_.front());
+    events_.pop_front();
+    return event;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<AgentEvent> events_;
+};
+
+}  // namespace ddprun

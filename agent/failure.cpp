@@ -1,0 +1,145 @@
+#include "agent/failure.hpp"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+using nlohmann::json;
+
+std::string signal_name(int signal) {
+  const char* abbrev = sigabbrev_np(signal);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
+}
+
+std::string Failure::to_json() const {
+  json j = {{"kind", static_cast<int>(kind)}, {"host", host},       {"node", node},
+            {"rank", rank},                   {"local_rank", local_rank}, {"pid", pid},
+            {"exit_code", exit_code},         {"signal", signal},   {"attempt", attempt},
+            {"time", unix_time},              {"message", message}, {"traceback", traceback},
+            {"stderr_tail", stderr_tail}};
+  return j.dump();
+}
+
+Failure Failure::from_json(const std::string& text) {
+  try {
+    auto j = json::parse(text);
+    Failure f;
+    f.kind = static_cast<Kind>(j.at("kind").get<int>());
+    f.host = j.at("host").get<std::string>();
+    f.node = j.at("node").get<int>();
+    f.rank = j.at("rank").get<int>();
+    f.local_rank = j.at("local_rank").get<int>();
+    f.pid = j.at("pid").get<int>();
+    f.exit_code = j.at("exit_code").get<int>();
+    f.signal = j.at("signal").get<int>();
+    f.attempt = j.at("attempt").get<int>();
+    f.unix_time = j.at("time").get<double>();
+    f.message = j.at("message").get<std::string>();
+    f.traceback = j.at("traceback").get<std::string>();
+    f.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
+    return f;
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("malformed failure record in the store: {}", e.what()));
+  }
+}
+
+bool read_error_file(const std::string& path, std::string& message, std::string& traceback) {
+  std::ifstream in(path);
+  if (!in) return false;
+  try {
+    auto j = json::parse(in);
+    const auto& m = j.at("message");
+    if (m.is_string()) {
+      message = m.get<std::string>();
+      return true;
+    }
+    message = m.value("message", "");
+    if (m.contains("extraInfo")) traceback = m["extraInfo"].value("py_callstack", "");
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
+                       const std::string& host, int node, int attempt) {
+  Failure f;
+  f.kind = Failure::Kind::kWorker;
+  f.host = host;
+  f.node = node;
+  f.rank = exit.rank;
+  f.local_rank = exit.local_rank;
+  f.pid = exit.pid;
+  f.exit_code = exit.shell_code();
+  f.signal = exit.signal;
+  f.attempt = attempt;
+  f.unix_time = std::chrono::duration<double>(
+                    std::chrono::system_clock::now().time_since_epoch()).count() -
+                std::chrono::duration<double>(Clock::now() - exit.when).count();
+  f.stderr_tail = exit.stderr_tail;
+  if (!error_file.empty()) read_error_file(error_file, f.message, f.traceback);
+  return f;
+}
+
+std::string format_root_cause(const Failure& f, int world_size) {
+  std::string out = "Root cause (first failure in the job):\n";
+  auto row = [&](const char* key, const std::string& value) {
+    out += fmt::format("  {:<11} {}\n", key, value);
+  };
+  auto when = static_cast<std::time_t>(f.unix_time);
+  char stamp[64] = "";
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", std::localtime(&when));
+  switch (f.kind) {
+    case Failure::Kind::kWorker:
+      row("host", f.host);
+      row("node", std::to_string(f.node));
+      row("rank", fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank));
+      row("pid", std::to_string(f.pid));
+      row("exit", f.signal ? fmt::format("killed by {} (exit code {})", signal_name(f.signal),
+                                         f.exit_code)
+                           : fmt::format("exit code {}", f.exit_code));
+      break;
+    case Failure::Kind::kSignal:
+      row("host", f.host);
+      row("node", std::to_string(f.node));
+      row("cause", fmt::format("the agent received {}", signal_name(f.signal)));
+      break;
+    case Failure::Kind::kAgent:
+      row("host", f.host);
+      row("node", std::to_string(f.node));
+      row("cause", f.message);
+      break;
+  }
+  row("attempt", std::to_string(f.attempt));
+  row("time", stamp);
+  if (f.kind == Failure::Kind::kWorker) {
+    if (!f.message.empty()) row("error", f.message);
+    if (!f.traceback.empty()) {
+      out += "  traceback:\n";
+      for (std::size_t start = 0; start < f.traceback.size();) {
+        auto nl = f.traceback.find('\n', start);
+        if (nl == std::string::npos) nl = f.traceback.size();
+        out += "    " + f.traceback.substr(start, nl - start) + "\n";
+        start = nl + 1;
+      }
+    } else if (!f.stderr_tail.empty()) {
+      out += "  last stderr lines:\n";
+      for (const auto& line : f.stderr_tail) out += "    " + line + "\n";
+    } else if (f.message.empty()) {
+      out += "  (no error file and no stderr output; decorate the entry point with "
+             "torch.distributed.elastic.multiprocessing.errors.record for a traceback)\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,293 @@
+#include "agent/posix_process_runner.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <deque>
+#include <future>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include "agent/boost_process.hpp"
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/line_splitter.hpp"
+#include "agent/orphan_guard.hpp"
+#include "agent/worker_output.hpp"
+#include "common/error.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+
+namespace {
+
+// Runs in the forked child between fork and exec: only async-signal-safe calls here.
+struct WorkerExecSetup {
+  pid_t parent;
+  template <typename Launcher>
+  bp::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
+    setpgid(0, 0);
+    // Dies with the agent's runner thread (which outlives every worker it started).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);  // the agent died before prctl took effect
+    // Signal masks and ignored dispositions survive exec: give the worker a clean slate.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
+      signal(s, SIG_DFL);
+    }
+    return {};
+  }
+};
+
+std::filesystem::path resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  auto found = bp::environment::find_executable(program);
+  if (found.empty()) {
+    throw Error(fmt::format("cannot start worker: '{}' was not found on PATH", program));
+  }
+  return found;
+}
+
+}  // namespace
+
+class PosixProcessRunner::Impl {
+ public:
+  explicit Impl(OrphanGuard* guard) : guard_(guard), work_(asio::make_work_guard(io_)) {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+
+  ~Impl() {
+    try {
+      stop(SIGKILL, std::chrono::seconds(0));
+    } catch (const std::exception& e) {
+      spdlog::warn("stopping workers at exit: {}", e.what());
+    }
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  std::vector<int> start(const std::vector<WorkerLaunch>& launches, ExitCallback on_exit) {
+    auto task = std::make_shared<std::packaged_task<std::vector<int>()>>(
+        [this, &launches, on_exit] { return launch_all(launches, on_exit); });
+    auto result = task->get_future();
+    asio::post(io_, [task] { (*task)(); });
+    return result.get();
+  }
+
+  void stop(int signal, Clock::duration grace) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto future = done->get_future();
+    asio::post(io_, [this, signal, grace, done] { begin_stop(signal, grace, done); });
+    // Grace, then SIGKILL, then reaping: a SIGKILLed process is gone within milliseconds, so
+    // a few seconds beyond the grace is already generous.
+    if (future.wait_for(grace + std::chrono::seconds(10)) != std::future_status::ready) {
+      throw Error(fmt::format("workers still not reaped {} after the stop signal",
+                              format_duration(grace + std::chrono::seconds(10))));
+    }
+  }
+
+ private:
+  struct Worker {
+    WorkerLaunch launch;
+    pid_t pid = 0;
+    bool exited = false;
+    bool reported = false;
+    int status = 0;
+    Clock::time_point exit_time;
+    int open_streams = 0;
+    std::unique_ptr<bp::process::handle_type> handle;
+    std::unique_ptr<WorkerOutput> out;
+    std::unique_ptr<WorkerOutput> err;
+    std::unique_ptr<asio::steady_timer> drain_timer;
+  };
+
+  // On the runner thread.
+  std::vector<int> launch_all(const std::vector<WorkerLaunch>& launches, ExitCallback on_exit) {
+    on_exit_ = std::move(on_exit);
+    workers_.clear();
+    std::vector<int> pids;
+    for (const auto& launch : launches) {
+      try {
+        pids.push_back(launch_one(launch));
+      } catch (const std::exception& e) {
+        for (auto& w : workers_) {
+          if (!w->exited) kill(-w->pid, SIGKILL);
+        }
+        throw Error(fmt::format("cannot start worker local rank {} ({}): {}", launch.local_rank,
+                                launch.argv.empty() ? "" : launch.argv[0], e.what()));
+      }
+    }
+    return pids;
+  }
+
+  int launch_one(const WorkerLaunch& launch) {
+    if (launch.argv.empty()) throw Error("empty command line");
+    auto worker = std::make_unique<Worker>();
+    worker->launch = launch;
+    auto exe = resolve_program(launch.argv[0]);
+    std::vector<std::string> args(launch.argv.begin() + 1, launch.argv.end());
+
+    const auto& o = launch.output;
+    const bool pipe_out = !(o.raw && o.stdout_file.empty());
+    const bool pipe_err = !(o.raw && o.stderr_file.empty());
+    asio::readable_pipe out_pipe(io_);
+    asio::readable_pipe err_pipe(io_);
+    // process_io_binding owns the child's end of each pipe and closes it when destroyed, so
+    // the bindings are built in place (copying one would close the descriptor early).
+    bp::default_process_launcher launcher;
+    auto spawn = [&](auto&& out, auto&& err) {
+      return launcher(io_.get_executor(), exe, args, bp::process_stdio{nullptr, out, err},
+                      bp::process_environment(launch.env), WorkerExecSetup{getpid()});
+    };
+    bp::process proc =
+        pipe_out ? (pipe_err ? spawn(out_pipe, err_pipe) : spawn(out_pipe, STDERR_FILENO))
+                 : (pipe_err ? spawn(STDOUT_FILENO, err_pipe) : spawn(STDOUT_FILENO, STDERR_FILENO));
+    worker->pid = proc.id();
+    auto handle = proc.detach();
+    worker->handle = std::make_unique<decltype(handle)>(std::move(handle));
+    if (guard_) guard_->watch(worker->pid);
+
+    auto* w = worker.get();
+    if (pipe_out) {
+      w->out = std::make_unique<WorkerOutput>(std::move(out_pipe), output_target(launch, false));
+      ++w->open_streams;
+    }
+    if (pipe_err) {
+      w->err = std::make_unique<WorkerOutput>(std::move(err_pipe), output_target(launch, true));
+      ++w->open_streams;
+    }
+    workers_.push_back(std::move(worker));
+    if (w->out) w->out->start([this, w] { stream_closed(w); });
+    if (w->err) w->err->start([this, w] { stream_closed(w); });
+    w->handle->async_wait([this, w](bp::error_code ec, int status) {
+      w->exited = true;
+      w->status = ec ? (128 + SIGKILL) << 8 : status;
+      w->exit_time = Clock::now();
+      if (ec) spdlog::warn("waiting for worker pid {} failed: {}", w->pid, ec.message());
+      maybe_report(w);
+    });
+    spdlog::debug("started worker local rank {} rank {} pid {}: {}", launch.local_rank,
+                  launch.rank, w->pid, fmt::join(launch.argv, " "));
+    return w->pid;
+  }
+
+  static OutputTarget output_target(const WorkerLaunch& launch, bool is_err) {
+    const auto& o = launch.output;
+    OutputTarget t;
+    t.console_fd = (is_err ? o.stderr_to_console : o.stdout_to_console)
+                       ? (is_err ? STDERR_FILENO : STDOUT_FILENO)
+                       : -1;
+    t.file = is_err ? o.stderr_file : o.stdout_file;
+    t.prefix = o.prefix;
+    t.keep_tail = is_err ? 20 : 0;
+    return t;
+  }
+
+  void stream_closed(Worker* w) {
+    --w->open_streams;
+    maybe_report(w);
+  }
+
+  // A worker is reported once it exited and its pipes reached end of file, so its last lines
+  // are printed before anything the agent says about its exit. A grandchild holding the pipes
+  // open must not delay the report for long.
+  void maybe_report(Worker* w) {
+    if (!w->exited || w->reported) return;
+    if (w->open_streams > 0) {
+      if (!w->drain_timer) {
+        w->drain_timer = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(200));
+        w->drain_timer->async_wait([this, w](boost::system::error_code ec) {
+          if (!ec) report(w);
+        });
+      }
+      return;
+    }
+    report(w);
+  }
+
+  void report(Worker* w) {
+    if (w->reported) return;
+    w->reported = true;
+    if (w->drain_timer) w->drain_timer->cancel();
+    WorkerExit e;
+    e.local_rank = w->launch.local_rank;
+    e.rank = w->launch.rank;
+    e.pid = w->pid;
+    e.when = w->exit_time;
+    if (WIFSIGNALED(w->status)) {
+      e.signal = WTERMSIG(w->status);
+    } else {
+      e.exit_code = WEXITSTATUS(w->status);
+    }
+    if (w->err) e.stderr_tail = w->err->tail();
+    if (on_exit_) on_exit_(e);
+    check_stopped();
+  }
+
+  void begin_stop(int signal, Clock::duration grace, std::shared_ptr<std::promise<void>> done) {
+    stop_waiters_.push_back(std::move(done));
+    for (auto& w : workers_) {
+      if (!w->exited) kill(-w->pid, signal);
+    }
+    if (!check_stopped()) {
+      kill_timer_.expires_after(grace);
+      kill_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        for (auto& w : workers_) {
+          if (!w->exited) {
+            spdlog::warn("worker local rank {} (pid {}) still running after the grace period: "
+                         "sending SIGKILL", w->launch.local_rank, w->pid);
+            kill(-w->pid, SIGKILL);
+          }
+        }
+      });
+    }
+  }
+
+  // Completes pending stop() calls once every worker was reported. Returns true if it did.
+  bool check_stopped() {
+    for (auto& w : workers_) {
+      if (!w->reported) return false;
+    }
+    if (stop_waiters_.empty()) return true;
+    kill_timer_.cancel();
+    for (auto& w : workers_) {
+      // Whatever the worker left in its group (grandchildren) goes with it.
+      kill(-w->pid, SIGKILL);
+      if (guard_) guard_->forget(w->pid);
+    }
+    for (auto& p : stop_waiters_) p->set_value();
+    stop_waiters_.clear();
+    return true;
+  }
+
+  OrphanGuard* guard_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  asio::steady_timer kill_timer_{io_};
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
+  ExitCallback on_exit_;
+  std::thread thread_;
+};
+
+PosixProcessRunner::PosixProcessRunner(OrphanGuard* guard)
+    : impl_(std::make_unique<Impl>(guard)) {}
+PosixProcessRunner::~PosixProcessRunner() = default;
+
+std::vector<int> PosixProcessRunner::start(const std::vector<WorkerLaunch>& workers,
+                                           ExitCallback on_exit) {
+  return impl_->start(workers, std::move(on_exit));
+}
+
+void PosixProcessRunner::stop(int signal, Clock::duration grace) { impl_->stop(signal, grace); }
+
+}  // namespace ddprun

@@ -1,0 +1,72 @@
+#pragma once
+// ProcessRunner: how the agent starts, watches and stops its workers. The agent sees only this
+// interface, so its state machine is unit-tested with a fake runner and integration-tested with
+// PosixProcessRunner.
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/deadline.hpp"
+
+namespace ddprun {
+
+// Where one worker's output goes.
+struct OutputSpec {
+  bool stdout_to_console = true;
+  bool stderr_to_console = true;
+  std::string stdout_file;  // empty: not written to a file
+  std::string stderr_file;
+  // Console line prefix; "{time}" in it is replaced per line (local time, HH:MM:SS.mmm).
+  std::string prefix;
+  // The worker writes straight to the agent's stdout/stderr (no pipe, no prefix) for the
+  // streams that go to the console and to no file.
+  bool raw = false;
+};
+
+struct WorkerLaunch {
+  int local_rank = 0;
+  int rank = 0;
+  std::vector<std::string> argv;  // argv[0] is looked up on PATH unless it contains a '/'
+  std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
+  OutputSpec output;
+};
+
+// How a worker ended. exit_code is the code of a normal exit; signal is non-zero when a signal
+// ended it.
+struct WorkerExit {
+  int local_rank = 0;
+  int rank = 0;
+  int pid = 0;
+  int exit_code = 0;
+  int signal = 0;
+  Clock::time_point when;
+  std::vector<std::string> stderr_tail;  // the last lines it wrote to stderr, when captured
+
+  bool succeeded() const { return signal == 0 && exit_code == 0; }
+  // What a shell would report: the code, or 128+N for signal N.
+  int shell_code() const { return signal != 0 ? 128 + signal : exit_code; }
+};
+
+class ProcessRunner {
+ public:
+  using ExitCallback = std::function<void(const WorkerExit&)>;
+
+  virtual ~ProcessRunner() = default;
+
+  // Starts every worker, each in its own process group. `on_exit` is called once per worker,
+  // from the runner's own thread, as soon as the worker has exited and its output is drained.
+  // Throws Error (naming the program and the local rank) if a worker cannot be started; the
+  // ones already started are stopped first. Returns the pids in launch order.
+  virtual std::vector<int> start(const std::vector<WorkerLaunch>& workers,
+                                 ExitCallback on_exit) = 0;
+
+  // Sends `signal` to every live worker's process group, waits up to `grace` for them to exit,
+  // then SIGKILLs what remains (whole process groups, so grandchildren too). Blocks until every
+  // worker of the last start() was reaped, or grace plus a few seconds passed. Exits that happen
+  // during stop() are still reported through on_exit.
+  virtual void stop(int signal, Clock::duration grace) = 0;
+};
+
+}  // namespace ddprun

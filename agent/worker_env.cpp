@@ -1,0 +1,67 @@
+#include "agent/worker_env.hpp"
+
+#include <unistd.h>
+
+extern char** environ;
+
+namespace ddprun {
+
+EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
+  EnvMap env = base;
+  const auto& r = in.ranks;
+  const auto rank = std::to_string(r.global_rank(in.local_rank));
+  env["LOCAL_RANK"] = std::to_string(in.local_rank);
+  env["RANK"] = rank;
+  env["GROUP_RANK"] = std::to_string(r.group_rank);
+  env["ROLE_RANK"] = rank;  // one role per job: role ranks are the global ranks
+  env["ROLE_NAME"] = in.role;
+  env["LOCAL_WORLD_SIZE"] = std::to_string(r.local_world_size);
+  env["WORLD_SIZE"] = std::to_string(r.world_size);
+  env["GROUP_WORLD_SIZE"] = std::to_string(r.group_world_size);
+  env["ROLE_WORLD_SIZE"] = std::to_string(r.world_size);
+  env["MASTER_ADDR"] = in.master_addr;
+  env["MASTER_PORT"] = std::to_string(in.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(in.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(in.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = in.run_id;
+  // ddprun's store is not a c10d TCPStore, so rank 0 hosts the workers' own store.
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
+  if (!env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  if (in.set_omp_threads && !env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
+  return env;
+}
+
+std::vector<std::string> to_env_strings(const EnvMap& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+EnvMap current_environment() {
+  EnvMap env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,
+                                               int local_rank) {
+  static const std::string kToken = "${local_rank}";
+  std::vector<std::string> out = argv;
+  const auto value = std::to_string(local_rank);
+  for (auto& arg : out) {
+    for (auto pos = arg.find(kToken); pos != std::string::npos;
+         pos = arg.find(kToken, pos + value.size())) {
+      arg.replace(pos, kToken.size(), value);
+    }
+  }
+  return out;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,41 @@
+#pragma once
+// The environment a worker starts with: the agent's own environment plus torchrun's variables.
+// A pure function, so every value is unit-tested against the contract.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/rank_assignment.hpp"
+
+namespace ddprun {
+
+struct WorkerEnvInput {
+  NodeRanks ranks;
+  int local_rank = 0;
+  std::string role = "default";
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id = "none";
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  bool set_omp_threads = false;  // OMP_NUM_THREADS=1 unless the agent's environment has one
+};
+
+using EnvMap = std::map<std::string, std::string>;
+
+// Returns `base` overlaid with the worker variables.
+EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in);
+
+// "KEY=VALUE" strings, for exec.
+std::vector<std::string> to_env_strings(const EnvMap& env);
+
+// The current process's environment.
+EnvMap current_environment();
+
+// Replaces every "${local_rank}" in the program arguments (torchrun's legacy substitution).
+std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,
+                                               int local_rank);
+
+}  // namespace ddprun

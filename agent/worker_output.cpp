@@ -1,0 +1,138 @@
+#include "agent/worker_output.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+
+#include <boost/asio.hpp>
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+
+std::string render_time_prefix(const std::string& prefix) {
+  auto pos = prefix.find("{time}");
+  if (pos == std::string::npos) return prefix;
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+  auto stamp = fmt::format("{:%H:%M:%S}.{:03d}", fmt::localtime(std::chrono::system_clock::to_time_t(now)),
+                           ms.count());
+  std::string out = prefix;
+  out.replace(pos, 6, stamp);
+  return out;
+}
+
+namespace {
+
+void write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    auto n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the console went away; the worker must not be held up by it
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
+  State(asio::readable_pipe p, OutputTarget t) : pipe(std::move(p)), target(std::move(t)) {
+    if (!target.file.empty()) {
+      file = std::fopen(target.file.c_str(), "a");
+      if (!file) {
+        spdlog::warn("cannot open worker log {}: {}", target.file, errno_message(errno));
+      }
+    }
+  }
+  ~State() {
+    if (file) std::fclose(file);
+  }
+
+  void read() {
+    pipe.async_read_some(asio::buffer(chunk),
+                         [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                           self->on_read(ec, n);
+                         });
+  }
+
+  void on_read(boost::system::error_code ec, std::size_t n) {
+    if (detached) return;
+    if (!ec) {
+      emit(splitter.feed(std::string_view(chunk.data(), n)));
+      read();
+      return;
+    }
+    emit(splitter.finish());
+    if (file) std::fflush(file);
+    if (on_closed) {
+      auto done = std::move(on_closed);
+      on_closed = nullptr;
+      done();
+    }
+  }
+
+  void emit(const std::vector<std::string>& lines) {
+    if (lines.empty()) return;
+    if (target.console_fd >= 0) {
+      // One write per batch of whole lines: lines from different workers never interleave.
+      std::string batch;
+      const auto prefix = render_time_prefix(target.prefix);
+      for (const auto& line : lines) {
+        batch += prefix;
+        batch += line;
+        batch += '\n';
+      }
+      write_all(target.console_fd, batch);
+    }
+    if (file) {
+      for (const auto& line : lines) {
+        std::fwrite(line.data(), 1, line.size(), file);
+        std::fputc('\n', file);
+      }
+      std::fflush(file);
+    }
+    for (const auto& line : lines) {
+      if (target.keep_tail == 0) break;
+      tail.push_back(line);
+      if (tail.size() > target.keep_tail) tail.pop_front();
+    }
+  }
+
+  asio::readable_pipe pipe;
+  OutputTarget target;
+  LineSplitter splitter;
+  std::array<char, 16 * 1024> chunk{};
+  std::FILE* file = nullptr;
+  std::deque<std::string> tail;
+  std::function<void()> on_closed;
+  bool detached = false;
+};
+
+WorkerOutput::WorkerOutput(asio::readable_pipe pipe, OutputTarget target)
+    : state_(std::make_shared<State>(std::move(pipe), std::move(target))) {}
+
+WorkerOutput::~WorkerOutput() {
+  state_->detached = true;
+  state_->on_closed = nullptr;
+  boost::system::error_code ignored;
+  state_->pipe.close(ignored);
+}
+
+void WorkerOutput::start(std::function<void()> on_closed) {
+  state_->on_closed = std::move(on_closed);
+  state_->read();
+}
+
+std::vector<std::string> WorkerOutput::tail() const {
+  return {state_->tail.begin(), state_->tail.end()};
+}
+
+}  // namespace ddprun

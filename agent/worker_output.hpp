@@ -1,0 +1,44 @@
+#pragma once
+// One captured output stream of one worker: reads the pipe on the runner's thread, splits it into
+// whole lines, and writes each line to the console (with its prefix, in one write) and/or to a
+// log file, keeping the last lines for failure reports.
+
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/readable_pipe.hpp>
+
+#include "agent/line_splitter.hpp"
+
+namespace ddprun {
+
+struct OutputTarget {
+  int console_fd = -1;    // -1: not shown on the console
+  std::string file;       // empty: no file
+  std::string prefix;     // console prefix; "{time}" replaced per line
+  std::size_t keep_tail = 0;
+};
+
+class WorkerOutput {
+ public:
+  WorkerOutput(boost::asio::readable_pipe pipe, OutputTarget target);
+  // Closes the pipe; a pending read completes without calling back.
+  ~WorkerOutput();
+
+  // Starts reading; `on_closed` runs once, at end of file or read error.
+  void start(std::function<void()> on_closed);
+  std::vector<std::string> tail() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// Renders "{time}" in a prefix for the current local time (HH:MM:SS.mmm).
+std::string render_time_prefix(const std::string& prefix);
+
+}  // namespace ddprun

@@ -1,0 +1,13 @@
+#pragma once
+// ddprun's exit codes. A failed job exits with its root cause's code (the worker's exit code,
+// or 128+N for signal N); these are the launcher's own.
+
+namespace ddprun {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 2;         // invalid flag, value or combination
+inline constexpr int kExitRendezvous = 124;  // rendezvous timed out or failed, store lost
+inline constexpr int kExitInternal = 125;    // a bug or an unexpected system error
+inline constexpr int kExitCannotStart = 126; // a worker program could not be started
+
+}  // namespace ddprun

@@ -1,0 +1,205 @@
+// ddprun: the per-node agent, a native torchrun. main() only wires the parts together: argv to
+// LaunchConfig, signals, the store (hosted on node 0), the process runner, the agent; and the
+// agent's result to an exit code.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/elastic_agent.hpp"
+#include "agent/failure.hpp"
+#include "agent/orphan_guard.hpp"
+#include "agent/posix_process_runner.hpp"
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/strings.hpp"
+#include "launcher/cli.hpp"
+#include "launcher/config_summary.hpp"
+#include "rendezvous/tcp_store_client.hpp"
+#include "rendezvous/tcp_store_server.hpp"
+
+namespace ddprun {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<ElasticAgent*> g_agent{nullptr};
+
+// Signals are blocked in every thread and taken here with sigwait, so they are handled from the
+// first instant (before the rendezvous) and never interrupt a system call elsewhere.
+void start_signal_thread(const std::vector<int>& handled) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : handled) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    while (true) {
+      int signo = 0;
+      if (sigwait(&set, &signo) != 0) continue;
+      if (auto* agent = g_agent.load()) {
+        agent->on_signal(signo);
+      } else {
+        // No workers exist yet and nothing needs saying: leave at once.
+        std::fprintf(stderr, "[ddprun] received %s before the agent started; exiting\n",
+                     signal_name(signo).c_str());
+        std::_Exit(128 + signo);
+      }
+    }
+  }).detach();
+}
+
+std::string this_host(const LaunchConfig& config) {
+  if (!config.local_addr.empty()) return config.local_addr;
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// A port that is free on `host` now; rank 0's init_process_group binds it moments later.
+int reserve_port(const std::string& host) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) {
+    asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(host, "0", ec);
+    if (ec || results.empty()) {
+      throw ConnectionError(fmt::format("cannot resolve master address '{}': {}", host,
+                                        ec ? ec.message() : "no addresses"));
+    }
+    address = results.begin()->endpoint().address();
+  }
+  asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(address, 0));
+  return acceptor.local_endpoint().port();
+}
+
+std::string make_log_dir(const LaunchConfig& config) {
+  fs::path base = config.log_dir;
+  if (base.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "torchelastic_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) {
+      throw Error(fmt::format("cannot create a log directory {}: {}", tmpl,
+                              errno_message(errno)));
+    }
+    base = tmpl;
+  }
+  std::random_device rd;
+  auto dir = base / fmt::format("{}_{:06x}", config.rdzv_id, rd() & 0xffffff);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
+  // Before any thread: the guardian is forked from a single-threaded process.
+  OrphanGuard guard;
+  signal(SIGPIPE, SIG_IGN);
+  start_signal_thread(config.signals_to_handle.empty()
+                          ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
+                          : config.signals_to_handle);
+
+  for (const auto& note : notes) spdlog::info("{}", note);
+  spdlog::info("ddprun configuration:\n{}", describe(config));
+  if (config.is_elastic() && !config.standalone) {
+    spdlog::error("--rdzv-backend=c10d across several nodes is not available yet; use the "
+                  "static backend (--nnodes=N --node-rank=R --master-addr --master-port)");
+    return kExitUsage;
+  }
+  if (config.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    spdlog::info("OMP_NUM_THREADS is not set: setting it to 1 for each worker to avoid "
+                 "overloading the node; tune it for best performance");
+  }
+
+  const auto host = this_host(config);
+  const auto join_deadline = Deadline::after(config.rdzv_conf.join_timeout);
+  StoreClientOptions client_options;
+  client_options.host = config.standalone ? "127.0.0.1" : config.master_addr;
+  client_options.port = config.master_port;
+  client_options.run_id = config.rdzv_id;
+
+  std::unique_ptr<TcpStoreServer> server;
+  const bool hosts_store = config.standalone || config.node_rank == 0;
+  if (hosts_store) {
+    StoreServerOptions options;
+    options.host = client_options.host;
+    options.port = config.standalone ? 0 : config.master_port;
+    options.read_timeout = config.rdzv_conf.read_timeout;
+    server = std::make_unique<TcpStoreServer>(options);
+    server->start();
+    client_options.port = server->port();
+  }
+
+  LaunchConfig effective = config;
+  if (config.standalone) {
+    effective.master_addr = "127.0.0.1";
+    effective.master_port = client_options.port;
+    effective.max_nodes = effective.min_nodes = 1;
+    effective.node_rank = 0;
+  }
+
+  TcpStoreClient store(client_options, join_deadline);
+  PosixProcessRunner runner(&guard);
+  AgentContext ctx;
+  ctx.host = host;
+  ctx.store = &store;
+  ctx.open_store = [client_options] {
+    return std::make_unique<TcpStoreClient>(client_options, Deadline::after(std::chrono::seconds(30)));
+  };
+  ctx.runner = &runner;
+  ctx.reserve_master_port = [addr = effective.master_addr] { return reserve_port(addr); };
+  ctx.log_dir = make_log_dir(effective);
+  ctx.base_env = current_environment();
+
+  ElasticAgent agent(effective, std::move(ctx));
+  g_agent = &agent;
+  auto result = agent.run();
+  g_agent = nullptr;
+
+  if (result.exit_code == 0) {
+    spdlog::info("job finished: {} ({} restart{})", result.reason, result.restarts,
+                 result.restarts == 1 ? "" : "s");
+  } else {
+    spdlog::error("job failed (exit code {}): {}", result.exit_code, result.reason);
+  }
+  return result.exit_code;
+}
+
+}  // namespace
+}  // namespace ddprun
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto outcome = parse_command_line(args, current_environment());
+  if (!outcome.config) {
+    std::fprintf(outcome.exit_code == 0 ? stdout : stderr, "%s\n", outcome.message.c_str());
+    return outcome.exit_code;
+  }
+  try {
+    setup_logging("ddprun", outcome.config->log_level);
+    int code = run(*outcome.config, outcome.notes);
+    spdlog::shutdown();
+    return code;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "ddprun: %s\n", e.what());
+    return kExitUsage;
+  } catch (const ConnectionError& e) {
+    spdlog::error("{}", e.what());
+    return kExitRendezvous;
+  } catch (const TimeoutError& e) {
+    spdlog::error("{}", e.what());
+    return kExitRendezvous;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return kExitInternal;
+  }
+}

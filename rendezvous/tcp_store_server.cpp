@@ -63,7 +63,7 @@ class TcpStoreServer::Impl {
       boost::system::error_code ignored;
       acceptor_.close(ignored);
       auto open = connections_;
-      for (const auto& c : open) c->close("server stopping");
+      for (const auto& c : open) c->close("");
       connections_.clear();
       count_ = 0;
     });

@@ -1,0 +1,255 @@
+// ddprun end to end: real agents, real sockets on 127.0.0.1, real worker processes (the fake
+// worker, and real PyTorch where Debian's python3-torch is installed).
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "integration/ddprun_process.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string port_arg(std::uint16_t port) { return "--master-port=" + std::to_string(port); }
+
+std::vector<std::string> fake(std::vector<std::string> flags) {
+  flags.push_back("--no-python");
+  flags.push_back(FAKE_WORKER_BINARY);
+  return flags;
+}
+
+bool torch_available() {
+  return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
+}
+
+}  // namespace
+
+TEST_CASE("ddprun: 1 node x 4 workers get torchrun's environment", "[launcher]") {
+  TempDir dir;
+  auto port = free_port();
+  DdprunProcess p(fake({"--nproc-per-node=4", port_arg(port), "--rdzv-id=job7",
+                        "--max-restarts=2"}),
+                  {{"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", dir.path()}});
+  REQUIRE(p.wait() == 0);
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
+    INFO("rank " << rank);
+    CHECK(env["RANK"] == std::to_string(rank));
+    CHECK(env["LOCAL_RANK"] == std::to_string(rank));
+    CHECK(env["ROLE_RANK"] == std::to_string(rank));
+    CHECK(env["GROUP_RANK"] == "0");
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["LOCAL_WORLD_SIZE"] == "4");
+    CHECK(env["ROLE_WORLD_SIZE"] == "4");
+    CHECK(env["GROUP_WORLD_SIZE"] == "1");
+    CHECK(env["ROLE_NAME"] == "default");
+    CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(env["MASTER_PORT"] != std::to_string(port));  // the workers' own store
+    CHECK(std::stoi(env["MASTER_PORT"]) > 0);
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+    CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "2");
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "job7");
+    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    CHECK_THAT(env["TORCHELASTIC_ERROR_FILE"], Catch::EndsWith("/" + std::to_string(rank) +
+                                                               "/error.json"));
+    CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env["OMP_NUM_THREADS"] == "1");
+    CHECK(env["FAKE_MODE"] == "env");  // the agent's own environment is inherited
+  }
+}
+
+TEST_CASE("ddprun: two agents with 2+1 workers agree on ranks", "[launcher]") {
+  TempDir dir;
+  auto port = port_arg(free_port());
+  std::map<std::string, std::string> env{{"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", dir.path()}};
+  DdprunProcess node0(fake({"--nproc-per-node=2", "--nnodes=2", "--node-rank=0", port}), env);
+  DdprunProcess node1(fake({"--nproc_per_node=1", "--nnodes=2", "--node_rank=1", port}), env);
+  REQUIRE(node0.wait() == 0);
+  REQUIRE(node1.wait() == 0);
+  auto e2 = read_env_file(dir.file("env_2.txt"));
+  // The contract's example: the worker on node 1 of a 2+1 job.
+  CHECK(e2["GROUP_RANK"] == "1");
+  CHECK(e2["GROUP_WORLD_SIZE"] == "2");
+  CHECK(e2["LOCAL_RANK"] == "0");
+  CHECK(e2["LOCAL_WORLD_SIZE"] == "1");
+  CHECK(e2["RANK"] == "2");
+  CHECK(e2["ROLE_RANK"] == "2");
+  CHECK(e2["ROLE_WORLD_SIZE"] == "3");
+  CHECK(e2["WORLD_SIZE"] == "3");
+  CHECK(e2["TORCHELASTIC_RESTART_COUNT"] == "0");
+  CHECK(e2["TORCHELASTIC_RUN_ID"] == "none");
+  auto e0 = read_env_file(dir.file("env_0.txt"));
+  auto e1 = read_env_file(dir.file("env_1.txt"));
+  CHECK(e0["GROUP_RANK"] == "0");
+  CHECK(e1["RANK"] == "1");
+  CHECK(e1["LOCAL_WORLD_SIZE"] == "2");
+  // Every worker of the job gets the same master endpoint.
+  CHECK(e0["MASTER_PORT"] == e2["MASTER_PORT"]);
+  CHECK(e1["MASTER_PORT"] == e2["MASTER_PORT"]);
+}
+
+TEST_CASE("ddprun: PET_ variables configure it, and the command line wins", "[launcher]") {
+  TempDir dir;
+  std::map<std::string, std::string> env{{"FAKE_MODE", "env"},
+                                         {"FAKE_ENV_DIR", dir.path()},
+                                         {"PET_NPROC_PER_NODE", "3"},
+                                         {"PET_MAX_RESTARTS", "4"},
+                                         {"PET_MASTER_PORT", std::to_string(free_port())}};
+  DdprunProcess p(fake({"--max-restarts=1"}), env);
+  REQUIRE(p.wait() == 0);
+  CHECK(file_exists(dir.file("env_2.txt")));
+  CHECK_FALSE(file_exists(dir.file("env_3.txt")));
+  CHECK(read_env_file(dir.file("env_0.txt"))["TORCHELASTIC_MAX_RESTARTS"] == "1");
+}
+
+TEST_CASE("ddprun: a worker that fails once is restarted and the job succeeds", "[launcher]") {
+  TempDir dir;
+  DdprunProcess p(fake({"--nproc-per-node=2", "--max-restarts=1", port_arg(free_port())}),
+                  {{"FAKE_MODE", "fail_rank:1:3"}, {"FAKE_TOUCH_DIR", dir.path()}});
+  REQUIRE(p.wait() == 0);
+  for (const char* f : {"started_0_0", "started_1_0", "started_0_1", "started_1_1"}) {
+    CHECK(file_exists(dir.file(f)));
+  }
+  CHECK_THAT(p.output(), Catch::Contains("restarting all workers"));
+}
+
+TEST_CASE("ddprun: a failure on node 1 restarts node 0's workers too", "[launcher]") {
+  TempDir dir;
+  auto port = port_arg(free_port());
+  std::map<std::string, std::string> env{{"FAKE_MODE", "fail_rank:2:5"},
+                                         {"FAKE_TOUCH_DIR", dir.path()}};
+  // Node 0's workers would succeed on their own; they must still run a second attempt.
+  DdprunProcess node0(fake({"--nproc-per-node=2", "--nnodes=2", "--node-rank=0", port,
+                            "--max-restarts=1"}), env);
+  DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
+                            "--max-restarts=1"}), env);
+  REQUIRE(node0.wait() == 0);
+  REQUIRE(node1.wait() == 0);
+  CHECK(file_exists(dir.file("started_0_1")));
+  CHECK(file_exists(dir.file("started_1_1")));
+  CHECK(file_exists(dir.file("started_2_1")));
+}
+
+TEST_CASE("ddprun: restarts exhausted, every agent exits with the worker's code and names it",
+          "[launcher]") {
+  auto port = port_arg(free_port());
+  std::map<std::string, std::string> env{{"FAKE_MODE", "fail_rank:2:9"}};
+  DdprunProcess node0(fake({"--nproc-per-node=2", "--nnodes=2", "--node-rank=0", port}),
+                      {{"FAKE_MODE", "hang"}});
+  DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port}), env);
+  CHECK(node1.wait() == 9);
+  // Node 0's hanging workers are stopped because of node 1's failure.
+  CHECK(node0.wait() == 9);
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  for (auto* p : {&node0, &node1}) {
+    auto out = p->output();
+    CHECK_THAT(out, Catch::Contains("Root cause"));
+    CHECK_THAT(out, Catch::Contains("rank        2 of 3"));
+    CHECK_THAT(out, Catch::Contains(std::string("host        ") + host));
+    CHECK_THAT(out, Catch::Contains("exit code 9"));
+  }
+}
+
+TEST_CASE("ddprun: a crashing worker's last lines and signal are reported", "[launcher]") {
+  DdprunProcess p(fake({"--nproc-per-node=1", port_arg(free_port())}),
+                  {{"FAKE_MODE", "lines_crash:300"}});
+  CHECK(p.wait() == 128 + SIGABRT);
+  auto out = p.output();
+  CHECK_THAT(out, Catch::Contains("[default0]:line 1 of 300"));
+  CHECK_THAT(out, Catch::Contains("[default0]:line 300 of 300"));
+  CHECK_THAT(out, Catch::Contains("killed by SIGABRT"));
+  CHECK_THAT(out, Catch::Contains("last stderr lines:"));
+}
+
+TEST_CASE("ddprun: the error file's message reaches the root cause", "[launcher]") {
+  DdprunProcess p(fake({"--nproc-per-node=2", port_arg(free_port())}),
+                  {{"FAKE_MODE", "error_file:4"}});
+  CHECK(p.wait() == 4);
+  CHECK_THAT(p.output(), Catch::Contains("RuntimeError: fake failure on rank"));
+  CHECK_THAT(p.output(), Catch::Contains("Traceback (most recent call last)"));
+}
+
+TEST_CASE("ddprun: SIGTERM reaches the workers and the agent exits 143", "[launcher]") {
+  TempDir dir;
+  auto pid_file = dir.file("pids");
+  DdprunProcess p(fake({"--nproc-per-node=2", port_arg(free_port()), "--shutdown-timeout=2"}),
+                  {{"FAKE_MODE", "grandchild"}, {"FAKE_PID_FILE", pid_file}});
+  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 4; }, 30s));
+  kill(p.pid(), SIGTERM);
+  CHECK(p.wait(30s) == 143);
+  for (const auto& pid : read_lines(pid_file)) CHECK_FALSE(process_alive(std::stoi(pid)));
+  CHECK_THAT(p.output(), Catch::Contains("received SIGTERM"));
+}
+
+TEST_CASE("ddprun: SIGKILL of the agent leaves no worker or grandchild alive", "[launcher]") {
+  TempDir dir;
+  auto pid_file = dir.file("pids");
+  DdprunProcess p(fake({"--nproc-per-node=2", port_arg(free_port())}),
+                  {{"FAKE_MODE", "grandchild"}, {"FAKE_PID_FILE", pid_file}});
+  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 4; }, 30s));
+  kill(p.pid(), SIGKILL);
+  CHECK(p.wait(10s) == 128 + SIGKILL);
+  auto pids = read_lines(pid_file);
+  // The issue asks for "after a second"; the bound here only catches a hang.
+  CHECK(wait_until([&] {
+          for (const auto& pid : pids) {
+            if (process_alive(std::stoi(pid))) return false;
+          }
+          return true;
+        }, 10s));
+}
+
+TEST_CASE("ddprun: bad command lines exit 2 at once and start nothing", "[launcher]") {
+  for (auto flags : std::vector<std::vector<std::string>>{
+           {"--nnodes=2:1", "x"}, {"--nnodes=0", "x"}, {"--nnodes=a:b", "x"},
+           {"--nnodes=1:2:3", "x"}, {"--master-port=65536", "x"}, {"--no-python", "-m", "x"},
+           {"--nproc-per-node=lots", "x"}, {"--nproc-per-node=2"}}) {
+    DdprunProcess p(flags);
+    INFO(flags[0]);
+    CHECK(p.wait(10s) == 2);
+    auto out = p.output();
+    CHECK_THAT(out, Catch::StartsWith("ddprun: "));
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]") {
+  auto port = port_arg(free_port());
+  std::vector<std::string> common{"--nnodes=3", port, "--rdzv-conf=join_timeout=60"};
+  auto with = [&](const char* rank) {
+    auto f = common;
+    f.push_back(rank);
+    return fake(f);
+  };
+  DdprunProcess node0(with("--node-rank=0"), {{"FAKE_MODE", "hang"}});
+  DdprunProcess first(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
+  std::this_thread::sleep_for(300ms);
+  DdprunProcess second(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
+  CHECK(second.wait(30s) == 124);
+  CHECK_THAT(second.output(), Catch::Contains("node rank 1 is already taken"));
+}
+
+TEST_CASE("ddprun: a real PyTorch gloo job under two agents", "[launcher][torch]") {
+  if (!torch_available()) {
+    WARN("Debian's python3-torch is not installed: skipped");
+    return;
+  }
+  auto port = port_arg(free_port());
+  std::map<std::string, std::string> env{{"PYTHON_EXEC", "/usr/bin/python3"}};
+  DdprunProcess node0({"--nproc-per-node=2", "--nnodes=2", "--node-rank=0", port,
+                       TORCH_ALLREDUCE_SCRIPT}, env);
+  DdprunProcess node1({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
+                       TORCH_ALLREDUCE_SCRIPT}, env);
+  REQUIRE(node0.wait(240s) == 0);
+  REQUIRE(node1.wait(240s) == 0);
+  CHECK_THAT(node0.output(), Catch::Contains("rank 0/3 local 0 group 0 sum 6 expected 6"));
+  CHECK_THAT(node0.output(), Catch::Contains("rank 1/3 local 1 group 0 sum 6 expected 6"));
+  CHECK_THAT(node1.output(), Catch::Contains("rank 2/3 local 0 group 1 sum 6 expected 6"));
+}

@@ -1,0 +1,20 @@
+# End-to-end tests of the ddprun binary, included from tests/CMakeLists.txt.
+
+add_executable(launcher_unit_tests
+  unit/launcher/test_cli.cpp
+  unit/launcher/test_cli_errors.cpp
+  unit/launcher/test_value_parsers.cpp
+  unit/launcher/test_config_summary.cpp)
+target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib)
+catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
+
+add_executable(launcher_tests
+  integration/ddprun_process.cpp
+  integration/test_launcher.cpp)
+target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support)
+target_compile_definitions(launcher_tests PRIVATE
+  DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
+  FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
+  TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py")
+add_dependencies(launcher_tests ddprun fake_worker)
+catch_discover_tests(launcher_tests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)

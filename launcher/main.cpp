@@ -109,6 +109,10 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
 
   for (const auto& note : notes) spdlog::info("{}", note);
   spdlog::info("ddprun configuration:\n{}", describe(config));
+  if (!config.events_file.empty()) {
+    spdlog::error("--events-file is not available yet (planned with the benchmarks)");
+    return kExitUsage;
+  }
   if (config.is_elastic() && !config.standalone) {
     spdlog::error("--rdzv-backend=c10d across several nodes is not available yet; use the "
                   "static backend (--nnodes=N --node-rank=R --master-addr --master-port)");

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,29 @@ int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 bool process_alive(pid_t pid);
 // A TCP port that was free on 127.0.0.1 a moment ago.
 std::uint16_t free_port();
+
+// Polls `done` (every few milliseconds) until it returns true or the timeout passes; returns its
+// last answer. For tests only, where a hard deadline keeps a short poll harmless.
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+// The lines of a text file without their '\n' (empty if the file cannot be read).
+std::vector<std::string> read_lines(const std::string& path);
+// True when the path exists.
+bool file_exists(const std::string& path);
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // path() + "/" + name.
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace ddprun::test

@@ -1,0 +1,261 @@
+// fake_worker: a tiny worker for ddprun's integration tests, in the spirit of TorchElastic's
+// test workers. It reads only torchrun's environment (RANK, TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_ERROR_FILE) and behaves as FAKE_MODE, or a first argument --mode=X, says.
+// Standard library and POSIX only: it links no ddprun code.
+//
+// Modes (default `succeed`):
+//   succeed              exit 0
+//   exit:N               exit N
+//   segfault             one line on stderr, then SIGSEGV
+//   hang                 wait for a signal forever
+//   stubborn             like hang, but ignores SIGTERM, SIGINT and SIGHUP (set up before the
+//                        FAKE_TOUCH_DIR file appears), so only SIGKILL ends it
+//   fail_first:N         exit N on the first attempt (restart count 0 or unset), else 0
+//   fail_rank:R:N        exit N when RANK == R on the first attempt, else 0
+//   lines:K              K numbered lines on stdout, exit 0
+//   lines_crash:K        K numbered lines on stdout, one line on stderr, then abort()
+//   grandchild           fork a child that ignores SIGTERM/SIGINT/SIGHUP and sleeps forever;
+//                        that child appends "<worker pid>\n<grandchild pid>\n" to
+//                        $FAKE_PID_FILE once it is set up; the worker itself hangs
+//   env                  write the environment as KEY=VALUE lines to $FAKE_ENV_DIR/env_<RANK>.txt
+//   sleep:MS             sleep MS milliseconds, exit 0
+//   error_file:N         write torchrun's error-file JSON to $TORCHELASTIC_ERROR_FILE, exit N
+// In every mode, when FAKE_TOUCH_DIR is set, $FAKE_TOUCH_DIR/started_<RANK>_<RESTART_COUNT> is
+// created first. Files that tests read are written under a temporary name and renamed, so a
+// reader never sees a partial file.
+//
+// Exit codes of its own: 99 for an unknown mode or a malformed number, 98 when a side file
+// cannot be written.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr int kUnknownMode = 99;
+constexpr int kSideFileFailed = 98;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value ? std::string(value) : fallback;
+}
+
+std::string rank() { return env_or("RANK", "0"); }
+std::string restart_count() { return env_or("TORCHELASTIC_RESTART_COUNT", "0"); }
+bool first_attempt() {
+  const char* value = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return value == nullptr || std::string_view(value) == "0";
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    auto n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+[[noreturn]] void fail(int code, const std::string& message) {
+  write_all(STDERR_FILENO, "fake_worker: " + message + "\n");
+  std::_Exit(code);
+}
+
+std::optional<int> parse_int(std::string_view text) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// "a:b:c" -> {"a", "b", "c"}.
+std::vector<std::string_view> split(std::string_view text, char sep) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    auto pos = text.find(sep);
+    parts.push_back(text.substr(0, pos));
+    if (pos == std::string_view::npos) return parts;
+    text.remove_prefix(pos + 1);
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(kSideFileFailed, "cannot create " + tmp + ": " + std::strerror(errno));
+  const bool ok = write_all(fd, content);
+  ::close(fd);
+  if (!ok) fail(kSideFileFailed, "cannot write " + tmp + ": " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    fail(kSideFileFailed, "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+}
+
+void touch_started() {
+  const char* dir = std::getenv("FAKE_TOUCH_DIR");
+  if (dir == nullptr) return;
+  const std::string path =
+      std::string(dir) + "/started_" + rank() + "_" + restart_count();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail(kSideFileFailed, "cannot create " + path + ": " + std::strerror(errno));
+  ::close(fd);
+}
+
+[[noreturn]] void sleep_forever() {
+  while (true) pause();
+}
+
+void ignore_polite_signals() {
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) signal(s, SIG_IGN);
+}
+
+void sleep_ms(int ms) {
+  timespec left{ms / 1000, static_cast<long>(ms % 1000) * 1'000'000L};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+// A crash test must not litter the working directory with core files.
+void no_core_dump() {
+  rlimit none{0, 0};
+  setrlimit(RLIMIT_CORE, &none);
+}
+
+void print_lines(int count) {
+  for (int i = 1; i <= count; ++i) {
+    // One write per line: the agent sees many small reads, as with an unbuffered Python worker.
+    write_all(STDOUT_FILENO, "line " + std::to_string(i) + " of " + std::to_string(count) +
+                                 " from rank " + rank() + "\n");
+  }
+}
+
+[[noreturn]] void grandchild_mode() {
+  const pid_t worker = getpid();
+  const pid_t child = fork();
+  if (child < 0) fail(kSideFileFailed, std::string("fork failed: ") + std::strerror(errno));
+  if (child == 0) {
+    // Only a SIGKILL to the whole process group (or from the orphan guard) ends this process,
+    // like a data-loader child that outlives a polite stop.
+    ignore_polite_signals();
+    if (const char* pid_file = std::getenv("FAKE_PID_FILE")) {
+      int fd = ::open(pid_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) fail(kSideFileFailed, std::string("cannot open ") + pid_file);
+      // One short O_APPEND write: a reader sees both pids or neither.
+      write_all(fd, std::to_string(worker) + "\n" + std::to_string(getpid()) + "\n");
+      ::close(fd);
+    }
+    sleep_forever();
+  }
+  sleep_forever();
+}
+
+[[noreturn]] void env_mode() {
+  const char* dir = std::getenv("FAKE_ENV_DIR");
+  if (dir == nullptr) fail(kSideFileFailed, "env mode needs FAKE_ENV_DIR");
+  std::string content;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    content += *e;
+    content += '\n';
+  }
+  write_file_atomically(std::string(dir) + "/env_" + rank() + ".txt", content);
+  std::_Exit(0);
+}
+
+[[noreturn]] void error_file_mode(int code) {
+  const std::string path = env_or("TORCHELASTIC_ERROR_FILE", "");
+  if (!path.empty()) {
+    // The JSON escapes (\n, \") are part of the file's text, as Python's json.dump writes them.
+    const std::string json =
+        R"({"message": {"message": "RuntimeError: fake failure on rank )" + rank() +
+        R"(", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"fake.py\", line 1\nRuntimeError: fake failure", "timestamp": ")" +
+        std::to_string(std::time(nullptr)) + R"("}}})";
+    write_file_atomically(path, json);
+  }
+  std::_Exit(code);
+}
+
+[[noreturn]] void unknown(std::string_view mode) {
+  fail(kUnknownMode, "unknown mode '" + std::string(mode) + "'");
+}
+
+int number(std::string_view mode, std::string_view text) {
+  auto value = parse_int(text);
+  if (!value) unknown(mode);
+  return *value;
+}
+
+[[noreturn]] void run(std::string_view mode) {
+  const auto parts = split(mode, ':');
+  const std::string_view name = parts[0];
+  const std::size_t args = parts.size() - 1;
+
+  if (name == "succeed" && args == 0) std::_Exit(0);
+  if (name == "exit" && args == 1) std::_Exit(number(mode, parts[1]));
+  if (name == "segfault" && args == 0) {
+    no_core_dump();
+    write_all(STDERR_FILENO, "fake worker rank " + rank() + ": raising SIGSEGV\n");
+    kill(getpid(), SIGSEGV);
+    fail(kUnknownMode, "SIGSEGV did not end the process");
+  }
+  if ((name == "hang" || name == "stubborn") && args == 0) sleep_forever();
+  if (name == "fail_first" && args == 1) {
+    const int code = number(mode, parts[1]);
+    std::_Exit(first_attempt() ? code : 0);
+  }
+  if (name == "fail_rank" && args == 2) {
+    const int target = number(mode, parts[1]);
+    const int code = number(mode, parts[2]);
+    const auto my_rank = parse_int(rank());
+    std::_Exit(my_rank && *my_rank == target && first_attempt() ? code : 0);
+  }
+  if (name == "lines" && args == 1) {
+    print_lines(number(mode, parts[1]));
+    std::_Exit(0);
+  }
+  if (name == "lines_crash" && args == 1) {
+    const int count = number(mode, parts[1]);
+    no_core_dump();
+    print_lines(count);
+    write_all(STDERR_FILENO, "fake worker rank " + rank() + ": aborting after " +
+                                 std::to_string(count) + " lines\n");
+    std::abort();
+  }
+  if (name == "grandchild" && args == 0) grandchild_mode();
+  if (name == "env" && args == 0) env_mode();
+  if (name == "sleep" && args == 1) {
+    sleep_ms(number(mode, parts[1]));
+    std::_Exit(0);
+  }
+  if (name == "error_file" && args == 1) error_file_mode(number(mode, parts[1]));
+  unknown(mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = env_or("FAKE_MODE", "succeed");
+  constexpr std::string_view kModeFlag = "--mode=";
+  if (argc > 1 && std::string_view(argv[1]).substr(0, kModeFlag.size()) == kModeFlag) {
+    mode = std::string(argv[1] + kModeFlag.size());
+  }
+  // Before the start file appears: a test that waits for it may send SIGTERM at once.
+  if (mode == "stubborn") ignore_polite_signals();
+  touch_started();
+  run(mode);
+}

@@ -1,0 +1,598 @@
+// PosixProcessRunner and OrphanGuard with real processes: the fake worker's modes stand in for
+// training scripts that succeed, fail, crash, hang, print, or leave grandchildren behind.
+// Time bounds are generous: they catch hangs, they do not measure speed.
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/orphan_guard.hpp"
+#include "agent/posix_process_runner.hpp"
+#include "agent/worker_env.hpp"
+#include "common/error.hpp"
+#include "support/test_util.hpp"
+
+#ifndef FAKE_WORKER_BINARY
+#error "FAKE_WORKER_BINARY must be the path of the fake worker"
+#endif
+
+using namespace std::chrono_literals;
+using ddprun::PosixProcessRunner;
+using ddprun::WorkerExit;
+using ddprun::WorkerLaunch;
+using ddprun::test::process_alive;
+using ddprun::test::read_lines;
+using ddprun::test::TempDir;
+using ddprun::test::wait_until;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Hang detectors only; a healthy run takes milliseconds.
+constexpr auto kBound = 20s;
+
+// What one fake worker should do, and as whom: Fake("exit:3").rank(1, 3).launch().
+class Fake {
+ public:
+  explicit Fake(std::string mode = "succeed") : mode_(std::move(mode)) {}
+
+  Fake& rank(int local_rank, int local_world_size) {
+    local_rank_ = local_rank;
+    local_world_size_ = local_world_size;
+    return *this;
+  }
+  Fake& restart(int count) {
+    restart_count_ = count;
+    return *this;
+  }
+  Fake& error_file(std::string path) {
+    error_file_ = std::move(path);
+    return *this;
+  }
+  Fake& env(const std::string& key, std::string value) {
+    extra_env_[key] = std::move(value);
+    return *this;
+  }
+
+  WorkerLaunch launch() const {
+    ddprun::WorkerEnvInput in;
+    in.ranks = ddprun::assign_ranks({local_world_size_}, 0);
+    in.local_rank = local_rank_;
+    in.master_addr = "127.0.0.1";
+    in.master_port = 29500;
+    in.restart_count = restart_count_;
+    in.error_file = error_file_;
+    const char* path = std::getenv("PATH");
+    ddprun::EnvMap base{{"PATH", path ? path : "/usr/bin:/bin"}};
+    for (const auto& [k, v] : extra_env_) base[k] = v;
+
+    WorkerLaunch w;
+    w.local_rank = local_rank_;
+    w.rank = in.ranks.global_rank(local_rank_);
+    w.argv = {FAKE_WORKER_BINARY, "--mode=" + mode_};
+    w.env = ddprun::to_env_strings(ddprun::build_worker_env(base, in));
+    // Tests read what they need from files and stderr_tail; the console stays clean.
+    w.output.stdout_to_console = false;
+    w.output.stderr_to_console = false;
+    return w;
+  }
+
+ private:
+  std::string mode_;
+  int local_rank_ = 0;
+  int local_world_size_ = 1;
+  int restart_count_ = 0;
+  std::string error_file_;
+  ddprun::EnvMap extra_env_;
+};
+
+// Exits reported by the runner (from its own thread).
+class ExitLog {
+ public:
+  ddprun::ProcessRunner::ExitCallback callback() {
+    return [this](const WorkerExit& e) {
+      std::lock_guard lock(mutex_);
+      exits_.push_back(e);
+      changed_.notify_all();
+    };
+  }
+
+  bool wait_for(std::size_t count, std::chrono::milliseconds timeout = kBound) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return exits_.size() >= count; });
+  }
+
+  // Sorted by local rank.
+  std::vector<WorkerExit> exits() const {
+    std::lock_guard lock(mutex_);
+    auto out = exits_;
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.local_rank < b.local_rank; });
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<WorkerExit> exits_;
+};
+
+bool tail_contains(const WorkerExit& e, const std::string& text) {
+  return std::any_of(e.stderr_tail.begin(), e.stderr_tail.end(),
+                     [&](const std::string& line) { return line.find(text) != std::string::npos; });
+}
+
+// Pids from a file that processes append "pid\n" lines to; only newline-terminated lines count.
+std::vector<pid_t> read_pids(const std::string& path) {
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<pid_t> pids;
+  std::size_t start = 0;
+  for (auto nl = content.find('\n'); nl != std::string::npos; nl = content.find('\n', start)) {
+    pids.push_back(static_cast<pid_t>(std::stol(content.substr(start, nl - start))));
+    start = nl + 1;
+  }
+  return pids;
+}
+
+std::vector<std::string> expected_lines(int count, int rank, const std::string& prefix = "") {
+  std::vector<std::string> lines;
+  for (int i = 1; i <= count; ++i) {
+    lines.push_back(prefix + "line " + std::to_string(i) + " of " + std::to_string(count) +
+                    " from rank " + std::to_string(rank));
+  }
+  return lines;
+}
+
+// Sends this process's stdout (fd 1) to a file until destroyed.
+class StdoutToFile {
+ public:
+  explicit StdoutToFile(const std::string& path) {
+    std::cout.flush();
+    std::fflush(stdout);
+    saved_ = ::dup(STDOUT_FILENO);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ::dup2(fd, STDOUT_FILENO);
+    ::close(fd);
+  }
+  ~StdoutToFile() {
+    std::fflush(stdout);
+    ::dup2(saved_, STDOUT_FILENO);
+    ::close(saved_);
+  }
+  StdoutToFile(const StdoutToFile&) = delete;
+  StdoutToFile& operator=(const StdoutToFile&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
+}  // namespace
+
+TEST_CASE("exit codes are reported per worker", "[runner]") {
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto pids = runner.start({Fake("succeed").rank(0, 3).launch(),
+                                  Fake("exit:3").rank(1, 3).launch(),
+                                  Fake("exit:255").rank(2, 3).launch()},
+                                 log.callback());
+  REQUIRE(pids.size() == 3);
+  REQUIRE(log.wait_for(3));
+  const auto exits = log.exits();
+  const int codes[] = {0, 3, 255};
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("local rank " << i);
+    CHECK(exits[i].local_rank == static_cast<int>(i));
+    CHECK(exits[i].rank == static_cast<int>(i));
+    CHECK(exits[i].pid == pids[i]);
+    CHECK(exits[i].signal == 0);
+    CHECK(exits[i].exit_code == codes[i]);
+    CHECK(exits[i].shell_code() == codes[i]);
+    CHECK(exits[i].succeeded() == (codes[i] == 0));
+  }
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("a segfault is reported as SIGSEGV, shell code 139, with its stderr", "[runner]") {
+  ExitLog log;
+  PosixProcessRunner runner;
+  runner.start({Fake("segfault").launch()}, log.callback());
+  REQUIRE(log.wait_for(1));
+  const auto e = log.exits().at(0);
+  CHECK(e.signal == SIGSEGV);
+  CHECK(e.exit_code == 0);
+  CHECK(e.shell_code() == 139);
+  CHECK_FALSE(e.succeeded());
+  CHECK(tail_contains(e, "raising SIGSEGV"));
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("an exit is noticed promptly while a sibling keeps running", "[runner]") {
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto started = ddprun::Clock::now();
+  const auto pids = runner.start(
+      {Fake("sleep:50").rank(0, 2).launch(), Fake("hang").rank(1, 2).launch()}, log.callback());
+  REQUIRE(log.wait_for(1, 5000ms));
+  const auto noticed = ddprun::Clock::now();
+  const auto e = log.exits().at(0);
+  CHECK(e.local_rank == 0);
+  CHECK(e.succeeded());
+  CHECK(noticed - started >= 50ms);
+  CHECK(e.when >= started);
+  CHECK(e.when <= noticed);
+  CHECK(process_alive(pids[1]));
+  runner.stop(SIGTERM, 5s);
+  REQUIRE(log.wait_for(2));
+  CHECK(log.exits().at(1).signal == SIGTERM);
+}
+
+TEST_CASE("stop(SIGTERM) ends hanging workers and reports signal 15", "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto pids =
+      runner.start({Fake("hang").rank(0, 2).env("FAKE_TOUCH_DIR", dir.path()).launch(),
+                    Fake("hang").rank(1, 2).env("FAKE_TOUCH_DIR", dir.path()).launch()},
+                   log.callback());
+  // Both are past exec and in their own code before the signal goes out.
+  REQUIRE(wait_until([&] {
+    return ddprun::test::file_exists(dir.file("started_0_0")) &&
+           ddprun::test::file_exists(dir.file("started_1_0"));
+  }, kBound));
+
+  runner.stop(SIGTERM, 30s);
+  // stop() returns only after every worker was reported.
+  const auto exits = log.exits();
+  REQUIRE(exits.size() == 2);
+  for (const auto& e : exits) {
+    INFO("local rank " << e.local_rank);
+    CHECK(e.signal == SIGTERM);
+    CHECK(e.shell_code() == 143);
+  }
+  CHECK_FALSE(process_alive(pids[0]));
+  CHECK_FALSE(process_alive(pids[1]));
+}
+
+TEST_CASE("a worker that ignores SIGTERM is SIGKILLed after the grace period", "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto pids = runner.start(
+      {Fake("stubborn").env("FAKE_TOUCH_DIR", dir.path()).launch()},
+      log.callback());
+  REQUIRE(wait_until([&] { return ddprun::test::file_exists(dir.file("started_0_0")); }, kBound));
+
+  const auto before = ddprun::Clock::now();
+  runner.stop(SIGTERM, 500ms);
+  CHECK(ddprun::Clock::now() - before >= 500ms);
+  REQUIRE(log.exits().size() == 1);
+  CHECK(log.exits()[0].signal == SIGKILL);
+  CHECK_FALSE(process_alive(pids[0]));
+}
+
+TEST_CASE("stop() removes the worker's whole process group, grandchildren too", "[runner]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto pids = runner.start(
+      {Fake("grandchild").env("FAKE_PID_FILE", pid_file).launch()}, log.callback());
+  REQUIRE(wait_until([&] { return read_pids(pid_file).size() >= 2; }, kBound));
+  const auto family = read_pids(pid_file);
+  REQUIRE(family[0] == pids[0]);
+  const pid_t grandchild = family[1];
+  REQUIRE(process_alive(pids[0]));
+  REQUIRE(process_alive(grandchild));
+
+  // The grandchild ignores SIGTERM: only the runner's SIGKILL to the group removes it.
+  runner.stop(SIGTERM, 5s);
+  REQUIRE(log.exits().size() == 1);
+  CHECK(log.exits()[0].signal == SIGTERM);
+  const bool gone = wait_until(
+      [&] { return !process_alive(pids[0]) && !process_alive(grandchild); }, kBound);
+  if (process_alive(grandchild)) ::kill(grandchild, SIGKILL);  // do not leak it on failure
+  CHECK(gone);
+}
+
+TEST_CASE("a worker's stdout reaches its log file as whole lines, in order", "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  std::vector<WorkerLaunch> workers;
+  for (int r = 0; r < 2; ++r) {
+    auto w = Fake("lines:200").rank(r, 2).launch();
+    w.output.prefix = "[w" + std::to_string(r) + "]:";
+    w.output.stdout_file = dir.file("out_" + std::to_string(r) + ".log");
+    workers.push_back(w);
+  }
+  runner.start(workers, log.callback());
+  REQUIRE(log.wait_for(2));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(log.exits().at(static_cast<std::size_t>(r)).succeeded());
+    // The prefix is for the console; the file holds the worker's own bytes.
+    CHECK(read_lines(dir.file("out_" + std::to_string(r) + ".log")) == expected_lines(200, r));
+  }
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("console lines carry their worker's prefix and never interleave", "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  std::vector<WorkerLaunch> workers;
+  for (int r = 0; r < 2; ++r) {
+    auto w = Fake("lines:300").rank(r, 2).launch();
+    w.output.stdout_to_console = true;
+    w.output.prefix = "[w" + std::to_string(r) + "]:";
+    workers.push_back(w);
+  }
+  bool all_exited = false;
+  {
+    StdoutToFile capture(dir.file("console"));
+    runner.start(workers, log.callback());
+    all_exited = log.wait_for(2);
+    runner.stop(SIGTERM, 5s);
+  }
+  REQUIRE(all_exited);
+  std::vector<std::string> per_rank[2];
+  for (const auto& line : read_lines(dir.file("console"))) {
+    if (line.rfind("[w0]:", 0) == 0) {
+      per_rank[0].push_back(line);
+    } else if (line.rfind("[w1]:", 0) == 0) {
+      per_rank[1].push_back(line);
+    } else {
+      FAIL("console line without a worker prefix: '" << line << "'");
+    }
+  }
+  CHECK(per_rank[0] == expected_lines(300, 0, "[w0]:"));
+  CHECK(per_rank[1] == expected_lines(300, 1, "[w1]:"));
+}
+
+TEST_CASE("a crashing worker's last lines are not lost", "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  auto w = Fake("lines_crash:50").launch();
+  w.output.stdout_file = dir.file("out.log");
+  w.output.stderr_file = dir.file("err.log");
+  runner.start({w}, log.callback());
+  REQUIRE(log.wait_for(1));
+  const auto e = log.exits().at(0);
+  CHECK(e.signal == SIGABRT);
+  CHECK(read_lines(dir.file("out.log")) == expected_lines(50, 0));
+  CHECK(tail_contains(e, "aborting after 50 lines"));
+  const auto err = read_lines(dir.file("err.log"));
+  REQUIRE(err.size() == 1);
+  CHECK_THAT(err[0], Contains("aborting after 50 lines"));
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("starting a program that does not exist throws Error naming it", "[runner]") {
+  PosixProcessRunner runner;
+  SECTION("not on PATH") {
+    auto w = Fake().launch();
+    w.argv = {"ddprun-no-such-program-xyz", "--flag"};
+    CHECK_THROWS_AS(runner.start({w}, {}), ddprun::Error);
+    CHECK_THROWS_WITH(runner.start({w}, {}), Contains("ddprun-no-such-program-xyz"));
+  }
+  SECTION("an absolute path") {
+    auto w = Fake().launch();
+    w.argv = {"/nonexistent/ddprun-missing-binary"};
+    CHECK_THROWS_AS(runner.start({w}, {}), ddprun::Error);
+    CHECK_THROWS_WITH(runner.start({w}, {}), Contains("/nonexistent/ddprun-missing-binary"));
+  }
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("when a later worker cannot start, the ones already started are killed", "[runner]") {
+  ExitLog log;
+  PosixProcessRunner runner;
+  auto missing = Fake().rank(1, 2).launch();
+  missing.argv = {"ddprun-no-such-program-xyz"};
+  CHECK_THROWS_WITH(
+      runner.start({Fake("hang").rank(0, 2).launch(), missing},
+                   log.callback()),
+      Contains("local rank 1") && Contains("ddprun-no-such-program-xyz"));
+  REQUIRE(log.wait_for(1));
+  const auto e = log.exits().at(0);
+  CHECK(e.local_rank == 0);
+  CHECK(e.signal == SIGKILL);
+  CHECK_FALSE(process_alive(e.pid));
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("the worker gets exactly the environment it was launched with", "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  std::vector<WorkerLaunch> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(Fake("env")
+                          .rank(r, 2)
+                          .env("FAKE_ENV_DIR", dir.path())
+                          .env("DDPRUN_TEST_VALUE", "a b=c")
+                          .launch());
+  }
+  runner.start(workers, log.callback());
+  REQUIRE(log.wait_for(2));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(log.exits().at(static_cast<std::size_t>(r)).succeeded());
+    auto got = read_lines(dir.file("env_" + std::to_string(r) + ".txt"));
+    auto want = workers[static_cast<std::size_t>(r)].env;
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    CHECK(got == want);
+    CHECK(std::count(got.begin(), got.end(), "RANK=" + std::to_string(r)) == 1);
+  }
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("fake worker failure modes follow rank and restart count", "[runner][fake_worker]") {
+  TempDir dir;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    INFO("restart count " << attempt);
+    ExitLog log;
+    PosixProcessRunner runner;
+    std::vector<WorkerLaunch> workers;
+    for (int r = 0; r < 3; ++r) {
+      workers.push_back(Fake("fail_rank:1:5")
+                            .rank(r, 4)
+                            .restart(attempt)
+                            .env("FAKE_TOUCH_DIR", dir.path())
+                            .launch());
+    }
+    workers.push_back(Fake("fail_first:7").rank(3, 4).restart(attempt).launch());
+    runner.start(workers, log.callback());
+    REQUIRE(log.wait_for(4));
+    const auto exits = log.exits();
+    CHECK(exits[0].exit_code == 0);
+    CHECK(exits[1].exit_code == (attempt == 0 ? 5 : 0));
+    CHECK(exits[2].exit_code == 0);
+    CHECK(exits[3].exit_code == (attempt == 0 ? 7 : 0));
+    for (int r = 0; r < 3; ++r) {
+      CHECK(ddprun::test::file_exists(
+          dir.file("started_" + std::to_string(r) + "_" + std::to_string(attempt))));
+    }
+    runner.stop(SIGTERM, 5s);
+  }
+}
+
+TEST_CASE("fake worker writes torchrun's error file", "[runner][fake_worker]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto before = std::time(nullptr);
+  runner.start({Fake("error_file:4").error_file(dir.file("error.json")).launch()},
+               log.callback());
+  REQUIRE(log.wait_for(1));
+  CHECK(log.exits()[0].exit_code == 4);
+  std::ifstream in(dir.file("error.json"));
+  const auto json = nlohmann::json::parse(in);
+  CHECK(json["message"]["message"] == "RuntimeError: fake failure on rank 0");
+  const std::string callstack = json["message"]["extraInfo"]["py_callstack"];
+  CHECK_THAT(callstack, Contains("Traceback (most recent call last):\n  File \"fake.py\""));
+  CHECK_THAT(callstack, Contains("\nRuntimeError: fake failure"));
+  const std::string timestamp = json["message"]["extraInfo"]["timestamp"];
+  CHECK(std::stol(timestamp) >= before);
+  CHECK(std::stol(timestamp) <= std::time(nullptr));
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("fake worker rejects an unknown mode with exit code 99", "[runner][fake_worker]") {
+  ExitLog log;
+  PosixProcessRunner runner;
+  runner.start({Fake("bogus:1").launch()}, log.callback());
+  REQUIRE(log.wait_for(1));
+  CHECK(log.exits()[0].exit_code == 99);
+  CHECK(tail_contains(log.exits()[0], "unknown mode 'bogus:1'"));
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("a runner starts a new group after stopping the previous one", "[runner]") {
+  PosixProcessRunner runner;
+  ExitLog first;
+  runner.start({Fake("hang").launch()}, first.callback());
+  runner.stop(SIGTERM, 5s);
+  REQUIRE(first.exits().size() == 1);
+  CHECK(first.exits()[0].signal == SIGTERM);
+
+  ExitLog second;
+  runner.start({Fake("exit:2").restart(1).launch()}, second.callback());
+  REQUIRE(second.wait_for(1));
+  CHECK(second.exits()[0].exit_code == 2);
+  CHECK(first.exits().size() == 1);  // the old callback hears nothing more
+  runner.stop(SIGTERM, 5s);
+}
+
+TEST_CASE("destroying the runner kills its workers", "[runner]") {
+  std::vector<int> pids;
+  {
+    PosixProcessRunner runner;
+    pids = runner.start({Fake("hang").launch()}, {});
+    REQUIRE(process_alive(pids[0]));
+  }
+  CHECK_FALSE(process_alive(pids[0]));
+}
+
+TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an OrphanGuard",
+          "[runner][orphan]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  const auto guardian_file = dir.file("guardian");
+  std::cout.flush();
+  std::fflush(nullptr);
+  // Catch2 runs tests on one thread and no runner exists here, so forking is safe.
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {
+    // A stand-in agent; it must never return into Catch2.
+    try {
+      ddprun::OrphanGuard guard;
+      PosixProcessRunner runner(&guard);
+      runner.start({Fake("grandchild").env("FAKE_PID_FILE", pid_file).launch()}, {});
+      // Only now has the guardian been told the worker's group: a SIGKILL between fork and
+      // watch() is a window no guard can close, so the test must not aim at it.
+      {
+        std::ofstream(guardian_file + ".tmp") << guard.guardian_pid() << "\n";
+        std::rename((guardian_file + ".tmp").c_str(), guardian_file.c_str());
+      }
+      while (true) ::pause();
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+
+  const bool ready = wait_until([&] {
+    return read_pids(pid_file).size() >= 2 && read_pids(guardian_file).size() == 1;
+  }, kBound);
+  if (!ready) {
+    ::kill(agent, SIGKILL);
+    ddprun::test::wait_for_exit(agent, kBound);
+    FAIL("the stand-in agent did not start its worker and guardian");
+  }
+  const auto family = read_pids(pid_file);
+  const pid_t worker = family[0];
+  const pid_t grandchild = family[1];
+  const pid_t guardian = read_pids(guardian_file)[0];
+  CHECK(process_alive(worker));
+  CHECK(process_alive(grandchild));
+  CHECK(process_alive(guardian));
+
+  ::kill(agent, SIGKILL);
+  const int status = ddprun::test::wait_for_exit(agent, kBound);
+  REQUIRE(status != -1);
+  CHECK(WIFSIGNALED(status));
+
+  // The worker dies of its parent-death signal; the grandchild, which ignores SIGTERM and has
+  // no parent-death signal, only through the guardian; then the guardian exits.
+  const bool all_gone = wait_until([&] {
+    return !process_alive(worker) && !process_alive(grandchild) && !process_alive(guardian);
+  }, 10s);
+  CHECK_FALSE(process_alive(worker));
+  CHECK_FALSE(process_alive(grandchild));
+  CHECK_FALSE(process_alive(guardian));
+  if (!all_gone) {  // leave nothing behind, even on failure
+    ::kill(-worker, SIGKILL);
+    ::kill(grandchild, SIGKILL);
+    ::kill(guardian, SIGKILL);
+  }
+}

@@ -1,0 +1,165 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "agent/worker_env.hpp"
+
+using ddprun::assign_ranks;
+using ddprun::build_worker_env;
+using ddprun::EnvMap;
+using ddprun::WorkerEnvInput;
+
+namespace {
+
+// The worker on node 1 of the contract's example: two nodes with 2 and 1 workers.
+WorkerEnvInput node1_of_two_plus_one() {
+  WorkerEnvInput in;
+  in.ranks = assign_ranks({2, 1}, 1);
+  in.local_rank = 0;
+  in.master_addr = "10.0.0.1";
+  in.master_port = 29500;
+  in.error_file = "/tmp/ddprun/attempt_0/0/error.json";
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("worker env matches the contract's 2+1 example for the worker on node 1",
+          "[agent][env]") {
+  const EnvMap base{{"PATH", "/usr/bin:/bin"}, {"HOME", "/home/me"}};
+  const EnvMap env = build_worker_env(base, node1_of_two_plus_one());
+
+  // Everything the worker gets, nothing more: the agent's environment plus torchrun's variables.
+  const EnvMap expected{
+      {"PATH", "/usr/bin:/bin"},
+      {"HOME", "/home/me"},
+      // The contract's example values.
+      {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"LOCAL_RANK", "0"},
+      {"LOCAL_WORLD_SIZE", "1"},
+      {"RANK", "2"},
+      {"ROLE_NAME", "default"},
+      {"ROLE_RANK", "2"},
+      {"ROLE_WORLD_SIZE", "3"},
+      {"WORLD_SIZE", "3"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_RUN_ID", "none"},
+      // The rest of the contract's list.
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", "/tmp/ddprun/attempt_0/0/error.json"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+  };
+  CHECK(env == expected);
+}
+
+TEST_CASE("workers on node 0 of a 2+1 job get ranks 0 and 1", "[agent][env]") {
+  WorkerEnvInput in = node1_of_two_plus_one();
+  in.ranks = assign_ranks({2, 1}, 0);
+  for (int local = 0; local < 2; ++local) {
+    INFO("local rank " << local);
+    in.local_rank = local;
+    const auto env = build_worker_env({}, in);
+    CHECK(env.at("LOCAL_RANK") == std::to_string(local));
+    CHECK(env.at("RANK") == std::to_string(local));
+    CHECK(env.at("ROLE_RANK") == std::to_string(local));
+    CHECK(env.at("GROUP_RANK") == "0");
+    CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(env.at("WORLD_SIZE") == "3");
+  }
+}
+
+TEST_CASE("restart count, max restarts, run id and role reach the worker", "[agent][env]") {
+  WorkerEnvInput in = node1_of_two_plus_one();
+  in.restart_count = 2;
+  in.max_restarts = 3;
+  in.run_id = "job-42";
+  in.role = "trainer";
+  const auto env = build_worker_env({}, in);
+  CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "3");
+  CHECK(env.at("TORCHELASTIC_RUN_ID") == "job-42");
+  CHECK(env.at("ROLE_NAME") == "trainer");
+}
+
+TEST_CASE("TORCH_NCCL_ASYNC_ERROR_HANDLING is inherited when set, else 1", "[agent][env]") {
+  const auto in = node1_of_two_plus_one();
+  CHECK(build_worker_env({}, in).at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(build_worker_env({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}}, in)
+            .at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(build_worker_env({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}}, in)
+            .at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
+}
+
+TEST_CASE("OMP_NUM_THREADS is 1 only when asked for and not already set", "[agent][env]") {
+  auto in = node1_of_two_plus_one();
+
+  SECTION("not asked for: left unset") {
+    in.set_omp_threads = false;
+    CHECK(build_worker_env({}, in).count("OMP_NUM_THREADS") == 0);
+  }
+  SECTION("not asked for: an inherited value is kept") {
+    in.set_omp_threads = false;
+    CHECK(build_worker_env({{"OMP_NUM_THREADS", "8"}}, in).at("OMP_NUM_THREADS") == "8");
+  }
+  SECTION("asked for and unset: 1") {
+    in.set_omp_threads = true;
+    CHECK(build_worker_env({}, in).at("OMP_NUM_THREADS") == "1");
+  }
+  SECTION("asked for but the user set it: the user's value wins") {
+    in.set_omp_threads = true;
+    CHECK(build_worker_env({{"OMP_NUM_THREADS", "4"}}, in).at("OMP_NUM_THREADS") == "4");
+  }
+}
+
+TEST_CASE("the agent's environment is preserved and stale torchrun variables replaced",
+          "[agent][env]") {
+  const EnvMap base{{"CUDA_VISIBLE_DEVICES", "0,1"},
+                    {"EMPTY", ""},
+                    {"WITH_EQUALS", "a=b=c"},
+                    {"RANK", "99"},
+                    {"WORLD_SIZE", "99"},
+                    {"MASTER_PORT", "1"}};
+  const auto env = build_worker_env(base, node1_of_two_plus_one());
+  CHECK(env.at("CUDA_VISIBLE_DEVICES") == "0,1");
+  CHECK(env.at("EMPTY") == "");
+  CHECK(env.at("WITH_EQUALS") == "a=b=c");
+  CHECK(env.at("RANK") == "2");
+  CHECK(env.at("WORLD_SIZE") == "3");
+  CHECK(env.at("MASTER_PORT") == "29500");
+}
+
+TEST_CASE("to_env_strings gives KEY=VALUE for every entry", "[agent][env]") {
+  const EnvMap env{{"A", "1"}, {"B", ""}, {"C", "x=y"}};
+  CHECK(ddprun::to_env_strings(env) == std::vector<std::string>{"A=1", "B=", "C=x=y"});
+  CHECK(ddprun::to_env_strings({}).empty());
+}
+
+TEST_CASE("current_environment reads this process's environment", "[agent][env]") {
+  REQUIRE(::setenv("DDPRUN_TEST_ENV_PROBE", "v=1 2", 1) == 0);
+  const auto env = ddprun::current_environment();
+  ::unsetenv("DDPRUN_TEST_ENV_PROBE");
+  REQUIRE(env.count("DDPRUN_TEST_ENV_PROBE") == 1);
+  CHECK(env.at("DDPRUN_TEST_ENV_PROBE") == "v=1 2");
+}
+
+TEST_CASE("${local_rank} is replaced in every argument, every occurrence", "[agent][env]") {
+  using Args = std::vector<std::string>;
+  const Args argv{"train.py", "--local_rank=${local_rank}", "--out=/ckpt/${local_rank}/r${local_rank}.pt",
+                  "${local_rank}${local_rank}", "--epochs", "3"};
+  CHECK(ddprun::substitute_local_rank(argv, 1) ==
+        Args{"train.py", "--local_rank=1", "--out=/ckpt/1/r1.pt", "11", "--epochs", "3"});
+  // A multi-digit rank: the scan continues after the inserted text.
+  CHECK(ddprun::substitute_local_rank(argv, 12) ==
+        Args{"train.py", "--local_rank=12", "--out=/ckpt/12/r12.pt", "1212", "--epochs", "3"});
+}
+
+TEST_CASE("arguments without ${local_rank} are left alone", "[agent][env]") {
+  using Args = std::vector<std::string>;
+  const Args argv{"train.py", "--local_rank", "$local_rank", "{local_rank}", "${LOCAL_RANK}", ""};
+  CHECK(ddprun::substitute_local_rank(argv, 3) == argv);
+  CHECK(ddprun::substitute_local_rank({}, 3).empty());
+}

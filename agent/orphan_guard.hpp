@@ -25,6 +25,8 @@ class OrphanGuard {
   void forget(pid_t pgid);
 
   pid_t guardian_pid() const { return guardian_; }
+  // The pipe's write end: a forked worker announces its own group on it before exec.
+  int fd() const { return fd_; }
 
  private:
   void send(char op, pid_t pgid);

@@ -29,9 +29,22 @@ namespace {
 // Runs in the forked child between fork and exec: only async-signal-safe calls here.
 struct WorkerExecSetup {
   pid_t parent;
+  int guard_fd;  // -1: no orphan guard
   template <typename Launcher>
   bp::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
     setpgid(0, 0);
+    // Tell the guardian about this group before exec: if the agent is SIGKILLed before it
+    // could do so itself, the group is still known. (Hand-made digits: no allocation here.)
+    if (guard_fd >= 0) {
+      char buf[24];
+      int n = sizeof(buf);
+      buf[--n] = '\n';
+      for (auto pid = getpid(); pid > 0 && n > 1; pid /= 10) {
+        buf[--n] = static_cast<char>('0' + pid % 10);
+      }
+      buf[--n] = '+';
+      (void)!write(guard_fd, buf + n, sizeof(buf) - static_cast<std::size_t>(n));
+    }
     // Dies with the agent's runner thread (which outlives every worker it started).
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(128 + SIGKILL);  // the agent died before prctl took effect
@@ -100,6 +113,7 @@ class PosixProcessRunner::Impl {
     pid_t pid = 0;
     bool exited = false;
     bool reported = false;
+    bool group_killed = false;
     int status = 0;
     Clock::time_point exit_time;
     int open_streams = 0;
@@ -145,7 +159,7 @@ class PosixProcessRunner::Impl {
     bp::default_process_launcher launcher;
     auto spawn = [&](auto&& out, auto&& err) {
       return launcher(io_.get_executor(), exe, args, bp::process_stdio{nullptr, out, err},
-                      bp::process_environment(launch.env), WorkerExecSetup{getpid()});
+                      bp::process_environment(launch.env), WorkerExecSetup{getpid(), guard_ ? guard_->fd() : -1});
     };
     bp::process proc =
         pipe_out ? (pipe_err ? spawn(out_pipe, err_pipe) : spawn(out_pipe, STDERR_FILENO))
@@ -239,14 +253,14 @@ class PosixProcessRunner::Impl {
     }
     if (!check_stopped()) {
       kill_timer_.expires_after(grace);
-      kill_timer_.async_wait([this](boost::system::error_code ec) {
+      kill_timer_.async_wait([this, signal](boost::system::error_code ec) {
         if (ec) return;
         for (auto& w : workers_) {
-          if (!w->exited) {
+          if (!w->exited && signal != SIGKILL) {
             spdlog::warn("worker local rank {} (pid {}) still running after the grace period: "
                          "sending SIGKILL", w->launch.local_rank, w->pid);
-            kill(-w->pid, SIGKILL);
           }
+          if (!w->exited) kill(-w->pid, SIGKILL);
         }
       });
     }
@@ -260,7 +274,9 @@ class PosixProcessRunner::Impl {
     if (stop_waiters_.empty()) return true;
     kill_timer_.cancel();
     for (auto& w : workers_) {
-      // Whatever the worker left in its group (grandchildren) goes with it.
+      if (w->group_killed) continue;
+      // Whatever the worker left in its group (grandchildren) goes with it, once.
+      w->group_killed = true;
       kill(-w->pid, SIGKILL);
       if (guard_) guard_->forget(w->pid);
     }

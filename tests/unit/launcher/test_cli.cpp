@@ -184,7 +184,7 @@ TEST_CASE("everything after the program belongs to it, untouched", "[launcher][c
   }
 }
 
-TEST_CASE("--standalone: single node c10d on localhost with a random run id",
+TEST_CASE("cli: --standalone: single node c10d on localhost with a random run id",
           "[launcher][cli]") {
   CliOutcome outcome = parse_command_line({"--standalone", "--nproc-per-node=2", "x.py"}, {});
   REQUIRE(outcome.config);
@@ -241,7 +241,7 @@ TEST_CASE("rendezvous endpoints", "[launcher][cli]") {
   }
 }
 
-TEST_CASE("--rdzv-conf on the command line", "[launcher][cli]") {
+TEST_CASE("cli: --rdzv-conf on the command line", "[launcher][cli]") {
   LaunchConfig c = parse_ok({"--rdzv-backend=c10d",
                              "--rdzv-conf=timeout=900,read_timeout=1.5,is_host=false,store=x",
                              "x.py"});
@@ -251,7 +251,7 @@ TEST_CASE("--rdzv-conf on the command line", "[launcher][cli]") {
   CHECK(c.rdzv_conf.extra == std::map<std::string, std::string>{{"store", "x"}});
 }
 
-TEST_CASE("--redirects and --tee maps allow multi-digit local ranks", "[launcher][cli]") {
+TEST_CASE("cli: --redirects and --tee maps allow multi-digit local ranks", "[launcher][cli]") {
   LaunchConfig c = parse_ok({"--redirects", "10:3,2:1", "--tee=11:2", "x.py"});
   CHECK(c.redirects.for_rank(10) == Std::kAll);
   CHECK(c.redirects.for_rank(2) == Std::kOut);
@@ -289,7 +289,7 @@ TEST_CASE("the worker command line", "[launcher][cli]") {
   }
 }
 
-TEST_CASE("--nproc-per-node cpu, gpu and auto", "[launcher][cli]") {
+TEST_CASE("cli: --nproc-per-node cpu, gpu and auto", "[launcher][cli]") {
   CHECK(parse_ok({"--nproc-per-node=cpu", "x.py"}).nproc_per_node == usable_cpu_count());
   Env no_gpu = {{"CUDA_VISIBLE_DEVICES", "-1"}};
   CHECK(parse_ok({"--nproc-per-node=auto", "x.py"}, no_gpu).nproc_per_node ==
@@ -309,7 +309,7 @@ TEST_CASE("the log line prefix from ours or torchrun's flag", "[launcher][cli]")
                      {"--log-line-prefix", "--log-line-prefix-template"});
 }
 
-TEST_CASE("--help lists the groups and exits 0", "[launcher][cli]") {
+TEST_CASE("cli: --help lists the groups and exits 0", "[launcher][cli]") {
   for (const char* flag : {"--help", "-h"}) {
     CliOutcome o = parse_command_line({"--nnodes=2", flag, "x.py"}, {});
     CHECK_FALSE(o.config);
@@ -327,7 +327,7 @@ TEST_CASE("--help lists the groups and exits 0", "[launcher][cli]") {
   CHECK(help_text() == parse_command_line({"--help"}, {}).message);
 }
 
-TEST_CASE("--version prints ddprun and the version", "[launcher][cli]") {
+TEST_CASE("cli: --version prints ddprun and the version", "[launcher][cli]") {
   CliOutcome o = parse_command_line({"--version"}, {});
   CHECK_FALSE(o.config);
   CHECK(o.exit_code == 0);

@@ -6,7 +6,7 @@
 using namespace ddprun;
 using namespace ddprun::test;
 
-TEST_CASE("--nnodes must be N or MIN:MAX with 0 < MIN <= MAX", "[launcher][cli][errors]") {
+TEST_CASE("cli: --nnodes must be N or MIN:MAX with 0 < MIN <= MAX", "[launcher][cli][errors]") {
   expect_usage_error({"--nnodes=2:1", "--rdzv-backend=c10d", "x.py"},
                      {"--nnodes=2:1: MIN must be <= MAX"});
   for (const char* bad : {"0", "-1", "a:b", "1:2:3", "", "x", "0:2", "1:"}) {
@@ -46,7 +46,7 @@ TEST_CASE("program selection errors", "[launcher][cli][errors]") {
   expect_usage_error({"--standalone"}, {"missing the program"});
 }
 
-TEST_CASE("--nproc-per-node must be a positive int, cpu, gpu or auto",
+TEST_CASE("cli: --nproc-per-node must be a positive int, cpu, gpu or auto",
           "[launcher][cli][errors]") {
   for (const char* bad : {"0", "-2", "two", "1.5", "GPU", ""}) {
     expect_usage_error({std::string("--nproc-per-node=") + bad, "x.py"}, {"--nproc-per-node="});
@@ -78,7 +78,7 @@ TEST_CASE("rendezvous backend and configuration", "[launcher][cli][errors]") {
   expect_usage_error({"--rdzv-id=", "x.py"}, {"--rdzv-id"});
 }
 
-TEST_CASE("--redirects and --tee specs", "[launcher][cli][errors]") {
+TEST_CASE("cli: --redirects and --tee specs", "[launcher][cli][errors]") {
   for (const char* bad : {"4", "-1", "x", "0:4", "0:1,", "a:1", "0:1,0:2", "0:1:2", ":1", ""}) {
     expect_usage_error({std::string("--redirects=") + bad, "x.py"}, {"--redirects="});
     expect_usage_error({"-t", bad, "x.py"}, {"--tee="});

@@ -56,6 +56,12 @@ std::string ElasticAgent::key(const std::string& name) const {
   return fmt::format("attempt/{}/{}", attempt_, name);
 }
 
+void ElasticAgent::emit(const std::string& name, nlohmann::json fields) {
+  if (!ctx_.events) return;
+  fields["node"] = rdzv_.ranks.group_rank;
+  ctx_.events->write(name, std::move(fields));
+}
+
 std::string ElasticAgent::attempt_dir() const {
   return (fs::path(ctx_.log_dir) / fmt::format("attempt_{}", attempt_)).string();
 }
@@ -73,6 +79,13 @@ void ElasticAgent::on_signal(int signal) {
 }
 
 RunResult ElasticAgent::run() {
+  auto result = run_job();
+  emit("job_finished", {{"exit_code", result.exit_code}, {"restarts", result.restarts},
+                        {"reason", result.reason}});
+  return result;
+}
+
+RunResult ElasticAgent::run_job() {
   RunResult result;
   try {
     rendezvous();
@@ -91,6 +104,7 @@ RunResult ElasticAgent::run() {
                      attempt_, f.rank, f.host, f.exit_code, config_.max_restarts - attempt_ - 1,
                      config_.max_restarts);
         ++attempt_;
+        emit("restart", {{"attempt", attempt_}});
         continue;
       }
       std::fputs(format_root_cause(f, rdzv_.ranks.world_size).c_str(), stderr);
@@ -128,7 +142,11 @@ void ElasticAgent::rendezvous() {
   o.node_rank = config_.node_rank;
   o.self = NodeInfo{ctx_.host, config_.nproc_per_node, static_cast<int>(getpid())};
   o.join_timeout = config_.rdzv_conf.join_timeout;
+  emit("rendezvous_started", {{"node_rank", config_.node_rank}, {"nnodes", config_.max_nodes}});
   rdzv_ = static_rendezvous(*ctx_.store, o);
+  emit("rendezvous_completed", {{"world_size", rdzv_.ranks.world_size},
+                                {"base_rank", rdzv_.ranks.base_rank},
+                                {"local_world_size", rdzv_.ranks.local_world_size}});
 }
 
 // Every node arrives; the last one to arrive opens the gate. Node 0 publishes the workers'
@@ -208,13 +226,14 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
                r.base_rank + r.local_world_size - 1, r.world_size, config_.master_addr,
                master_port);
   try {
-    ctx_.runner->start(launches, [this, attempt](const WorkerExit& exit) {
+    auto pids = ctx_.runner->start(launches, [this, attempt](const WorkerExit& exit) {
       AgentEvent e;
       e.kind = AgentEvent::Kind::kWorkerExited;
       e.attempt = attempt;
       e.exit = exit;
       events_.push(e);
     });
+    emit("workers_started", {{"attempt", attempt}, {"pids", pids}, {"master_port", master_port}});
   } catch (const Error& e) {
     auto f = agent_failure(e.what());
     f.exit_code = kExitCannotStart;
@@ -242,6 +261,10 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
         if (event->attempt != attempt) break;
         const auto& exit = event->exit;
         --running;
+        emit("worker_exited",
+             {{"attempt", attempt}, {"rank", exit.rank}, {"local_rank", exit.local_rank},
+              {"pid", exit.pid}, {"exit_code", exit.exit_code}, {"signal", exit.signal},
+              {"exit_mono", std::chrono::duration<double>(exit.when.time_since_epoch()).count()}});
         if (exit.succeeded()) {
           spdlog::debug("rank {} (local {}) exited 0", exit.rank, exit.local_rank);
           if (running == 0 && !published) {
@@ -296,12 +319,16 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
     }
   }
 
+  emit("attempt_decided",
+       {{"attempt", attempt}, {"success", outcome->success},
+        {"root_cause", outcome->success ? nlohmann::json() : nlohmann::json::parse(outcome->failure.to_json())}});
   // Forward the signal that stopped us, else SIGTERM; SIGKILL after the shutdown timeout.
   const int stop_signal = signal_ != 0 ? signal_.load() : SIGTERM;
   if (running > 0) {
     spdlog::info("stopping {} local worker(s) with {}", running, signal_name(stop_signal));
   }
   ctx_.runner->stop(stop_signal, config_.shutdown_timeout);
+  emit("workers_stopped", {{"attempt", attempt}});
   stop_watcher();
   return *outcome;
 }

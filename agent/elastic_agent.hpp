@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/event_log.hpp"
 #include "agent/event_queue.hpp"
 #include "agent/failure.hpp"
 #include "agent/process_runner.hpp"
@@ -39,6 +40,7 @@ struct AgentContext {
   std::function<int()> reserve_master_port;
   std::string log_dir;  // this run's log directory (attempt_N/<local_rank>/...)
   EnvMap base_env;      // the environment workers inherit
+  EventLog* events = nullptr;  // --events-file, optional
 };
 
 struct RunResult {
@@ -65,6 +67,7 @@ class ElasticAgent {
     Failure failure;
   };
 
+  RunResult run_job();
   void rendezvous();
   Outcome run_attempt();
   void start_barrier();
@@ -76,6 +79,7 @@ class ElasticAgent {
   void leave();
   Failure agent_failure(const std::string& message) const;
   std::string key(const std::string& name) const;
+  void emit(const std::string& name, nlohmann::json fields = nlohmann::json::object());
   std::string attempt_dir() const;
 
   const LaunchConfig& config_;

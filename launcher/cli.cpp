@@ -75,7 +75,7 @@ constexpr OptionSpec kOptions[] = {
     {"log-line-prefix-template", "", "TEMPLATE", kOutput,
      "torchrun's form: ${rank} ${local_rank} ${role_name}"},
     {"raw-output", "", "", kOutput, "Workers write straight to the console, no prefix"},
-    {"events-file", "", "PATH", kOutput, "Agent events as JSON lines (not available yet)"},
+    {"events-file", "", "PATH", kOutput, "Append agent events as JSON lines (monotonic times)"},
     {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
 };
 

@@ -109,10 +109,6 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
 
   for (const auto& note : notes) spdlog::info("{}", note);
   spdlog::info("ddprun configuration:\n{}", describe(config));
-  if (!config.events_file.empty()) {
-    spdlog::error("--events-file is not available yet (planned with the benchmarks)");
-    return kExitUsage;
-  }
   if (config.is_elastic() && !config.standalone) {
     spdlog::error("--rdzv-backend=c10d across several nodes is not available yet; use the "
                   "static backend (--nnodes=N --node-rank=R --master-addr --master-port)");
@@ -162,6 +158,8 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
   ctx.reserve_master_port = [addr = effective.master_addr] { return reserve_port(addr); };
   ctx.log_dir = make_log_dir(effective);
   ctx.base_env = current_environment();
+  EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
+  ctx.events = &events;
 
   ElasticAgent agent(effective, std::move(ctx));
   g_agent = &agent;

@@ -19,7 +19,20 @@ std::int64_t parse_counter(const std::string& value, const std::string& key) {
   throw Error(fmt::format("store key '{}' holds '{}', not an integer counter", key, value));
 }
 
+MemoryStore::MemoryStore() : MemoryStore(std::make_shared<Shared>()) {}
+
+MemoryStore::MemoryStore(std::shared_ptr<Shared> shared)
+    : shared_(std::move(shared)),
+      mutex_(shared_->mutex),
+      changed_(shared_->changed),
+      data_(shared_->data) {}
+
+std::unique_ptr<MemoryStore> MemoryStore::connect() const {
+  return std::unique_ptr<MemoryStore>(new MemoryStore(shared_));
+}
+
 void MemoryStore::set(const std::string& key, const std::string& value, Deadline) {
+  ensure_open();
   {
     std::lock_guard lock(mutex_);
     data_[key] = value;
@@ -28,12 +41,14 @@ void MemoryStore::set(const std::string& key, const std::string& value, Deadline
 }
 
 std::string MemoryStore::get(const std::string& key, Deadline deadline) {
+  ensure_open();
   std::unique_lock lock(mutex_);
   wait_locked(lock, {key}, deadline);
   return data_.at(key);
 }
 
 std::optional<std::string> MemoryStore::try_get(const std::string& key, Deadline) {
+  ensure_open();
   std::lock_guard lock(mutex_);
   auto it = data_.find(key);
   if (it == data_.end()) return std::nullopt;
@@ -41,11 +56,13 @@ std::optional<std::string> MemoryStore::try_get(const std::string& key, Deadline
 }
 
 bool MemoryStore::check(const std::vector<std::string>& keys, Deadline) {
+  ensure_open();
   std::lock_guard lock(mutex_);
   return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; });
 }
 
 std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta, Deadline) {
+  ensure_open();
   std::int64_t result = 0;
   {
     std::lock_guard lock(mutex_);
@@ -59,6 +76,7 @@ std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta, Deadli
 
 std::string MemoryStore::compare_set(const std::string& key, const std::string& expected,
                                      const std::string& desired, Deadline) {
+  ensure_open();
   std::string result;
   {
     std::lock_guard lock(mutex_);
@@ -73,12 +91,14 @@ std::string MemoryStore::compare_set(const std::string& key, const std::string& 
 }
 
 bool MemoryStore::erase(const std::string& key, Deadline) {
+  ensure_open();
   std::lock_guard lock(mutex_);
   return data_.erase(key) > 0;
 }
 
 std::vector<std::string> MemoryStore::multi_get(const std::vector<std::string>& keys,
                                                 Deadline deadline) {
+  ensure_open();
   std::unique_lock lock(mutex_);
   wait_locked(lock, keys, deadline);
   std::vector<std::string> out;
@@ -89,6 +109,7 @@ std::vector<std::string> MemoryStore::multi_get(const std::vector<std::string>& 
 
 void MemoryStore::multi_set(const std::vector<std::string>& keys,
                             const std::vector<std::string>& values, Deadline) {
+  ensure_open();
   if (keys.size() != values.size()) {
     throw Error(fmt::format("multi_set: {} keys but {} values", keys.size(), values.size()));
   }
@@ -100,23 +121,29 @@ void MemoryStore::multi_set(const std::vector<std::string>& keys,
 }
 
 void MemoryStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  ensure_open();
   std::unique_lock lock(mutex_);
   wait_locked(lock, keys, deadline);
 }
 
 std::int64_t MemoryStore::num_keys(Deadline) {
+  ensure_open();
   std::lock_guard lock(mutex_);
   return static_cast<std::int64_t>(data_.size());
 }
 
-void MemoryStore::ping(Deadline) {}
+void MemoryStore::ping(Deadline) { ensure_open(); }
 
 void MemoryStore::interrupt() {
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(mutex_);  // so a waiter cannot miss the flag between check and sleep
     interrupted_ = true;
   }
   changed_.notify_all();
+}
+
+void MemoryStore::ensure_open() const {
+  if (interrupted_) throw InterruptedError("memory store handle was interrupted");
 }
 
 void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,

@@ -1,9 +1,12 @@
 #pragma once
 // An in-process Store for unit tests of logic built on Store. Thread-safe: blocking calls wait on
-// a condition variable woken by writes, so several threads may share one instance.
+// a condition variable woken by writes, so several threads may share one instance. connect()
+// opens another handle on the same data, with its own interrupt(), like a second TCP client.
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "rendezvous/store.hpp"
@@ -12,6 +15,10 @@ namespace ddprun {
 
 class MemoryStore final : public Store {
  public:
+  MemoryStore();
+  // Another handle on this store's data; interrupting one handle leaves the others working.
+  std::unique_ptr<MemoryStore> connect() const;
+
   void set(const std::string& key, const std::string& value, Deadline deadline) override;
   std::string get(const std::string& key, Deadline deadline) override;
   std::optional<std::string> try_get(const std::string& key, Deadline deadline) override;
@@ -34,10 +41,19 @@ class MemoryStore final : public Store {
   void wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                    Deadline deadline);
 
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> data_;
-  bool interrupted_ = false;
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::string, std::string> data;
+  };
+  explicit MemoryStore(std::shared_ptr<Shared> shared);
+
+  std::shared_ptr<Shared> shared_;
+  std::mutex& mutex_;
+  std::condition_variable& changed_;
+  std::map<std::string, std::string>& data_;
+  std::atomic<bool> interrupted_{false};
+  void ensure_open() const;
 };
 
 }  // namespace ddprun

@@ -8,6 +8,8 @@
 
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "integration/ddprun_process.hpp"
 #include "support/test_util.hpp"
 
@@ -110,13 +112,42 @@ TEST_CASE("ddprun: PET_ variables configure it, and the command line wins", "[la
 
 TEST_CASE("ddprun: a worker that fails once is restarted and the job succeeds", "[launcher]") {
   TempDir dir;
-  DdprunProcess p(fake({"--nproc-per-node=2", "--max-restarts=1", port_arg(free_port())}),
+  auto events_file = dir.file("events.jsonl");
+  DdprunProcess p(fake({"--nproc-per-node=2", "--max-restarts=1", port_arg(free_port()),
+                        "--events-file", events_file}),
                   {{"FAKE_MODE", "fail_rank:1:3"}, {"FAKE_TOUCH_DIR", dir.path()}});
   REQUIRE(p.wait() == 0);
   for (const char* f : {"started_0_0", "started_1_0", "started_0_1", "started_1_1"}) {
     CHECK(file_exists(dir.file(f)));
   }
   CHECK_THAT(p.output(), Catch::Contains("restarting all workers"));
+
+  // The events file tells the same story, in order, with monotonic times.
+  // (Exits of workers that end after the attempt was decided are not events of that attempt,
+  // so worker_exited lines are checked apart from the sequence.)
+  std::vector<std::string> names;
+  double last = 0;
+  bool saw_failure = false;
+  for (const auto& line : read_lines(events_file)) {
+    auto event = nlohmann::json::parse(line);
+    auto name = event.at("event").get<std::string>();
+    CHECK(event.at("mono").get<double>() >= last);
+    last = event.at("mono").get<double>();
+    if (name == "worker_exited") {
+      if (event.at("rank") == 1 && event.at("attempt") == 0) {
+        CHECK(event.at("exit_code") == 3);
+        saw_failure = true;
+      }
+      continue;
+    }
+    names.push_back(name);
+  }
+  CHECK(saw_failure);
+  std::vector<std::string> expected{
+      "rendezvous_started", "rendezvous_completed", "workers_started", "attempt_decided",
+      "workers_stopped",    "restart",              "workers_started", "attempt_decided",
+      "workers_stopped",    "job_finished"};
+  CHECK(names == expected);
 }
 
 TEST_CASE("ddprun: a failure on node 1 restarts node 0's workers too", "[launcher]") {

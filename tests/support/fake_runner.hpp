@@ -1,0 +1,91 @@
+#pragma once
+// A ProcessRunner with no processes, for unit tests of the agent's state machine: the test
+// decides when and how each "worker" exits.
+
+#include <signal.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "agent/process_runner.hpp"
+
+namespace ddprun::test {
+
+class FakeRunner final : public ProcessRunner {
+ public:
+  std::vector<int> start(const std::vector<WorkerLaunch>& workers, ExitCallback on_exit) override {
+    std::lock_guard lock(mutex_);
+    launches_.push_back(workers);
+    on_exit_ = std::move(on_exit);
+    running_.assign(workers.size(), true);
+    std::vector<int> pids;
+    for (std::size_t i = 0; i < workers.size(); ++i) pids.push_back(1000 * starts() + static_cast<int>(i));
+    changed_.notify_all();
+    return pids;
+  }
+
+  // Like the real runner: whatever still runs is "killed" by the signal and reported.
+  void stop(int signal, Clock::duration) override {
+    std::unique_lock lock(mutex_);
+    stop_signals_.push_back(signal);
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      if (running_[i]) report_locked(lock, static_cast<int>(i), 0, signal);
+    }
+  }
+
+  // Blocks until start() was called `n` times in all (false after the timeout).
+  bool wait_for_start(int n, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return starts() >= n; });
+  }
+
+  // The worker with this local rank exits now.
+  void exit_worker(int local_rank, int code, int signal = 0) {
+    std::unique_lock lock(mutex_);
+    report_locked(lock, local_rank, code, signal);
+  }
+  void exit_all(int code) {
+    std::unique_lock lock(mutex_);
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      if (running_[i]) report_locked(lock, static_cast<int>(i), code, 0);
+    }
+  }
+
+  int starts() const { return static_cast<int>(launches_.size()); }
+  std::vector<std::vector<WorkerLaunch>> launches() {
+    std::lock_guard lock(mutex_);
+    return launches_;
+  }
+  std::vector<int> stop_signals() {
+    std::lock_guard lock(mutex_);
+    return stop_signals_;
+  }
+
+ private:
+  void report_locked(std::unique_lock<std::mutex>& lock, int local_rank, int code, int signal) {
+    auto& launch = launches_.back()[static_cast<std::size_t>(local_rank)];
+    running_[static_cast<std::size_t>(local_rank)] = false;
+    WorkerExit e;
+    e.local_rank = local_rank;
+    e.rank = launch.rank;
+    e.pid = 4242 + local_rank;
+    e.exit_code = code;
+    e.signal = signal;
+    e.when = Clock::now();
+    e.stderr_tail = {"fake stderr of local rank " + std::to_string(local_rank)};
+    auto callback = on_exit_;
+    lock.unlock();
+    callback(e);
+    lock.lock();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::vector<WorkerLaunch>> launches_;
+  std::vector<bool> running_;
+  std::vector<int> stop_signals_;
+  ExitCallback on_exit_;
+};
+
+}  // namespace ddprun::test

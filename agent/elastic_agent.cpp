@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/elastic_rendezvous.hpp"
 #include "common/error.hpp"
 
 namespace ddprun {
@@ -52,9 +53,7 @@ ElasticAgent::ElasticAgent(const LaunchConfig& config, AgentContext context)
 
 ElasticAgent::~ElasticAgent() { stop_watcher(); }
 
-std::string ElasticAgent::key(const std::string& name) const {
-  return fmt::format("attempt/{}/{}", attempt_, name);
-}
+std::string ElasticAgent::key(const std::string& name) const { return prefix_ + "/" + name; }
 
 void ElasticAgent::emit(const std::string& name, nlohmann::json fields) {
   if (!ctx_.events) return;
@@ -63,7 +62,9 @@ void ElasticAgent::emit(const std::string& name, nlohmann::json fields) {
 }
 
 std::string ElasticAgent::attempt_dir() const {
-  return (fs::path(ctx_.log_dir) / fmt::format("attempt_{}", attempt_)).string();
+  return (fs::path(ctx_.log_dir) /
+          fmt::format("attempt_{}", config_.is_static() ? attempt_ : round_))
+      .string();
 }
 
 void ElasticAgent::on_signal(int signal) {
@@ -88,35 +89,7 @@ RunResult ElasticAgent::run() {
 RunResult ElasticAgent::run_job() {
   RunResult result;
   try {
-    rendezvous();
-    while (true) {
-      auto outcome = run_attempt();
-      result.restarts = attempt_;
-      if (outcome.success) {
-        leave();
-        result.reason = fmt::format("all {} workers succeeded", rdzv_.ranks.world_size);
-        return result;
-      }
-      const auto& f = outcome.failure;
-      if (retryable(f) && attempt_ < config_.max_restarts && signal_ == 0) {
-        spdlog::warn("attempt {} failed (rank {} on {}: exit code {}); restarting all workers "
-                     "({} of {} restarts left)",
-                     attempt_, f.rank, f.host, f.exit_code, config_.max_restarts - attempt_ - 1,
-                     config_.max_restarts);
-        ++attempt_;
-        emit("restart", {{"attempt", attempt_}});
-        continue;
-      }
-      std::fputs(format_root_cause(f, rdzv_.ranks.world_size).c_str(), stderr);
-      leave();
-      result.root_cause = f;
-      result.exit_code = f.exit_code != 0 ? f.exit_code : kExitInternal;
-      result.reason = f.kind == Failure::Kind::kWorker
-                          ? fmt::format("rank {} on {} failed with exit code {}", f.rank, f.host,
-                                        f.exit_code)
-                          : f.message;
-      return result;
-    }
+    return config_.is_static() ? run_static() : run_elastic();
   } catch (const InterruptedError&) {
     result.exit_code = 128 + signal_.load();
     result.reason = fmt::format("stopped by {} before the workers started",
@@ -131,9 +104,161 @@ RunResult ElasticAgent::run_job() {
     result.exit_code = kExitRendezvous;
     result.reason = e.what();
   }
+  heartbeat_.reset();
   stop_watcher();
   ctx_.runner->stop(SIGKILL, 0s);
   return result;
+}
+
+RunResult ElasticAgent::run_static() {
+  rendezvous();
+  master_addr_ = config_.master_addr;
+  while (true) {
+    round_ = attempt_;
+    prefix_ = fmt::format("attempt/{}", attempt_);
+    start_barrier();
+    auto outcome = run_attempt();
+    if (outcome.success) {
+      leave();
+      RunResult result;
+      result.restarts = attempt_;
+      result.reason = fmt::format("all {} workers succeeded", rdzv_.ranks.world_size);
+      return result;
+    }
+    const auto& f = outcome.failure;
+    if (retryable(f) && attempt_ < config_.max_restarts && signal_ == 0) {
+      spdlog::warn("attempt {} failed (rank {} on {}: exit code {}); restarting all workers "
+                   "({} of {} restarts left)",
+                   attempt_, f.rank, f.host, f.exit_code, config_.max_restarts - attempt_ - 1,
+                   config_.max_restarts);
+      ++attempt_;
+      emit("restart", {{"attempt", attempt_}});
+      continue;
+    }
+    return finish_failure(f);
+  }
+}
+
+RunResult ElasticAgent::finish_failure(const Failure& f) {
+  std::fputs(format_root_cause(f, rdzv_.ranks.world_size).c_str(), stderr);
+  leave();
+  RunResult result;
+  result.restarts = attempt_;
+  result.root_cause = f;
+  result.exit_code = f.exit_code != 0 ? f.exit_code : kExitInternal;
+  result.reason = f.kind == Failure::Kind::kWorker
+                      ? fmt::format("rank {} on {} failed with exit code {}", f.rank, f.host,
+                                    f.exit_code)
+                      : f.message;
+  return result;
+}
+
+RunResult ElasticAgent::run_elastic() {
+  ElasticRendezvousOptions o;
+  o.min_nodes = config_.min_nodes;
+  o.max_nodes = config_.max_nodes;
+  o.join_timeout = config_.rdzv_conf.join_timeout;
+  o.last_call_timeout = config_.rdzv_conf.last_call_timeout;
+  o.read_timeout = config_.rdzv_conf.read_timeout;
+  ElasticNode self;
+  self.id = fmt::format("{}:{}", ctx_.host, getpid());
+  self.host = ctx_.host;
+  self.nproc = config_.nproc_per_node;
+  const auto op = [&] { return Deadline::after(config_.rdzv_conf.read_timeout); };
+
+  int round = current_round(*ctx_.store, op());
+  while (true) {
+    self.failures = attempt_;
+    emit("rendezvous_started", {{"round", round}, {"min_nodes", o.min_nodes},
+                                {"max_nodes", o.max_nodes}});
+    auto joined = join_round(*ctx_.store, round, self, o);
+    if (!joined.member) {
+      if (auto done = outsider(joined)) return *done;
+      round = advance_round(*ctx_.store, round, op());
+      continue;
+    }
+    round_ = round;
+    prefix_ = fmt::format("r/{}", round);
+    attempt_ = joined.failures;
+    rdzv_.ranks = joined.ranks;
+    rdzv_.nodes.clear();
+    for (const auto& n : joined.nodes) rdzv_.nodes.push_back(NodeInfo{n.host, n.nproc, 0});
+    master_addr_ = joined.nodes.at(0).host;
+    emit("rendezvous_completed", {{"round", round}, {"world_size", joined.ranks.world_size},
+                                  {"members", joined.members}, {"group_rank", joined.ranks.group_rank},
+                                  {"base_rank", joined.ranks.base_rank}});
+
+    auto outcome = run_attempt();
+    self.prev_rank = rdzv_.ranks.group_rank;
+    if (outcome.success) {
+      leave();
+      RunResult result;
+      result.restarts = attempt_;
+      result.reason = fmt::format("all {} workers succeeded", rdzv_.ranks.world_size);
+      return result;
+    }
+    const auto& f = outcome.failure;
+    if (f.kind == Failure::Kind::kSignal) return finish_failure(f);
+    if (f.kind == Failure::Kind::kMembership) {
+      spdlog::warn("round {} ends: {}; re-forming without spending a restart", round, f.message);
+    } else if (retryable(f) && attempt_ < config_.max_restarts) {
+      spdlog::warn("round {} failed (rank {} on {}: exit code {}); restarting all workers "
+                   "({} of {} restarts left)",
+                   round, f.rank, f.host, f.exit_code, config_.max_restarts - attempt_ - 1,
+                   config_.max_restarts);
+      ++attempt_;
+      emit("restart", {{"attempt", attempt_}, {"round", round + 1}});
+    } else {
+      return finish_failure(f);
+    }
+    round = advance_round(*ctx_.store, round, op());
+  }
+}
+
+// This node is not in round `r.round`: it came too late, or the round is full (a hot spare).
+// A late node asks the members to re-form with it; a spare waits until the round ends.
+// Returns a result when the job is over, nullopt to join the next round.
+std::optional<RunResult> ElasticAgent::outsider(const RoundResult& r) {
+  const auto outcome_key = round_key(r.round, "outcome");
+  std::string value;
+  if (r.members < config_.max_nodes) {
+    Failure join = agent_failure(fmt::format("node {} is waiting to join", ctx_.host));
+    join.kind = Failure::Kind::kMembership;
+    spdlog::info("rendezvous: round {} runs with {} nodes; asking them to re-form with this one",
+                 r.round, r.members);
+    value = ctx_.store->compare_set(outcome_key, "", join.to_json(),
+                                    Deadline::after(config_.rdzv_conf.read_timeout));
+  } else {
+    spdlog::info("rendezvous: round {} is full ({} nodes); waiting as a hot spare", r.round,
+                 r.members);
+    while (true) {
+      try {
+        value = ctx_.store->get(outcome_key, Deadline::after(1h));
+        break;
+      } catch (const TimeoutError&) {
+      }
+    }
+  }
+  if (value == kSuccess) {
+    RunResult result;
+    result.reason = "the job finished without this node";
+    return result;
+  }
+  auto f = Failure::from_json(value);
+  const bool final_failure = (f.kind == Failure::Kind::kWorker &&
+                              r.failures >= config_.max_restarts) ||
+                             f.kind == Failure::Kind::kAgent;
+  if (final_failure) {
+    RunResult result;
+    result.exit_code = f.exit_code != 0 ? f.exit_code : kExitInternal;
+    result.root_cause = f;
+    result.reason = "the job failed without this node: " +
+                    (f.kind == Failure::Kind::kWorker
+                         ? fmt::format("rank {} on {} exited with code {}", f.rank, f.host, f.exit_code)
+                         : f.message);
+    return result;
+  }
+  return std::nullopt;
 }
 
 void ElasticAgent::rendezvous() {
@@ -153,9 +278,6 @@ void ElasticAgent::rendezvous() {
 // master port before it arrives, so it is there once the gate opens.
 void ElasticAgent::start_barrier() {
   const auto deadline = Deadline::after(config_.rdzv_conf.join_timeout);
-  if (rdzv_.ranks.group_rank == 0) {
-    ctx_.store->set(key("master_port"), std::to_string(ctx_.reserve_master_port()), deadline);
-  }
   auto arrived = ctx_.store->add(key("arrived"), 1, deadline);
   if (arrived == rdzv_.ranks.group_world_size) ctx_.store->set(key("go"), "1", deadline);
   try {
@@ -176,7 +298,7 @@ std::vector<WorkerLaunch> ElasticAgent::make_launches(int master_port) {
     in.ranks = r;
     in.local_rank = local;
     in.role = config_.role;
-    in.master_addr = config_.master_addr;
+    in.master_addr = master_addr_;
     in.master_port = master_port;
     in.restart_count = attempt_;
     in.max_restarts = config_.max_restarts;
@@ -212,18 +334,23 @@ std::vector<WorkerLaunch> ElasticAgent::make_launches(int master_port) {
 }
 
 ElasticAgent::Outcome ElasticAgent::run_attempt() {
-  start_barrier();
   const auto deadline = Deadline::after(config_.rdzv_conf.join_timeout);
+  if (rdzv_.ranks.group_rank == 0) {
+    ctx_.store->set(key("master_port"), std::to_string(ctx_.reserve_master_port()), deadline);
+  }
   const int master_port =
       static_cast<int>(parse_counter(ctx_.store->get(key("master_port"), deadline), "master_port"));
   const auto& r = rdzv_.ranks;
   start_watcher();
+  if (!config_.is_static()) start_heartbeat();
 
-  const int attempt = attempt_;
+  // Events are tagged with the round (static: the attempt), so a late event of an earlier one
+  // is recognised and dropped.
+  const int attempt = round_;
   auto launches = make_launches(master_port);
   spdlog::info("attempt {}: starting {} workers (ranks {}..{} of {}), MASTER_ADDR={} "
                "MASTER_PORT={}", attempt, r.local_world_size, r.base_rank,
-               r.base_rank + r.local_world_size - 1, r.world_size, config_.master_addr,
+               r.base_rank + r.local_world_size - 1, r.world_size, master_addr_,
                master_port);
   try {
     auto pids = ctx_.runner->start(launches, [this, attempt](const WorkerExit& exit) {
@@ -238,6 +365,7 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
     auto f = agent_failure(e.what());
     f.exit_code = kExitCannotStart;
     auto decided = decide(publish_failure(f));
+    heartbeat_.reset();
     stop_watcher();
     return decided;
   }
@@ -302,7 +430,13 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
         try {
           // The main connection was interrupted; say goodbye on a fresh one.
           auto store = ctx_.open_store();
-          store->compare_set(key("outcome"), "", f.to_json(), Deadline::after(5s));
+          Failure told = f;
+          if (!config_.is_static()) {
+            // Elastic: this node leaves; the others re-form without it.
+            told.kind = Failure::Kind::kMembership;
+            told.message = fmt::format("node {} left ({})", ctx_.host, signal_name(event->signal));
+          }
+          store->compare_set(key("outcome"), "", told.to_json(), Deadline::after(5s));
         } catch (const Error& e) {
           spdlog::warn("could not tell the other nodes about {}: {}", signal_name(event->signal),
                        e.what());
@@ -329,6 +463,7 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
   }
   ctx_.runner->stop(stop_signal, config_.shutdown_timeout);
   emit("workers_stopped", {{"attempt", attempt}});
+  heartbeat_.reset();
   stop_watcher();
   return *outcome;
 }
@@ -372,7 +507,7 @@ void ElasticAgent::start_watcher() {
     std::lock_guard lock(watcher_mutex_);
     watcher_store_ = std::move(store);
   }
-  watcher_ = std::thread([this, attempt = attempt_, outcome_key = key("outcome")] {
+  watcher_ = std::thread([this, attempt = round_, outcome_key = key("outcome")] {
     AgentEvent e;
     e.attempt = attempt;
     try {
@@ -393,6 +528,38 @@ void ElasticAgent::start_watcher() {
     }
     events_.push(e);
   });
+}
+
+void ElasticAgent::start_heartbeat() {
+  HeartbeatOptions o;
+  o.round = round_;
+  o.group_rank = rdzv_.ranks.group_rank;
+  o.members = rdzv_.ranks.group_world_size;
+  o.interval = config_.rdzv_conf.keep_alive_interval;
+  o.max_attempts = config_.rdzv_conf.keep_alive_max_attempt;
+  o.read_timeout = config_.rdzv_conf.read_timeout;
+  const int attempt = round_;
+  auto outcome_key = key("outcome");
+  auto on_dead = [this, outcome_key](int group_rank) {
+    Failure f = agent_failure(fmt::format(
+        "node {} ({}) stopped sending heartbeats", group_rank,
+        group_rank < static_cast<int>(rdzv_.nodes.size()) ? rdzv_.nodes[group_rank].host : "?"));
+    f.kind = Failure::Kind::kMembership;
+    try {
+      auto store = ctx_.open_store();
+      store->compare_set(outcome_key, "", f.to_json(), Deadline::after(config_.rdzv_conf.read_timeout));
+    } catch (const Error& e) {
+      spdlog::warn("could not report the dead node: {}", e.what());
+    }
+  };
+  auto on_error = [this, attempt](std::string message) {
+    AgentEvent e;
+    e.kind = AgentEvent::Kind::kStoreLost;
+    e.attempt = attempt;
+    e.text = std::move(message);
+    events_.push(e);
+  };
+  heartbeat_ = std::make_unique<Heartbeat>(ctx_.open_store(), o, on_dead, on_error);
 }
 
 void ElasticAgent::stop_watcher() {
@@ -416,9 +583,9 @@ void ElasticAgent::leave() {
       store = fresh.get();
     }
     const auto deadline = Deadline::after(config_.rdzv_conf.close_timeout);
-    auto left = store->add("final/left", 1, deadline);
-    if (left == rdzv_.ranks.group_world_size) store->set("final/all_left", "1", deadline);
-    if (rdzv_.ranks.group_rank == 0) store->wait({"final/all_left"}, deadline);
+    auto left = store->add(key("left"), 1, deadline);
+    if (left == rdzv_.ranks.group_world_size) store->set(key("all_left"), "1", deadline);
+    if (ctx_.hosts_store) store->wait({key("all_left")}, deadline);
   } catch (const Error& e) {
     spdlog::warn("leaving the rendezvous: {}", e.what());
   }

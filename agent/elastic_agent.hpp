@@ -17,8 +17,10 @@
 #include <string>
 #include <thread>
 
+#include "agent/elastic_rendezvous.hpp"
 #include "agent/event_log.hpp"
 #include "agent/event_queue.hpp"
+#include "agent/heartbeat.hpp"
 #include "agent/failure.hpp"
 #include "agent/process_runner.hpp"
 #include "agent/static_rendezvous.hpp"
@@ -41,6 +43,7 @@ struct AgentContext {
   std::string log_dir;  // this run's log directory (attempt_N/<local_rank>/...)
   EnvMap base_env;      // the environment workers inherit
   EventLog* events = nullptr;  // --events-file, optional
+  bool hosts_store = false;    // this agent's process serves the store: it leaves last
 };
 
 struct RunResult {
@@ -68,6 +71,10 @@ class ElasticAgent {
   };
 
   RunResult run_job();
+  RunResult run_static();
+  RunResult run_elastic();
+  RunResult finish_failure(const Failure& failure);
+  std::optional<RunResult> outsider(const RoundResult& round);
   void rendezvous();
   Outcome run_attempt();
   void start_barrier();
@@ -75,6 +82,7 @@ class ElasticAgent {
   Outcome decide(const std::string& value);
   std::string publish_failure(const Failure& failure);
   void start_watcher();
+  void start_heartbeat();
   void stop_watcher();
   void leave();
   Failure agent_failure(const std::string& message) const;
@@ -86,7 +94,11 @@ class ElasticAgent {
   AgentContext ctx_;
   EventQueue events_;
   RendezvousResult rdzv_;
-  int attempt_ = 0;
+  int attempt_ = 0;  // restarts after worker failures so far (TORCHELASTIC_RESTART_COUNT)
+  int round_ = 0;    // elastic: the round this node is a member of
+  std::string prefix_ = "attempt/0";  // store keys of the current attempt or round
+  std::string master_addr_;
+  std::unique_ptr<Heartbeat> heartbeat_;
   std::atomic<int> signal_{0};
 
   std::mutex watcher_mutex_;

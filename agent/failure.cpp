@@ -114,6 +114,7 @@ std::string format_root_cause(const Failure& f, int world_size) {
       row("cause", fmt::format("the agent received {}", signal_name(f.signal)));
       break;
     case Failure::Kind::kAgent:
+    case Failure::Kind::kMembership:
       row("host", f.host);
       row("node", std::to_string(f.node));
       row("cause", f.message);

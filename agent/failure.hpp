@@ -11,7 +11,8 @@
 namespace ddprun {
 
 struct Failure {
-  enum class Kind : std::uint8_t { kWorker, kSignal, kAgent };
+  // kMembership: the round must re-form (a node joined, left or died); not a failure of the job.
+  enum class Kind : std::uint8_t { kWorker, kSignal, kAgent, kMembership };
   Kind kind = Kind::kWorker;
   std::string host;
   int node = 0;        // group rank

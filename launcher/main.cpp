@@ -83,6 +83,24 @@ int reserve_port(const std::string& host) {
   return acceptor.local_endpoint().port();
 }
 
+// True when `host` names an address of this machine (it can be bound).
+bool is_local_address(const std::string& host) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  boost::system::error_code ec;
+  asio::ip::tcp::resolver resolver(io);
+  auto results = resolver.resolve(host, "0", ec);
+  if (ec) return false;
+  for (const auto& entry : results) {
+    asio::ip::tcp::acceptor probe(io);
+    auto endpoint = asio::ip::tcp::endpoint(entry.endpoint().address(), 0);
+    probe.open(endpoint.protocol(), ec);
+    if (!ec) probe.bind(endpoint, ec);
+    if (!ec) return true;
+  }
+  return false;
+}
+
 std::string make_log_dir(const LaunchConfig& config) {
   fs::path base = config.log_dir;
   if (base.empty()) {
@@ -109,10 +127,8 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
 
   for (const auto& note : notes) spdlog::info("{}", note);
   spdlog::info("ddprun configuration:\n{}", describe(config));
-  if (config.is_elastic() && !config.standalone) {
-    spdlog::error("--rdzv-backend=c10d across several nodes is not available yet; use the "
-                  "static backend (--nnodes=N --node-rank=R --master-addr --master-port)");
-    return kExitUsage;
+  if (!config.is_static() && !config.standalone && config.node_rank != 0) {
+    spdlog::info("--node-rank is ignored with --rdzv-backend=c10d: the rendezvous assigns ranks");
   }
   if (config.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) {
     spdlog::info("OMP_NUM_THREADS is not set: setting it to 1 for each worker to avoid "
@@ -121,29 +137,49 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
 
   const auto host = this_host(config);
   const auto join_deadline = Deadline::after(config.rdzv_conf.join_timeout);
+  LaunchConfig effective = config;
   StoreClientOptions client_options;
-  client_options.host = config.standalone ? "127.0.0.1" : config.master_addr;
-  client_options.port = config.master_port;
   client_options.run_id = config.rdzv_id;
-
   std::unique_ptr<TcpStoreServer> server;
-  const bool hosts_store = config.standalone || config.node_rank == 0;
-  if (hosts_store) {
+  auto serve = [&](const std::string& addr, std::uint16_t port) {
     StoreServerOptions options;
-    options.host = client_options.host;
-    options.port = config.standalone ? 0 : config.master_port;
+    options.host = addr;
+    options.port = port;
     options.read_timeout = config.rdzv_conf.read_timeout;
     server = std::make_unique<TcpStoreServer>(options);
     server->start();
     client_options.port = server->port();
-  }
+  };
 
-  LaunchConfig effective = config;
   if (config.standalone) {
+    // One node: the static path with the store on a free local port.
+    client_options.host = "127.0.0.1";
+    serve(client_options.host, 0);
+    effective.rdzv_backend = "static";
     effective.master_addr = "127.0.0.1";
     effective.master_port = client_options.port;
     effective.max_nodes = effective.min_nodes = 1;
     effective.node_rank = 0;
+  } else if (config.is_static()) {
+    client_options.host = config.master_addr;
+    client_options.port = config.master_port;
+    if (config.node_rank == 0) serve(config.master_addr, config.master_port);
+  } else {
+    auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
+    client_options.host = endpoint.host;
+    client_options.port = endpoint.port.value_or(29400);
+    // The agent on the endpoint's host serves the store (is_host forces the choice); when
+    // several agents share that host, the first to bind serves and the others are clients.
+    const bool try_host = config.rdzv_conf.is_host.value_or(is_local_address(endpoint.host));
+    if (try_host) {
+      try {
+        serve(endpoint.host, client_options.port);
+      } catch (const ConnectionError& e) {
+        if (config.rdzv_conf.is_host.value_or(false)) throw;
+        spdlog::info("store at {} is served by another process; joining it as a client",
+                     format_host_port(client_options.host, client_options.port));
+      }
+    }
   }
 
   TcpStoreClient store(client_options, join_deadline);
@@ -155,7 +191,12 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
     return std::make_unique<TcpStoreClient>(client_options, Deadline::after(std::chrono::seconds(30)));
   };
   ctx.runner = &runner;
-  ctx.reserve_master_port = [addr = effective.master_addr] { return reserve_port(addr); };
+  // The workers' store lives on the master node: node 0 (static), or whichever node the round
+  // made group rank 0 (elastic), which advertises its own address.
+  ctx.reserve_master_port = [addr = effective.is_static() ? effective.master_addr : host] {
+    return reserve_port(addr);
+  };
+  ctx.hosts_store = server != nullptr;
   ctx.log_dir = make_log_dir(effective);
   ctx.base_env = current_environment();
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);

@@ -1,0 +1,142 @@
+#include "agent/elastic_rendezvous.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+using nlohmann::json;
+
+namespace {
+
+std::string to_json(const ElasticNode& n) {
+  return json{{"id", n.id}, {"host", n.host}, {"nproc", n.nproc}, {"prev_rank", n.prev_rank},
+              {"failures", n.failures}}.dump();
+}
+
+ElasticNode node_from_json(const std::string& text) {
+  try {
+    auto j = json::parse(text);
+    return ElasticNode{j.at("id"), j.at("host"), j.at("nproc"), j.at("prev_rank"),
+                       j.at("failures")};
+  } catch (const json::exception& e) {
+    throw RendezvousError(fmt::format("malformed node descriptor '{}': {}", text, e.what()));
+  }
+}
+
+int to_int(const std::string& text, const char* what) {
+  try {
+    return std::stoi(text);
+  } catch (const std::exception&) {
+    throw RendezvousError(fmt::format("store holds '{}' for {}, not a number", text, what));
+  }
+}
+
+}  // namespace
+
+std::string round_key(int round, const std::string& name) {
+  return fmt::format("r/{}/{}", round, name);
+}
+
+int current_round(Store& store, Deadline deadline) {
+  return to_int(store.compare_set("round", "", "0", deadline), "the round");
+}
+
+int advance_round(Store& store, int round, Deadline deadline) {
+  auto now = to_int(store.compare_set("round", std::to_string(round), std::to_string(round + 1),
+                                      deadline),
+                    "the round");
+  return std::max(now, round + 1);
+}
+
+RoundResult join_round(Store& store, int round, const ElasticNode& self,
+                       const ElasticRendezvousOptions& o) {
+  const auto start = Clock::now();
+  const auto op = [&] { return Deadline::after(o.read_timeout); };
+  RoundResult result;
+  result.round = round;
+  result.slot = static_cast<int>(store.add(round_key(round, "join"), 1, op())) - 1;
+  store.set(round_key(round, fmt::format("node/{}", result.slot)), to_json(self), op());
+  spdlog::info("rendezvous: joined round {} as node slot {} (need {}..{} nodes)", round,
+               result.slot, o.min_nodes, o.max_nodes);
+
+  const auto closed_key = round_key(round, "closed");
+  auto close_with = [&](int joined) {
+    const int members = std::min(joined, o.max_nodes);
+    std::vector<std::string> keys;
+    for (int s = 0; s < members; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
+    int failures = 0;
+    for (const auto& text : store.multi_get(keys, op())) {
+      failures = std::max(failures, node_from_json(text).failures);
+    }
+    store.compare_set(closed_key, "", json{{"members", members}, {"failures", failures}}.dump(),
+                      op());
+  };
+  if (result.slot + 1 >= o.max_nodes) {
+    close_with(o.max_nodes);  // full: no reason to wait for anyone
+  } else if (result.slot + 1 >= o.min_nodes) {
+    try {
+      store.wait({closed_key}, Deadline::after(o.last_call_timeout));
+    } catch (const TimeoutError&) {
+      close_with(static_cast<int>(store.add(round_key(round, "join"), 0, op())));
+    }
+  }
+
+  std::string closed;
+  try {
+    closed = store.get(closed_key, Deadline::at(start + o.join_timeout));
+  } catch (const TimeoutError&) {
+    auto joined = store.add(round_key(round, "join"), 0, op());
+    throw TimeoutError(fmt::format(
+        "rendezvous timed out after {}: {} node(s) joined round {}, at least {} needed "
+        "(store at {})",
+        format_duration(Clock::now() - start), joined, round, o.min_nodes, store.describe()));
+  }
+  try {
+    auto j = json::parse(closed);
+    result.members = j.at("members");
+    result.failures = j.at("failures");
+  } catch (const json::exception& e) {
+    throw RendezvousError(fmt::format("malformed round record '{}': {}", closed, e.what()));
+  }
+  result.member = result.slot < result.members;
+  if (!result.member) return result;
+
+  std::vector<std::string> keys;
+  for (int s = 0; s < result.members; ++s) {
+    keys.push_back(round_key(round, fmt::format("node/{}", s)));
+  }
+  std::vector<std::pair<int, ElasticNode>> by_slot;
+  int slot = 0;
+  for (const auto& text : store.multi_get(keys, op())) by_slot.emplace_back(slot++, node_from_json(text));
+  // Stayers first in their old order, then newcomers in join order: every node computes the
+  // same order from the same records.
+  std::stable_sort(by_slot.begin(), by_slot.end(), [](const auto& a, const auto& b) {
+    auto key = [](const auto& e) {
+      return std::pair{e.second.prev_rank < 0 ? 1 : 0, e.second.prev_rank < 0 ? e.first
+                                                                             : e.second.prev_rank};
+    };
+    return key(a) < key(b);
+  });
+  std::vector<int> sizes;
+  int group_rank = -1;
+  for (std::size_t i = 0; i < by_slot.size(); ++i) {
+    if (by_slot[i].first == result.slot) group_rank = static_cast<int>(i);
+    sizes.push_back(by_slot[i].second.nproc);
+    result.nodes.push_back(by_slot[i].second);
+  }
+  result.ranks = assign_ranks(sizes, group_rank);
+  spdlog::info("rendezvous: round {} closed in {} with {} nodes; this node is group rank {} "
+               "(ranks {}..{} of {})",
+               round, format_duration(Clock::now() - start), result.members, group_rank,
+               result.ranks.base_rank, result.ranks.base_rank + result.ranks.local_world_size - 1,
+               result.ranks.world_size);
+  return result;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,64 @@
+#include "agent/heartbeat.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/elastic_rendezvous.hpp"
+#include "common/error.hpp"
+
+namespace ddprun {
+
+Heartbeat::Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options,
+                     std::function<void(int)> on_dead, std::function<void(std::string)> on_error)
+    : store_(std::move(store)),
+      options_(options),
+      on_dead_(std::move(on_dead)),
+      on_error_(std::move(on_error)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  store_->interrupt();
+  thread_.join();
+}
+
+void Heartbeat::run() {
+  const auto& o = options_;
+  const auto mine = round_key(o.round, fmt::format("hb/{}", o.group_rank));
+  const int watched = (o.group_rank + 1) % o.members;
+  const auto theirs = round_key(o.round, fmt::format("hb/{}", watched));
+  std::optional<std::string> last_seen;
+  int missed = 0;
+  bool reported = false;
+  while (true) {
+    try {
+      store_->add(mine, 1, Deadline::after(o.read_timeout));
+      if (o.members > 1 && !reported) {
+        auto seen = store_->try_get(theirs, Deadline::after(o.read_timeout));
+        missed = (seen && seen != last_seen) ? 0 : missed + 1;
+        last_seen = seen;
+        if (missed >= o.max_attempts) {
+          reported = true;
+          spdlog::warn("keep-alive: node {} of round {} missed {} heartbeats ({} apart)",
+                       watched, o.round, missed, format_duration(o.interval));
+          on_dead_(watched);
+        }
+      }
+    } catch (const InterruptedError&) {
+      return;
+    } catch (const Error& e) {
+      on_error_(e.what());
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    // A timer, not a poll: the wait ends at the next beat or at once on stop.
+    if (stop_cv_.wait_for(lock, o.interval, [&] { return stop_; })) return;
+  }
+}
+
+}  // namespace ddprun

@@ -19,3 +19,14 @@ target_compile_definitions(launcher_tests PRIVATE
   TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py")
 add_dependencies(launcher_tests ddprun fake_worker)
 catch_discover_tests(launcher_tests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
+
+add_executable(elastic_tests
+  integration/ddprun_process.cpp
+  integration/test_elastic.cpp)
+target_link_libraries(elastic_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_common
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(elastic_tests PRIVATE
+  DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
+  DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>")
+add_dependencies(elastic_tests ddprun ddprun-store)
+catch_discover_tests(elastic_tests TEST_PREFIX "elastic: " PROPERTIES TIMEOUT 300)

@@ -1,0 +1,227 @@
+// Elastic rendezvous end to end: real agents on 127.0.0.1 (one store, several agents), nodes
+// that join, die, pause, leave, and wait as spares. Each agent writes --events-file; the tests
+// read what happened from there.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/deadline.hpp"
+#include "integration/ddprun_process.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+// A worker that runs for `ms` milliseconds, then succeeds.
+const char* kWorker = "exec sleep \"$WORKER_SECONDS\"";
+
+struct Cluster {
+  explicit Cluster(std::string nnodes, std::string extra_conf = "")
+      : nnodes_(std::move(nnodes)), port_(free_port()), conf_(std::move(extra_conf)) {}
+
+  std::unique_ptr<DdprunProcess> start(const std::string& name, double worker_seconds = 3,
+                                       std::string run_id = "elastic") {
+    std::vector<std::string> args{
+        "--nnodes=" + nnodes_, "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port_), "--rdzv-id=" + run_id,
+        "--local-addr=127.0.0.1",
+        "--rdzv-conf=last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
+        "join_timeout=30" + conf_,
+        "--shutdown-timeout=2", "--events-file", events(name), "--no-python", "sh", "-c",
+        kWorker};
+    return std::make_unique<DdprunProcess>(
+        args, std::map<std::string, std::string>{{"WORKER_SECONDS", std::to_string(worker_seconds)}});
+  }
+
+  std::string events(const std::string& name) const { return dir_.file(name + ".jsonl"); }
+
+  std::vector<json> read(const std::string& name, const std::string& event) const {
+    std::vector<json> out;
+    for (const auto& line : read_lines(events(name))) {
+      auto j = json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("event", "") == event) out.push_back(j);
+    }
+    return out;
+  }
+
+  // Waits until `name` has completed a rendezvous into a round of `world_size` workers.
+  bool wait_for_round(const std::string& name, int world_size,
+                      std::chrono::milliseconds timeout = 40s) const {
+    return wait_until([&] {
+      for (const auto& e : read(name, "rendezvous_completed")) {
+        if (e.at("world_size") == world_size) return true;
+      }
+      return false;
+    }, timeout);
+  }
+
+  std::uint16_t port() const { return port_; }
+
+ private:
+  std::string nnodes_;
+  std::uint16_t port_;
+  std::string conf_;
+  TempDir dir_;
+};
+
+}  // namespace
+
+TEST_CASE("elastic: a third node joins a running 2-node job", "[elastic]") {
+  Cluster c("2:3");
+  auto a = c.start("a", 4);
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b", 4);
+  REQUIRE(c.wait_for_round("a", 2));
+  auto joiner = c.start("c", 4);
+  REQUIRE(c.wait_for_round("c", 3));
+  CHECK(a->wait() == 0);
+  CHECK(b->wait() == 0);
+  CHECK(joiner->wait() == 0);
+  CHECK(c.wait_for_round("a", 3, 1s));
+  CHECK(c.wait_for_round("b", 3, 1s));
+  // A membership change is not a failure: no restart was spent.
+  CHECK(c.read("a", "restart").empty());
+  CHECK(c.read("a", "job_finished").at(0).at("restarts") == 0);
+  // The nodes that stayed kept their order.
+  auto rounds = c.read("a", "rendezvous_completed");
+  CHECK(rounds.front().at("group_rank") == rounds.back().at("group_rank"));
+}
+
+TEST_CASE("elastic: SIGKILL of one of three nodes, the others go on with two", "[elastic]") {
+  Cluster c("2:3");
+  auto a = c.start("a", 6);  // a serves the store (it binds first)
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b", 6);
+  auto victim = c.start("c", 6);
+  REQUIRE(c.wait_for_round("c", 3));
+  const auto killed = ddprun::Clock::now();
+  kill(victim->pid(), SIGKILL);
+  REQUIRE(c.wait_for_round("a", 2));
+  // Keep-alive deadline 1.5 s, plus the 1 s last call; the bound only catches a hang.
+  CHECK(ddprun::Clock::now() - killed < 20s);
+  CHECK(a->wait() == 0);
+  CHECK(b->wait() == 0);
+  CHECK(c.wait_for_round("b", 2, 1s));
+}
+
+TEST_CASE("elastic: a hot spare is promoted when a member leaves", "[elastic]") {
+  Cluster c("1:2");
+  auto a = c.start("a", 6);
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b", 6);
+  REQUIRE(c.wait_for_round("b", 2));
+  auto spare = c.start("spare", 6);
+  // The spare waits: the round is full.
+  std::this_thread::sleep_for(1500ms);
+  CHECK(c.read("spare", "rendezvous_completed").empty());
+  kill(b->pid(), SIGKILL);
+  REQUIRE(c.wait_for_round("spare", 2));
+  CHECK(a->wait() == 0);
+  CHECK(spare->wait() == 0);
+}
+
+TEST_CASE("elastic: MIN never reached fails after the join timeout, saying how many came",
+          "[elastic]") {
+  Cluster c("2:3", ",join_timeout=2");
+  auto start = ddprun::Clock::now();
+  auto a = c.start("a");
+  CHECK(a->wait(60s) == 124);
+  CHECK(ddprun::Clock::now() - start < 30s);
+  CHECK_THAT(a->output(), Catch::Contains("1 node(s) joined round 0, at least 2 needed"));
+}
+
+TEST_CASE("elastic: a paused node finds out the round moved on and rejoins", "[elastic]") {
+  Cluster c("2:3");
+  auto a = c.start("a", 5);
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b", 5);
+  auto paused = c.start("c", 5);
+  REQUIRE(c.wait_for_round("c", 3));
+  kill(paused->pid(), SIGSTOP);
+  REQUIRE(c.wait_for_round("a", 2));  // the others dropped it
+  kill(paused->pid(), SIGCONT);
+  // It stops its stale workers and comes back: the job re-forms with three.
+  REQUIRE(wait_until([&] { return c.read("c", "rendezvous_completed").size() >= 2; }, 40s));
+  CHECK(c.read("c", "rendezvous_completed").back().at("world_size") == 3);
+  CHECK(a->wait() == 0);
+  CHECK(b->wait() == 0);
+  CHECK(paused->wait() == 0);
+}
+
+TEST_CASE("elastic: SIGTERM on one node does not stop the others from re-forming",
+          "[elastic]") {
+  Cluster c("2:3");
+  auto a = c.start("a", 5);
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b", 5);
+  auto leaver = c.start("c", 5);
+  REQUIRE(c.wait_for_round("c", 3));
+  kill(leaver->pid(), SIGTERM);
+  CHECK(leaver->wait(30s) == 143);
+  REQUIRE(c.wait_for_round("a", 2));
+  CHECK(a->wait() == 0);
+  CHECK(b->wait() == 0);
+}
+
+TEST_CASE("elastic: two run ids on one store stay apart", "[elastic]") {
+  auto port = free_port();
+  auto store = spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", std::to_string(port),
+                      "--log-level", "warn"});
+  TempDir dir;
+  auto run = [&](const std::string& id, const std::string& name) {
+    return std::make_unique<DdprunProcess>(
+        std::vector<std::string>{"--nnodes=2", "--rdzv-backend=c10d",
+                                 "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
+                                 "--rdzv-id=" + id, "--rdzv-conf=is_host=0,join_timeout=30",
+                                 "--local-addr=127.0.0.1", "--events-file", dir.file(name),
+                                 "--no-python", "true"});
+  };
+  auto x1 = run("job-x", "x1");
+  auto y1 = run("job-y", "y1");
+  auto x2 = run("job-x", "x2");
+  auto y2 = run("job-y", "y2");
+  for (auto* p : {&x1, &y1, &x2, &y2}) CHECK((*p)->wait() == 0);
+  for (const char* name : {"x1", "x2", "y1", "y2"}) {
+    bool two = false;
+    for (const auto& line : read_lines(dir.file(name))) {
+      auto j = json::parse(line);
+      if (j.at("event") == "rendezvous_completed") two = j.at("world_size") == 2;
+    }
+    CHECK(two);
+  }
+  kill(store, SIGTERM);
+  CHECK(wait_for_exit(store, 10s) != -1);
+}
+
+TEST_CASE("elastic: losing the store host fails every agent, nothing hangs", "[elastic]") {
+  auto port = free_port();
+  auto store = spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", std::to_string(port),
+                      "--log-level", "warn"});
+  TempDir dir;
+  std::vector<std::unique_ptr<DdprunProcess>> agents;
+  for (const char* name : {"a", "b"}) {
+    agents.push_back(std::make_unique<DdprunProcess>(
+        std::vector<std::string>{"--nnodes=2", "--rdzv-backend=c10d",
+                                 "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
+                                 "--rdzv-conf=is_host=0,read_timeout=5,keep_alive_interval=0.5",
+                                 "--local-addr=127.0.0.1", "--events-file", dir.file(name),
+                                 "--shutdown-timeout=2", "--no-python", "sleep", "60"}));
+  }
+  REQUIRE(wait_until([&] {
+    return read_lines(dir.file("a")).size() >= 3 && read_lines(dir.file("b")).size() >= 3;
+  }, 30s));
+  kill(store, SIGKILL);
+  wait_for_exit(store, 10s);
+  for (auto& agent : agents) {
+    CHECK(agent->wait(30s) == 124);
+    CHECK_THAT(agent->output(), Catch::Contains("store"));
+  }
+}

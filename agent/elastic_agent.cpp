@@ -141,7 +141,8 @@ RunResult ElasticAgent::run_static() {
 
 RunResult ElasticAgent::finish_failure(const Failure& f) {
   std::fputs(format_root_cause(f, rdzv_.ranks.world_size).c_str(), stderr);
-  leave();
+  // With the store gone there is nobody to say goodbye to.
+  if (f.exit_code != kExitRendezvous) leave();
   RunResult result;
   result.restarts = attempt_;
   result.root_cause = f;

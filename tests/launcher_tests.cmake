@@ -30,3 +30,9 @@ target_compile_definitions(elastic_tests PRIVATE
   DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>")
 add_dependencies(elastic_tests ddprun ddprun-store)
 catch_discover_tests(elastic_tests TEST_PREFIX "elastic: " PROPERTIES TIMEOUT 300)
+
+# Elastic ddprun across network namespaces (root only; reported as skipped elsewhere).
+add_test(NAME "netns: elastic job grows to 3 nodes and survives a node cut off"
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/elastic_netns.sh $<TARGET_FILE:ddprun>)
+set_tests_properties("netns: elastic job grows to 3 nodes and survives a node cut off"
+  PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

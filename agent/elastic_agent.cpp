@@ -343,7 +343,7 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
       static_cast<int>(parse_counter(ctx_.store->get(key("master_port"), deadline), "master_port"));
   const auto& r = rdzv_.ranks;
   start_watcher();
-  if (!config_.is_static()) start_heartbeat();
+  start_heartbeat();
 
   // Events are tagged with the round (static: the attempt), so a late event of an earlier one
   // is recognised and dropped.
@@ -382,6 +382,8 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
       if (!barrier) continue;  // an hour without events: keep watching
       spdlog::warn("exit barrier: other nodes still running after {}; leaving with success",
                    format_duration(config_.exit_barrier_timeout));
+      heartbeat_.reset();
+      ctx_.store->set(key(fmt::format("hb/{}", r.group_rank)), kHeartbeatDone, deadline);
       outcome = Outcome{true, {}};
       break;
     }
@@ -532,8 +534,9 @@ void ElasticAgent::start_watcher() {
 }
 
 void ElasticAgent::start_heartbeat() {
+  if (rdzv_.ranks.group_world_size < 2) return;  // nobody to watch
   HeartbeatOptions o;
-  o.round = round_;
+  o.prefix = prefix_;
   o.group_rank = rdzv_.ranks.group_rank;
   o.members = rdzv_.ranks.group_world_size;
   o.interval = config_.rdzv_conf.keep_alive_interval;
@@ -545,7 +548,10 @@ void ElasticAgent::start_heartbeat() {
     Failure f = agent_failure(fmt::format(
         "node {} ({}) stopped sending heartbeats", group_rank,
         group_rank < static_cast<int>(rdzv_.nodes.size()) ? rdzv_.nodes[group_rank].host : "?"));
-    f.kind = Failure::Kind::kMembership;
+    // Elastic: the others re-form without it. Static: the node count is fixed, so the job
+    // cannot go on; every node stops now instead of hanging in a collective.
+    f.kind = config_.is_static() ? Failure::Kind::kAgent : Failure::Kind::kMembership;
+    f.exit_code = kExitRendezvous;
     try {
       auto store = ctx_.open_store();
       store->compare_set(outcome_key, "", f.to_json(), Deadline::after(config_.rdzv_conf.read_timeout));

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/elastic_rendezvous.hpp"
 #include "common/error.hpp"
 
 namespace ddprun {
@@ -29,9 +28,9 @@ Heartbeat::~Heartbeat() {
 
 void Heartbeat::run() {
   const auto& o = options_;
-  const auto mine = round_key(o.round, fmt::format("hb/{}", o.group_rank));
+  const auto mine = fmt::format("{}/hb/{}", o.prefix, o.group_rank);
   const int watched = (o.group_rank + 1) % o.members;
-  const auto theirs = round_key(o.round, fmt::format("hb/{}", watched));
+  const auto theirs = fmt::format("{}/hb/{}", o.prefix, watched);
   std::optional<std::string> last_seen;
   int missed = 0;
   bool reported = false;
@@ -40,13 +39,17 @@ void Heartbeat::run() {
       store_->add(mine, 1, Deadline::after(o.read_timeout));
       if (o.members > 1 && !reported) {
         auto seen = store_->try_get(theirs, Deadline::after(o.read_timeout));
-        missed = (seen && seen != last_seen) ? 0 : missed + 1;
-        last_seen = seen;
-        if (missed >= o.max_attempts) {
-          reported = true;
-          spdlog::warn("keep-alive: node {} of round {} missed {} heartbeats ({} apart)",
-                       watched, o.round, missed, format_duration(o.interval));
-          on_dead_(watched);
+        if (seen == kHeartbeatDone) {
+          reported = true;  // it finished and left on purpose: nothing more to watch
+        } else {
+          missed = (seen && seen != last_seen) ? 0 : missed + 1;
+          last_seen = seen;
+          if (missed >= o.max_attempts) {
+            reported = true;
+            spdlog::warn("keep-alive: node {} missed {} heartbeats ({} apart)", watched, missed,
+                         format_duration(o.interval));
+            on_dead_(watched);
+          }
         }
       }
     } catch (const InterruptedError&) {

@@ -16,8 +16,12 @@
 
 namespace ddprun {
 
+// What a member writes in place of its counter when it leaves on purpose (its work is done),
+// so that its silence is not taken for death.
+inline constexpr const char* kHeartbeatDone = "done";
+
 struct HeartbeatOptions {
-  int round = 0;
+  std::string prefix;  // store keys: <prefix>/hb/<group rank>
   int group_rank = 0;
   int members = 1;
   std::chrono::milliseconds interval{5'000};

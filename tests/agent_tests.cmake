@@ -7,6 +7,7 @@ target_link_libraries(fake_worker PRIVATE ddprun_flags)
 
 add_executable(agent_unit_tests
   unit/agent/test_elastic_agent.cpp
+  unit/agent/test_heartbeat.cpp
   unit/agent/test_line_splitter.cpp
   unit/agent/test_rank_assignment.cpp
   unit/agent/test_worker_env.cpp)

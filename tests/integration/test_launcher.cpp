@@ -284,3 +284,23 @@ TEST_CASE("ddprun: a real PyTorch gloo job under two agents", "[launcher][torch]
   CHECK_THAT(node0.output(), Catch::Contains("rank 1/3 local 1 group 0 sum 6 expected 6"));
   CHECK_THAT(node1.output(), Catch::Contains("rank 2/3 local 0 group 1 sum 6 expected 6"));
 }
+
+TEST_CASE("ddprun: static mode notices a dead node and stops instead of hanging",
+          "[launcher]") {
+  auto port = port_arg(free_port());
+  std::vector<std::string> keep_alive{"--rdzv-conf=keep_alive_interval=0.3,keep_alive_max_attempt=3",
+                                      "--shutdown-timeout=2"};
+  auto node = [&](const char* rank) {
+    auto flags = keep_alive;
+    flags.insert(flags.end(), {"--nproc-per-node=1", "--nnodes=2", rank, port});
+    return fake(flags);
+  };
+  TempDir dir;
+  DdprunProcess node0(node("--node-rank=0"), {{"FAKE_MODE", "hang"}, {"FAKE_TOUCH_DIR", dir.path()}});
+  DdprunProcess node1(node("--node-rank=1"), {{"FAKE_MODE", "hang"}, {"FAKE_TOUCH_DIR", dir.path()}});
+  REQUIRE(wait_until([&] { return file_exists(dir.file("started_1_0")); }, 30s));
+  kill(node1.pid(), SIGKILL);
+  CHECK(node0.wait(30s) == 124);
+  CHECK_THAT(node0.output(), Catch::Contains("node 1 (" ));
+  CHECK_THAT(node0.output(), Catch::Contains("stopped sending heartbeats"));
+}

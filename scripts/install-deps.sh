@@ -9,6 +9,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   catch2                    # v2, header-only
   libtorch-dev              # CPU libtorch 1.13 with c10d and Gloo (workers only)
+  libgloo-dev               # Gloo headers that c10d's ProcessGroupGloo.hpp includes (workers)
   python3-torch python3-torchvision   # compatibility tests, reference training script
   iproute2 procps           # network namespaces, ps/pgrep for tests
 )

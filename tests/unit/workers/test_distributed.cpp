@@ -1,0 +1,70 @@
+// The control-group helpers and --verify_sync, with ranks as threads over a HashStore.
+// (Catch2 assertions are not thread-safe: the ranks record, the test thread checks.)
+
+#include <catch2/catch.hpp>
+
+#include <torch/torch.h>
+
+#include "ranks_in_threads.hpp"
+#include "workers/param_sync.hpp"
+#include "workers/worker_error.hpp"
+
+using namespace ddprun::workers;
+using ddprun::workers::test::run_ranks;
+
+TEST_CASE("distributed: bytes from rank 0 and allgather and allreduce", "[workers][dist]") {
+  struct Seen {
+    std::string bytes, empty;
+    std::vector<std::vector<std::int64_t>> all;
+    double sum = 0;
+  };
+  std::vector<Seen> seen(3);
+  run_ranks(3, [&](Distributed& dist) {
+    Seen& s = seen[static_cast<std::size_t>(dist.rank())];
+    s.bytes = dist.rank() == 0 ? std::string("checkpoint\0bytes", 16) : "";
+    dist.broadcast_bytes(s.bytes, 0);
+    s.empty = dist.rank() == 1 ? "ignored" : "";
+    dist.broadcast_bytes(s.empty, 0);
+    s.all = dist.allgather_int64({dist.rank(), 10 * dist.rank()});
+    s.sum = dist.allreduce_sum(0.5 + dist.rank());
+    dist.barrier();
+  });
+  for (const Seen& s : seen) {
+    CHECK(s.bytes == std::string("checkpoint\0bytes", 16));
+    CHECK(s.empty.empty());
+    REQUIRE(s.all.size() == 3);
+    for (std::int64_t r = 0; r < 3; ++r) {
+      CHECK(s.all[static_cast<std::size_t>(r)] == std::vector<std::int64_t>{r, 10 * r});
+    }
+    CHECK(s.sum == 4.5);
+  }
+}
+
+TEST_CASE("verify_sync: equal replicas pass and one changed weight is caught", "[workers][dist]") {
+  std::vector<ParamFingerprint> prints(2);
+  std::vector<std::string> errors(2);
+  std::vector<double> sums(2);
+  run_ranks(2, [&](Distributed& dist) {
+    const auto r = static_cast<std::size_t>(dist.rank());
+    torch::manual_seed(0);
+    torch::nn::Linear net(4, 3);
+    prints[r] = verify_in_sync(*net, dist);
+    sums[r] = net->weight.to(torch::kDouble).sum().item<double>() +
+              net->bias.to(torch::kDouble).sum().item<double>();
+    if (r == 1) {
+      torch::NoGradGuard no_grad;
+      net->weight[0][0] += 1e-6F;  // a few ulps
+    }
+    try {
+      verify_in_sync(*net, dist);
+    } catch (const OutOfSyncError& e) {
+      errors[r] = e.what();
+    }
+  });
+  CHECK(prints[0].digest == prints[1].digest);
+  CHECK(prints[0].checksum == Approx(sums[0]));
+  for (const std::string& e : errors) {
+    CHECK_THAT(e, Catch::Matchers::Contains("rank 0: param_checksum") &&
+                      Catch::Matchers::Contains("rank 1: param_checksum"));
+  }
+}

@@ -1,0 +1,36 @@
+# Tests of the libtorch worker (workers/, ddp_resnet), included from tests/CMakeLists.txt when
+# the ddp_resnet target exists. ctest names start with "workers".
+
+# Parsing, environment and sampler: no libtorch.
+add_executable(workers_base_tests
+  unit/workers/test_dist_env.cpp
+  unit/workers/test_options.cpp
+  unit/workers/test_sampler.cpp)
+target_link_libraries(workers_base_tests PRIVATE ddprun_test_main ddp_worker_base)
+catch_discover_tests(workers_base_tests TEST_PREFIX "workers unit: ")
+
+# Models, DDP engine (ranks as threads over a HashStore), data, checkpoints.
+add_executable(workers_unit_tests
+  unit/workers/test_checkpoint.cpp
+  unit/workers/test_data.cpp
+  unit/workers/test_ddp_engine.cpp
+  unit/workers/test_distributed.cpp
+  unit/workers/test_resnet.cpp)
+target_link_libraries(workers_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddp_worker_lib)
+target_precompile_headers(workers_unit_tests REUSE_FROM ddp_worker_lib)
+catch_discover_tests(workers_unit_tests TEST_PREFIX "workers unit: "
+  PROPERTIES TIMEOUT 300 ENVIRONMENT OMP_NUM_THREADS=1)
+
+# ddp_resnet under the real ddprun.
+add_executable(workers_tests
+  integration/ddprun_process.cpp
+  integration/test_ddp_resnet.cpp)
+target_link_libraries(workers_tests PRIVATE ddprun_test_main ddprun_test_support)
+target_compile_definitions(workers_tests PRIVATE
+  DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
+  DDP_RESNET_BINARY="$<TARGET_FILE:ddp_resnet>")
+if(NOT DDPRUN_WORKERS_WITH_CUDA)
+  target_compile_definitions(workers_tests PRIVATE DDP_RESNET_CPU_ONLY)
+endif()
+add_dependencies(workers_tests ddprun ddp_resnet)
+catch_discover_tests(workers_tests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 300)

@@ -14,6 +14,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #ifdef DDPRUN_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -78,32 +79,39 @@ void to_channels_last(torch::nn::Module& module) {
 }
 
 // bf16 autocast around forward and loss, like `with torch.autocast(device, torch.bfloat16)`.
+// libtorch 2.4 replaced the per-device setters with ones that take the device type.
 class AutocastScope {
  public:
   AutocastScope(bool enabled, bool cuda) : enabled_(enabled), cuda_(cuda) {
     if (!enabled_) return;
-    if (cuda_) {
-      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-      at::autocast::set_enabled(true);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(true);
-    }
+    set(true);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
     if (!enabled_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    if (cuda_) {
-      at::autocast::set_enabled(false);
-    } else {
-      at::autocast::set_cpu_enabled(false);
-    }
+    set(false);
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
+  void set(bool on) const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+    if (on) at::autocast::set_autocast_dtype(type, at::kBFloat16);
+    at::autocast::set_autocast_enabled(type, on);
+#else
+    if (cuda_) {
+      if (on) at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+      at::autocast::set_enabled(on);
+    } else {
+      if (on) at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_cpu_enabled(on);
+    }
+#endif
+  }
+
   bool enabled_;
   bool cuda_;
 };

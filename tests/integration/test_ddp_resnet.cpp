@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <regex>
 #include <sys/wait.h>
 
@@ -124,6 +125,33 @@ TEST_CASE("ddp_resnet: a checkpoint from 2 ranks resumes on 3 and re-shards", "[
   CHECK(out.find("Local Rank: 2, Epoch: 1, Training ...") != std::string::npos);
   CHECK(out.find("Local Rank: 0, Epoch: 0, Training ...") == std::string::npos);
   CHECK(out.find("(in sync across 3 ranks)") != std::string::npos);
+}
+
+TEST_CASE("ddp_resnet: CIFAR-10 binary batches on 2 ranks", "[workers][e2e]") {
+  TempDir data;
+  {
+    // 60 records of a tiny CIFAR-10 file: 30 per rank, 4 steps of 8 (the last one 6).
+    std::ofstream out(data.file("data_batch_1.bin"), std::ios::binary);
+    for (int i = 0; i < 60; ++i) {
+      out.put(static_cast<char>(i % 10));
+      for (int p = 0; p < 3072; ++p) out.put(static_cast<char>((i * 31 + p) % 256));
+    }
+  }
+  TempDir model;
+  std::vector<std::string> flags{"--nproc-per-node=2", "--master-port=" + std::to_string(free_port()),
+                                 "--no-python", DDP_RESNET_BINARY, "--backend", "gloo", "--arch",
+                                 "resnet18", "--data_dir", data.path(), "--batch_size", "8",
+                                 "--num_epochs", "2", "--learning_rate", "0.01", "--verify_sync",
+                                 "--model_dir", model.path()};
+  DdprunProcess p(flags, kEnv);
+  REQUIRE(p.wait(240s) == 0);
+  const std::string out = p.output();
+  INFO(out);
+  CHECK(out.find("10 classes), 8 x 2 ranks") != std::string::npos);
+  CHECK(out.find("60 samples/epoch, 4 steps/epoch") != std::string::npos);
+  CHECK(out.find("num_steps_per_gpu: 4, avg_step_time: ") != std::string::npos);
+  CHECK(out.find("(in sync across 2 ranks)") != std::string::npos);
+  CHECK(file_exists(model.file("resnet_distributed.pth")));  // the final checkpoint
 }
 
 TEST_CASE("ddp_resnet: usage errors exit 2 with one clear line", "[workers][e2e]") {

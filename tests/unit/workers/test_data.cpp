@@ -78,7 +78,7 @@ TEST_CASE("cifar10: a truncated file or a bad label is named", "[workers][data]"
   CHECK_THROWS_WITH(cifar10_train_files(empty.path()), Catch::Matchers::Contains("data_batch_1.bin"));
 }
 
-TEST_CASE("cifar10: normalized batches; augmentation is deterministic per epoch", "[workers][data]") {
+TEST_CASE("cifar10: normalized batches and augmentation deterministic per epoch", "[workers][data]") {
   TempDir dir;
   write_cifar(dir.file("data_batch_1.bin"), 8);
   auto plain = make_cifar10(read_cifar10({dir.file("data_batch_1.bin")}), false, 1);

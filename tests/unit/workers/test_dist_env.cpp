@@ -59,7 +59,7 @@ TEST_CASE("dist env: a missing variable is named with a hint to use a launcher",
   }
 }
 
-TEST_CASE("dist env: single process needs no LOCAL_RANK; defaults for the rest", "[workers][env]") {
+TEST_CASE("dist env: single process needs no LOCAL_RANK and the rest has defaults", "[workers][env]") {
   DistEnv env = read_dist_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "1"},
                                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}}));
   CHECK(env.local_rank == 0);

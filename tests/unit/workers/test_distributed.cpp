@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "ranks_in_threads.hpp"
+#include "support/test_util.hpp"
 #include "workers/param_sync.hpp"
 #include "workers/worker_error.hpp"
 
@@ -67,4 +68,36 @@ TEST_CASE("verify_sync: equal replicas pass and one changed weight is caught", "
     CHECK_THAT(e, Catch::Matchers::Contains("rank 0: param_checksum") &&
                       Catch::Matchers::Contains("rank 1: param_checksum"));
   }
+}
+
+TEST_CASE("errors: a failing c10 call names the operation, host, rank and file:line", "[workers][dist]") {
+  set_error_context("node7", 3);
+  try {
+    checked("allreduce of gradient bucket 2", [] { TORCH_CHECK(false, "Connection closed by peer"); });
+    FAIL("no exception");
+  } catch (const WorkerError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Matchers::StartsWith(
+                        "allreduce of gradient bucket 2 failed on host node7, rank 3 (test_distributed.cpp:"));
+    CHECK_THAT(msg, Catch::Matchers::EndsWith("Connection closed by peer"));
+    CHECK(msg.find("frame #") == std::string::npos);  // no C++ backtrace
+  }
+  set_error_context("", -1);
+}
+
+TEST_CASE("errors: no store at MASTER_ADDR:MASTER_PORT is reported with the address", "[workers][dist]") {
+  DistEnv env;
+  env.rank = 1;
+  env.world_size = 2;
+  env.master_addr = "127.0.0.1";
+  env.master_port = ddprun::test::free_port();
+  set_error_context("here", 1);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(Distributed::connect(env, Backend::kGloo, std::chrono::seconds(1)), WorkerError);
+  CHECK_THROWS_WITH(Distributed::connect(env, Backend::kGloo, std::chrono::seconds(1)),
+                    Catch::Matchers::Contains("joining the c10d TCPStore at 127.0.0.1:" +
+                                              std::to_string(env.master_port) +
+                                              " failed on host here, rank 1 (distributed.cpp:"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  set_error_context("", -1);
 }

@@ -57,7 +57,7 @@ TEST_CASE("resnet: torchvision's module names, in torchvision's order", "[worker
         buffers.end());
 }
 
-TEST_CASE("resnet: logits for any image size; unknown architectures rejected", "[workers][resnet]") {
+TEST_CASE("resnet: logits for any image size and unknown architectures rejected", "[workers][resnet]") {
   ResNet model("resnet18", 10);
   model->eval();
   torch::NoGradGuard no_grad;

@@ -258,6 +258,7 @@ void run_training(const Options& o, const DistEnv& env) {
   const bool fail_here = o.fail_at_step && env.restart_count == 0 &&
                          env.rank == o.fail_rank.value_or(world - 1);
   std::vector<double> epoch_times;
+  bool reported_buckets = false;
 
   for (; run.position.epoch < o.num_epochs; ++run.position.epoch, run.position.epoch_step = 0) {
     say("Local Rank: {}, Epoch: {}, Training ...", env.local_rank, run.position.epoch);
@@ -290,6 +291,15 @@ void run_training(const Options& o, const DistEnv& env) {
       engine.finish_backward();
       run.optimizer->step();
       ++run.position.global_step;
+      if (!reported_buckets && env.rank == 0) {
+        reported_buckets = true;
+        std::string sizes;
+        for (const auto& b : engine.buckets()) {
+          sizes += fmt::format("{}{:.1f}", sizes.empty() ? "" : ", ", static_cast<double>(b.bytes) / (1 << 20));
+        }
+        say("ddp: {} gradient buckets ({} MiB), {} started during backward",
+            engine.buckets().size(), sizes, engine.buckets_started_in_backward());
+      }
 
       if (o.log_every > 0 && run.position.global_step % o.log_every == 0) {
         const double mean = run.dist->allreduce_sum(loss.item<double>()) / world;

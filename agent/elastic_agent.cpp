@@ -51,7 +51,16 @@ std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int
 ElasticAgent::ElasticAgent(const LaunchConfig& config, AgentContext context)
     : config_(config), ctx_(std::move(context)) {}
 
-ElasticAgent::~ElasticAgent() { stop_watcher(); }
+ElasticAgent::~ElasticAgent() {
+  heartbeat_.reset();
+  stop_watcher();
+  // The runner's exit callback points into this agent: no worker may outlive it.
+  try {
+    ctx_.runner->stop(SIGKILL, 0s);
+  } catch (const std::exception& e) {
+    spdlog::error("stopping workers: {}", e.what());
+  }
+}
 
 std::string ElasticAgent::key(const std::string& name) const { return prefix_ + "/" + name; }
 
@@ -88,12 +97,18 @@ RunResult ElasticAgent::run() {
 
 RunResult ElasticAgent::run_job() {
   RunResult result;
+  int stop_signal = SIGKILL;
+  auto grace = Clock::duration::zero();
   try {
     return config_.is_static() ? run_static() : run_elastic();
   } catch (const InterruptedError&) {
-    result.exit_code = 128 + signal_.load();
-    result.reason = fmt::format("stopped by {} before the workers started",
-                                signal_name(signal_.load()));
+    // A signal ended a store call: forward it to any workers, with the usual grace.
+    const int sig = signal_.load();
+    result.exit_code = 128 + sig;
+    result.reason = fmt::format("stopped by {}", signal_name(sig));
+    announce_signal(sig);
+    stop_signal = sig;
+    grace = config_.shutdown_timeout;
   } catch (const TimeoutError& e) {
     result.exit_code = kExitRendezvous;
     result.reason = e.what();
@@ -103,11 +118,37 @@ RunResult ElasticAgent::run_job() {
   } catch (const ConnectionError& e) {
     result.exit_code = kExitRendezvous;
     result.reason = e.what();
+  } catch (const std::exception& e) {
+    result.exit_code = kExitInternal;
+    result.reason = std::string("internal error: ") + e.what();
   }
   heartbeat_.reset();
   stop_watcher();
-  ctx_.runner->stop(SIGKILL, 0s);
+  try {
+    ctx_.runner->stop(stop_signal, grace);
+  } catch (const std::exception& e) {
+    spdlog::error("stopping workers: {}", e.what());
+  }
   return result;
+}
+
+// Tells the other nodes, quickly and without blocking for long, that this agent stops on a
+// signal: static jobs stop everywhere, elastic jobs re-form without this node.
+void ElasticAgent::announce_signal(int sig) {
+  if (rdzv_.ranks.group_world_size < 2 && config_.is_static()) return;
+  Failure f = agent_failure(fmt::format("the agent on {} received {}", ctx_.host, signal_name(sig)));
+  f.kind = config_.is_static() ? Failure::Kind::kSignal : Failure::Kind::kMembership;
+  f.signal = sig;
+  f.exit_code = 128 + sig;
+  if (!config_.is_static()) {
+    f.message = fmt::format("node {} left ({})", ctx_.host, signal_name(sig));
+  }
+  try {
+    auto store = ctx_.open_store(Deadline::after(2s));
+    store->compare_set(key("outcome"), "", f.to_json(), Deadline::after(2s));
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes about {}: {}", signal_name(sig), e.what());
+  }
 }
 
 RunResult ElasticAgent::run_static() {
@@ -140,9 +181,10 @@ RunResult ElasticAgent::run_static() {
 }
 
 RunResult ElasticAgent::finish_failure(const Failure& f) {
+  if (f.lost_node >= 0) lost_nodes_ = 1;
   std::fputs(format_root_cause(f, rdzv_.ranks.world_size).c_str(), stderr);
   // With the store gone there is nobody to say goodbye to.
-  if (f.exit_code != kExitRendezvous) leave();
+  if (!store_lost_) leave();
   RunResult result;
   result.restarts = attempt_;
   result.root_cause = f;
@@ -335,15 +377,34 @@ std::vector<WorkerLaunch> ElasticAgent::make_launches(int master_port) {
 }
 
 ElasticAgent::Outcome ElasticAgent::run_attempt() {
-  const auto deadline = Deadline::after(config_.rdzv_conf.join_timeout);
-  if (rdzv_.ranks.group_rank == 0) {
-    ctx_.store->set(key("master_port"), std::to_string(ctx_.reserve_master_port()), deadline);
-  }
-  const int master_port =
-      static_cast<int>(parse_counter(ctx_.store->get(key("master_port"), deadline), "master_port"));
+  // Every store call gets a fresh deadline: an attempt may run for days.
+  const auto op = [&] { return Deadline::after(config_.rdzv_conf.read_timeout); };
   const auto& r = rdzv_.ranks;
   start_watcher();
   start_heartbeat();
+  if (r.group_rank == 0) {
+    ctx_.store->set(key("master_port"), std::to_string(ctx_.reserve_master_port()), op());
+  }
+  // Group rank 0 publishes the port right after the rendezvous; if it has not within the
+  // keep-alive deadline it is gone, and waiting longer would only hang.
+  int master_port = 0;
+  const auto keep_alive = config_.rdzv_conf.keep_alive_interval *
+                          std::max(1, config_.rdzv_conf.keep_alive_max_attempt);
+  try {
+    master_port = static_cast<int>(parse_counter(
+        ctx_.store->get(key("master_port"), Deadline::after(keep_alive + 5s)), "master_port"));
+  } catch (const TimeoutError&) {
+    Failure f = agent_failure(fmt::format("node 0 ({}) did not publish the workers' master port "
+                                          "within {}", rdzv_.nodes.empty() ? "?" : rdzv_.nodes[0].host,
+                                          format_duration(keep_alive + 5s)));
+    f.kind = config_.is_static() ? Failure::Kind::kAgent : Failure::Kind::kMembership;
+    f.exit_code = kExitRendezvous;
+    f.lost_node = 0;
+    auto decided = decide(publish_failure(f));
+    heartbeat_.reset();
+    stop_watcher();
+    return decided;
+  }
 
   // Events are tagged with the round (static: the attempt), so a late event of an earlier one
   // is recognised and dropped.
@@ -366,6 +427,7 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
     auto f = agent_failure(e.what());
     f.exit_code = kExitCannotStart;
     auto decided = decide(publish_failure(f));
+    ctx_.runner->stop(SIGKILL, 0s);  // the ranks that did start
     heartbeat_.reset();
     stop_watcher();
     return decided;
@@ -383,7 +445,7 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
       spdlog::warn("exit barrier: other nodes still running after {}; leaving with success",
                    format_duration(config_.exit_barrier_timeout));
       heartbeat_.reset();
-      ctx_.store->set(key(fmt::format("hb/{}", r.group_rank)), kHeartbeatDone, deadline);
+      ctx_.store->set(key(fmt::format("hb/{}", r.group_rank)), kHeartbeatDone, op());
       outcome = Outcome{true, {}};
       break;
     }
@@ -400,11 +462,13 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
           spdlog::debug("rank {} (local {}) exited 0", exit.rank, exit.local_rank);
           if (running == 0 && !published) {
             published = true;
-            auto done = ctx_.store->add(key("succeeded"), 1, deadline);
+            auto done = ctx_.store->add(key("succeeded"), 1, op());
             if (done == r.group_world_size) {
-              ctx_.store->compare_set(key("outcome"), "", kSuccess, deadline);
+              ctx_.store->compare_set(key("outcome"), "", kSuccess, op());
             }
-            barrier = Deadline::after(config_.exit_barrier_timeout);
+            // The agent serving the store stays until the others are done: leaving would take
+            // the store away from nodes that are still training.
+            if (!ctx_.hosts_store) barrier = Deadline::after(config_.exit_barrier_timeout);
           }
           break;
         }
@@ -425,25 +489,12 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
         break;
       case AgentEvent::Kind::kSignal: {
         spdlog::warn("received {}: stopping workers", signal_name(event->signal));
+        announce_signal(event->signal);
         Failure f = agent_failure(fmt::format("the agent on {} received {}", ctx_.host,
                                               signal_name(event->signal)));
         f.kind = Failure::Kind::kSignal;
         f.signal = event->signal;
         f.exit_code = 128 + event->signal;
-        try {
-          // The main connection was interrupted; say goodbye on a fresh one.
-          auto store = ctx_.open_store();
-          Failure told = f;
-          if (!config_.is_static()) {
-            // Elastic: this node leaves; the others re-form without it.
-            told.kind = Failure::Kind::kMembership;
-            told.message = fmt::format("node {} left ({})", ctx_.host, signal_name(event->signal));
-          }
-          store->compare_set(key("outcome"), "", told.to_json(), Deadline::after(5s));
-        } catch (const Error& e) {
-          spdlog::warn("could not tell the other nodes about {}: {}", signal_name(event->signal),
-                       e.what());
-        }
         outcome = Outcome{false, f};
         break;
       }
@@ -451,6 +502,7 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
         if (event->attempt != attempt) break;
         outcome = Outcome{false, agent_failure("lost the rendezvous store: " + event->text)};
         outcome->failure.exit_code = kExitRendezvous;
+        store_lost_ = true;
         break;
       }
     }
@@ -501,7 +553,7 @@ void ElasticAgent::start_watcher() {
   stop_watcher();
   std::unique_ptr<Store> store;
   try {
-    store = ctx_.open_store();
+    store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
   } catch (const Error& e) {
     throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
                           e.what());
@@ -544,7 +596,7 @@ void ElasticAgent::start_heartbeat() {
   o.read_timeout = config_.rdzv_conf.read_timeout;
   const int attempt = round_;
   auto outcome_key = key("outcome");
-  auto on_dead = [this, outcome_key](int group_rank) {
+  auto on_dead = [this, outcome_key](int group_rank, Store& store) {
     Failure f = agent_failure(fmt::format(
         "node {} ({}) stopped sending heartbeats", group_rank,
         group_rank < static_cast<int>(rdzv_.nodes.size()) ? rdzv_.nodes[group_rank].host : "?"));
@@ -552,12 +604,9 @@ void ElasticAgent::start_heartbeat() {
     // cannot go on; every node stops now instead of hanging in a collective.
     f.kind = config_.is_static() ? Failure::Kind::kAgent : Failure::Kind::kMembership;
     f.exit_code = kExitRendezvous;
-    try {
-      auto store = ctx_.open_store();
-      store->compare_set(outcome_key, "", f.to_json(), Deadline::after(config_.rdzv_conf.read_timeout));
-    } catch (const Error& e) {
-      spdlog::warn("could not report the dead node: {}", e.what());
-    }
+    f.lost_node = group_rank;
+    // On the heartbeat's own connection, which stopping the heartbeat can interrupt.
+    store.compare_set(outcome_key, "", f.to_json(), Deadline::after(config_.rdzv_conf.read_timeout));
   };
   auto on_error = [this, attempt](std::string message) {
     AgentEvent e;
@@ -566,7 +615,8 @@ void ElasticAgent::start_heartbeat() {
     e.text = std::move(message);
     events_.push(e);
   };
-  heartbeat_ = std::make_unique<Heartbeat>(ctx_.open_store(), o, on_dead, on_error);
+  heartbeat_ = std::make_unique<Heartbeat>(
+      ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout)), o, on_dead, on_error);
 }
 
 void ElasticAgent::stop_watcher() {
@@ -586,12 +636,13 @@ void ElasticAgent::leave() {
     std::unique_ptr<Store> fresh;
     Store* store = ctx_.store;
     if (signal_ != 0) {
-      fresh = ctx_.open_store();
+      fresh = ctx_.open_store(Deadline::after(5s));
       store = fresh.get();
     }
     const auto deadline = Deadline::after(config_.rdzv_conf.close_timeout);
+    // A node declared dead will not come to say goodbye: do not wait for it.
     auto left = store->add(key("left"), 1, deadline);
-    if (left == rdzv_.ranks.group_world_size) store->set(key("all_left"), "1", deadline);
+    if (left == rdzv_.ranks.group_world_size - lost_nodes_) store->set(key("all_left"), "1", deadline);
     if (ctx_.hosts_store) store->wait({key("all_left")}, deadline);
   } catch (const Error& e) {
     spdlog::warn("leaving the rendezvous: {}", e.what());

@@ -35,8 +35,9 @@ namespace ddprun {
 struct AgentContext {
   std::string host;  // this node's name, for messages and the root cause
   Store* store = nullptr;  // the agent's connection (rendezvous and coordination)
-  // Opens another connection (the outcome watcher blocks on its own).
-  std::function<std::unique_ptr<Store>()> open_store;
+  // Opens another connection, connecting until the deadline (the outcome watcher and the
+  // heartbeat block on their own).
+  std::function<std::unique_ptr<Store>(Deadline)> open_store;
   ProcessRunner* runner = nullptr;
   // Node 0 only: a port free on the master address, for the workers' own store.
   std::function<int()> reserve_master_port;
@@ -74,6 +75,7 @@ class ElasticAgent {
   RunResult run_static();
   RunResult run_elastic();
   RunResult finish_failure(const Failure& failure);
+  void announce_signal(int signal);
   std::optional<RunResult> outsider(const RoundResult& round);
   void rendezvous();
   Outcome run_attempt();
@@ -99,6 +101,8 @@ class ElasticAgent {
   std::string prefix_ = "attempt/0";  // store keys of the current attempt or round
   std::string master_addr_;
   std::unique_ptr<Heartbeat> heartbeat_;
+  bool store_lost_ = false;
+  int lost_nodes_ = 0;  // nodes of the final attempt known dead
   std::atomic<int> signal_{0};
 
   std::mutex watcher_mutex_;

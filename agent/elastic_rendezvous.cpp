@@ -1,6 +1,7 @@
 #include "agent/elastic_rendezvous.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -66,20 +67,35 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
                result.slot, o.min_nodes, o.max_nodes);
 
   const auto closed_key = round_key(round, "closed");
+  // Closing names the member slots explicitly: a node that took a slot and died before
+  // publishing its descriptor is left out instead of stalling everyone.
   auto close_with = [&](int joined) {
-    const int members = std::min(joined, o.max_nodes);
+    const int candidates = std::min(joined, o.max_nodes);
     std::vector<std::string> keys;
-    for (int s = 0; s < members; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
-    int failures = 0;
-    for (const auto& text : store.multi_get(keys, op())) {
-      failures = std::max(failures, node_from_json(text).failures);
+    for (int s = 0; s < candidates; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
+    std::vector<std::optional<std::string>> records(keys.size());
+    try {
+      auto values = store.multi_get(keys, Deadline::after(std::min<std::chrono::milliseconds>(
+                                              o.read_timeout, std::chrono::seconds(5))));
+      for (std::size_t i = 0; i < values.size(); ++i) records[i] = std::move(values[i]);
+    } catch (const TimeoutError&) {
+      for (std::size_t i = 0; i < keys.size(); ++i) records[i] = store.try_get(keys[i], op());
     }
-    store.compare_set(closed_key, "", json{{"members", members}, {"failures", failures}}.dump(),
-                      op());
+    json slots = json::array();
+    int failures = 0;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      if (!records[i]) {
+        spdlog::warn("rendezvous: round {} slot {} never published its node; left out", round, i);
+        continue;
+      }
+      slots.push_back(i);
+      failures = std::max(failures, node_from_json(*records[i]).failures);
+    }
+    store.compare_set(closed_key, "", json{{"slots", slots}, {"failures", failures}}.dump(), op());
   };
-  if (result.slot + 1 >= o.max_nodes) {
+  if (result.slot + 1 == o.max_nodes) {
     close_with(o.max_nodes);  // full: no reason to wait for anyone
-  } else if (result.slot + 1 >= o.min_nodes) {
+  } else if (result.slot + 1 >= o.min_nodes && result.slot + 1 < o.max_nodes) {
     try {
       store.wait({closed_key}, Deadline::after(o.last_call_timeout));
     } catch (const TimeoutError&) {
@@ -97,23 +113,25 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
         "(store at {})",
         format_duration(Clock::now() - start), joined, round, o.min_nodes, store.describe()));
   }
+  std::vector<int> slots;
   try {
     auto j = json::parse(closed);
-    result.members = j.at("members");
+    slots = j.at("slots").get<std::vector<int>>();
     result.failures = j.at("failures");
   } catch (const json::exception& e) {
     throw RendezvousError(fmt::format("malformed round record '{}': {}", closed, e.what()));
   }
-  result.member = result.slot < result.members;
+  result.members = static_cast<int>(slots.size());
+  result.member = std::find(slots.begin(), slots.end(), result.slot) != slots.end();
   if (!result.member) return result;
 
   std::vector<std::string> keys;
-  for (int s = 0; s < result.members; ++s) {
-    keys.push_back(round_key(round, fmt::format("node/{}", s)));
-  }
+  for (int s : slots) keys.push_back(round_key(round, fmt::format("node/{}", s)));
   std::vector<std::pair<int, ElasticNode>> by_slot;
-  int slot = 0;
-  for (const auto& text : store.multi_get(keys, op())) by_slot.emplace_back(slot++, node_from_json(text));
+  auto records = store.multi_get(keys, op());
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    by_slot.emplace_back(slots[i], node_from_json(records[i]));
+  }
   // Stayers first in their old order, then newcomers in join order: every node computes the
   // same order from the same records.
   std::stable_sort(by_slot.begin(), by_slot.end(), [](const auto& a, const auto& b) {

@@ -3,17 +3,18 @@
 //
 // A node takes a join slot in the current round with one atomic add and publishes its
 // descriptor under that slot. The MAX-th joiner closes the round at once; once MIN have joined,
-// every joiner from the MIN-th on waits out the last-call window and then closes the round with
-// the number of nodes that had joined (compare_set: the first closer wins). Members are the
-// slots below that number; later joiners are too late for this round. Total traffic is O(n):
+// every joiner from the MIN-th on waits out the last-call window and then closes the round
+// (compare_set: the first closer wins) with the list of slots that have published their
+// descriptor, so a joiner that died half-way is left out. Later joiners are too late for this
+// round. Total traffic is O(n):
 // one add and one set per node, one multi_get of the members, and server-side waits.
 //
 // Group ranks are deterministic: nodes that were members of the previous round keep their
 // relative order, newcomers follow in join order.
 //
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
-// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closed" (member count and
-// restart count, JSON).
+// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closed" (the member slots
+// and the restart count, JSON).
 
 #include <string>
 #include <vector>

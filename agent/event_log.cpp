@@ -39,7 +39,7 @@ void EventLog::write(const std::string& name, nlohmann::json fields) {
   fields["mono"] = clock_seconds(CLOCK_MONOTONIC);
   fields["unix"] = clock_seconds(CLOCK_REALTIME);
   fields["pid"] = static_cast<int>(getpid());
-  auto line = fields.dump() + "\n";
+  auto line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard lock(mutex_);
   std::fwrite(line.data(), 1, line.size(), file_);
   std::fflush(file_);

@@ -25,8 +25,10 @@ std::string Failure::to_json() const {
             {"rank", rank},                   {"local_rank", local_rank}, {"pid", pid},
             {"exit_code", exit_code},         {"signal", signal},   {"attempt", attempt},
             {"time", unix_time},              {"message", message}, {"traceback", traceback},
-            {"stderr_tail", stderr_tail}};
-  return j.dump();
+            {"stderr_tail", stderr_tail}, {"lost_node", lost_node}};
+  // Worker output is not always valid UTF-8 (binary junk, a line cut mid-character): replace
+  // what cannot be encoded rather than fail to report the failure.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 Failure Failure::from_json(const std::string& text) {
@@ -46,6 +48,7 @@ Failure Failure::from_json(const std::string& text) {
     f.message = j.at("message").get<std::string>();
     f.traceback = j.at("traceback").get<std::string>();
     f.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
+    f.lost_node = j.value("lost_node", -1);
     return f;
   } catch (const json::exception& e) {
     throw Error(fmt::format("malformed failure record in the store: {}", e.what()));

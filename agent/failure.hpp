@@ -26,6 +26,7 @@ struct Failure {
   std::string message;     // error file message, or the agent's reason
   std::string traceback;   // error file py_callstack
   std::vector<std::string> stderr_tail;
+  int lost_node = -1;  // a node declared dead (it will not say goodbye), -1: none
 
   std::string to_json() const;
   // Throws Error on malformed JSON.

@@ -8,7 +8,7 @@
 namespace ddprun {
 
 Heartbeat::Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options,
-                     std::function<void(int)> on_dead, std::function<void(std::string)> on_error)
+                     DeadCallback on_dead, std::function<void(std::string)> on_error)
     : store_(std::move(store)),
       options_(options),
       on_dead_(std::move(on_dead)),
@@ -48,7 +48,7 @@ void Heartbeat::run() {
             reported = true;
             spdlog::warn("keep-alive: node {} missed {} heartbeats ({} apart)", watched, missed,
                          format_duration(o.interval));
-            on_dead_(watched);
+            on_dead_(watched, *store_);
           }
         }
       }

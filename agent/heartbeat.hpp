@@ -31,10 +31,13 @@ struct HeartbeatOptions {
 
 class Heartbeat {
  public:
-  // `on_dead(group_rank)` runs when the watched member stopped beating; `on_error(message)`
-  // when the store cannot be reached. Each is called at most once, from the heartbeat thread.
-  Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options,
-            std::function<void(int)> on_dead, std::function<void(std::string)> on_error);
+  // `on_dead(group_rank, store)` runs when the watched member stopped beating, with the
+  // heartbeat's own connection (interrupted if the heartbeat is stopped meanwhile);
+  // `on_error(message)` when the store cannot be reached. Each is called at most once, from the
+  // heartbeat thread.
+  using DeadCallback = std::function<void(int, Store&)>;
+  Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options, DeadCallback on_dead,
+            std::function<void(std::string)> on_error);
   // Stops the thread (interrupting a store call in progress) and joins it.
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
@@ -45,7 +48,7 @@ class Heartbeat {
 
   std::unique_ptr<Store> store_;
   HeartbeatOptions options_;
-  std::function<void(int)> on_dead_;
+  DeadCallback on_dead_;
   std::function<void(std::string)> on_error_;
   std::mutex mutex_;
   std::condition_variable stop_cv_;

@@ -9,8 +9,15 @@ std::vector<std::string> LineSplitter::feed(std::string_view bytes) {
   // pieces are the same however the pipe chunked the stream.
   auto emit_long_pieces = [&] {
     while (pending_.size() > max_line_) {
-      lines.push_back(pending_.substr(0, max_line_));
-      pending_.erase(0, max_line_);
+      // Cut before a UTF-8 continuation byte rather than inside a character (at most 3 back).
+      std::size_t cut = max_line_;
+      for (int back = 0; back < 3 && cut > 1 &&
+                         (static_cast<unsigned char>(pending_[cut]) & 0xC0) == 0x80;
+           ++back) {
+        --cut;
+      }
+      lines.push_back(pending_.substr(0, cut));
+      pending_.erase(0, cut);
     }
   };
   while (!bytes.empty()) {

@@ -114,6 +114,7 @@ class PosixProcessRunner::Impl {
     bool exited = false;
     bool reported = false;
     bool group_killed = false;
+    ExitCallback on_exit;
     int status = 0;
     Clock::time_point exit_time;
     int open_streams = 0;
@@ -125,12 +126,20 @@ class PosixProcessRunner::Impl {
 
   // On the runner thread.
   std::vector<int> launch_all(const std::vector<WorkerLaunch>& launches, ExitCallback on_exit) {
-    on_exit_ = std::move(on_exit);
+    // Workers of the previous start() are normally all reported (the agent stops them first).
+    // One that is not yet (a stop() that gave up) is killed and kept, with its own callback,
+    // until it is: its pending wait must not outlive it.
+    std::erase_if(retired_, [](const auto& w) { return w->reported; });
+    for (auto& w : workers_) {
+      if (w->reported) continue;
+      kill(-w->pid, SIGKILL);
+      retired_.push_back(std::move(w));
+    }
     workers_.clear();
     std::vector<int> pids;
     for (const auto& launch : launches) {
       try {
-        pids.push_back(launch_one(launch));
+        pids.push_back(launch_one(launch, on_exit));
       } catch (const std::exception& e) {
         for (auto& w : workers_) {
           if (!w->exited) kill(-w->pid, SIGKILL);
@@ -142,10 +151,11 @@ class PosixProcessRunner::Impl {
     return pids;
   }
 
-  int launch_one(const WorkerLaunch& launch) {
+  int launch_one(const WorkerLaunch& launch, const ExitCallback& on_exit) {
     if (launch.argv.empty()) throw Error("empty command line");
     auto worker = std::make_unique<Worker>();
     worker->launch = launch;
+    worker->on_exit = on_exit;
     auto exe = resolve_program(launch.argv[0]);
     std::vector<std::string> args(launch.argv.begin() + 1, launch.argv.end());
 
@@ -182,6 +192,8 @@ class PosixProcessRunner::Impl {
     if (w->out) w->out->start([this, w] { stream_closed(w); });
     if (w->err) w->err->start([this, w] { stream_closed(w); });
     w->handle->async_wait([this, w](bp::error_code ec, int status) {
+      // Aborted only when the handle is being destroyed, and `w` with it.
+      if (ec == asio::error::operation_aborted) return;
       w->exited = true;
       w->status = ec ? (128 + SIGKILL) << 8 : status;
       w->exit_time = Clock::now();
@@ -242,7 +254,7 @@ class PosixProcessRunner::Impl {
       e.exit_code = WEXITSTATUS(w->status);
     }
     if (w->err) e.stderr_tail = w->err->tail();
-    if (on_exit_) on_exit_(e);
+    if (w->on_exit) w->on_exit(e);
     check_stopped();
   }
 
@@ -291,7 +303,7 @@ class PosixProcessRunner::Impl {
   asio::steady_timer kill_timer_{io_};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
-  ExitCallback on_exit_;
+  std::vector<std::unique_ptr<Worker>> retired_;  // unreported workers of an earlier start()
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "agent/orphan_guard.hpp"
 #include "agent/posix_process_runner.hpp"
 #include "common/error.hpp"
+#include "common/limits.hpp"
 #include "common/logging.hpp"
 #include "common/strings.hpp"
 #include "launcher/cli.hpp"
@@ -32,7 +34,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::atomic<ElasticAgent*> g_agent{nullptr};
+// The agent the signal thread reports to. The mutex keeps it alive while on_signal runs: main
+// clears it under the same lock before the agent goes away.
+std::mutex g_agent_mutex;
+ElasticAgent* g_agent = nullptr;
+bool g_agent_done = false;  // the run is over: later signals are noted, not acted on
 
 // Signals are blocked in every thread and taken here with sigwait, so they are handled from the
 // first instant (before the rendezvous) and never interrupt a system call elsewhere.
@@ -45,8 +51,11 @@ void start_signal_thread(const std::vector<int>& handled) {
     while (true) {
       int signo = 0;
       if (sigwait(&set, &signo) != 0) continue;
-      if (auto* agent = g_agent.load()) {
-        agent->on_signal(signo);
+      std::lock_guard lock(g_agent_mutex);
+      if (g_agent) {
+        g_agent->on_signal(signo);
+      } else if (g_agent_done) {
+        spdlog::info("received {} while shutting down; already stopping", signal_name(signo));
       } else {
         // No workers exist yet and nothing needs saying: leave at once.
         std::fprintf(stderr, "[ddprun] received %s before the agent started; exiting\n",
@@ -121,6 +130,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
   // Before any thread: the guardian is forked from a single-threaded process.
   OrphanGuard guard;
   signal(SIGPIPE, SIG_IGN);
+  raise_open_files_limit();
   start_signal_thread(config.signals_to_handle.empty()
                           ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
                           : config.signals_to_handle);
@@ -187,8 +197,8 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
   AgentContext ctx;
   ctx.host = host;
   ctx.store = &store;
-  ctx.open_store = [client_options] {
-    return std::make_unique<TcpStoreClient>(client_options, Deadline::after(std::chrono::seconds(30)));
+  ctx.open_store = [client_options](Deadline deadline) {
+    return std::make_unique<TcpStoreClient>(client_options, deadline);
   };
   ctx.runner = &runner;
   // The workers' store lives on the master node: node 0 (static), or whichever node the round
@@ -203,9 +213,24 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
   ctx.events = &events;
 
   ElasticAgent agent(effective, std::move(ctx));
-  g_agent = &agent;
-  auto result = agent.run();
-  g_agent = nullptr;
+  {
+    std::lock_guard lock(g_agent_mutex);
+    g_agent = &agent;
+  }
+  RunResult result;
+  try {
+    result = agent.run();
+  } catch (...) {
+    std::lock_guard lock(g_agent_mutex);
+    g_agent = nullptr;
+    g_agent_done = true;
+    throw;
+  }
+  {
+    std::lock_guard lock(g_agent_mutex);
+    g_agent = nullptr;
+    g_agent_done = true;
+  }
 
   if (result.exit_code == 0) {
     spdlog::info("job finished: {} ({} restart{})", result.reason, result.restarts,

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/limits.hpp"
 #include "common/logging.hpp"
 #include "rendezvous/tcp_store_server.hpp"
 
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
 
   try {
     ddprun::setup_logging("ddprun-store", log_level);
+    ddprun::raise_open_files_limit();
     options.read_timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(read_timeout_s * 1000));
     ddprun::TcpStoreServer server(options);

@@ -62,6 +62,7 @@ class TcpStoreServer::Impl {
     asio::post(io_, [this] {
       boost::system::error_code ignored;
       acceptor_.close(ignored);
+      accept_retry_.cancel();
       auto open = connections_;
       for (const auto& c : open) c->close("");
       connections_.clear();
@@ -90,7 +91,14 @@ class TcpStoreServer::Impl {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || stopping_) return;
       if (ec) {
-        spdlog::warn("store: accept on {} failed: {}", endpoint_text(), ec.message());
+        // Out of descriptors (EMFILE) and the like: retrying at once would spin; pause first.
+        spdlog::warn("store: accept on {} failed: {}; retrying in 100 ms", endpoint_text(),
+                     ec.message());
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](boost::system::error_code timer_ec) {
+          if (!timer_ec && !stopping_) accept();
+        });
+        return;
       } else {
         auto connection = std::make_shared<store::Connection>(std::move(socket), context_);
         connections_.insert(connection);
@@ -109,6 +117,7 @@ class TcpStoreServer::Impl {
   StoreServerOptions options_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_{io_};
   tcp::endpoint bound_;
   store::StoreState state_;
   store::ConnectionContext context_;

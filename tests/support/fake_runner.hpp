@@ -52,6 +52,12 @@ class FakeRunner final : public ProcessRunner {
     }
   }
 
+  // What the next reported exits carry as their last stderr lines.
+  void set_stderr_tail(std::vector<std::string> tail) {
+    std::lock_guard lock(mutex_);
+    tail_ = std::move(tail);
+  }
+
   int starts() const { return static_cast<int>(launches_.size()); }
   std::vector<std::vector<WorkerLaunch>> launches() {
     std::lock_guard lock(mutex_);
@@ -73,7 +79,10 @@ class FakeRunner final : public ProcessRunner {
     e.exit_code = code;
     e.signal = signal;
     e.when = Clock::now();
-    e.stderr_tail = {"fake stderr of local rank " + std::to_string(local_rank)};
+    e.stderr_tail = tail_.empty()
+                        ? std::vector<std::string>{"fake stderr of local rank " +
+                                                   std::to_string(local_rank)}
+                        : tail_;
     auto callback = on_exit_;
     lock.unlock();
     callback(e);
@@ -85,6 +94,7 @@ class FakeRunner final : public ProcessRunner {
   std::vector<std::vector<WorkerLaunch>> launches_;
   std::vector<bool> running_;
   std::vector<int> stop_signals_;
+  std::vector<std::string> tail_;
   ExitCallback on_exit_;
 };
 

@@ -39,7 +39,7 @@ struct Node {
     AgentContext ctx;
     ctx.host = host;
     ctx.store = store.get();
-    ctx.open_store = [&shared] { return std::unique_ptr<Store>(shared.connect()); };
+    ctx.open_store = [&shared](Deadline) { return std::unique_ptr<Store>(shared.connect()); };
     ctx.runner = &runner;
     ctx.reserve_master_port = [] { return 23456; };
     ctx.log_dir = log_dir;
@@ -212,4 +212,17 @@ TEST_CASE("agent: mismatched --nnodes is refused", "[agent]") {
   CHECK_THAT(r1.reason, Catch::Contains("--nnodes=3"));
   CHECK_THAT(r1.reason, Catch::Contains("--nnodes=2"));
   CHECK(n0.finish().exit_code == kExitRendezvous);
+}
+
+TEST_CASE("agent: a worker whose stderr is not UTF-8 is still reported", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 1), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  node.runner.set_stderr_tail({"bad bytes \xff\xfe and a cut \xE2\x96"});
+  node.runner.exit_worker(0, 6);
+  auto r = node.finish();
+  CHECK(r.exit_code == 6);
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->stderr_tail.size() == 1);
 }

@@ -29,7 +29,7 @@ TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") 
   MemoryStore store;
   std::atomic<int> dead{-1};
   std::atomic<int> calls{0};
-  Heartbeat hb(store.connect(), options(2, 3), [&](int g) { dead = g; ++calls; },
+  Heartbeat hb(store.connect(), options(2, 3), [&](int g, Store&) { dead = g; ++calls; },
                [](std::string) {});
   REQUIRE(test::wait_until([&] { return dead.load() == 0; }, 10s));  // 2 watches 0
   std::this_thread::sleep_for(100ms);
@@ -40,8 +40,8 @@ TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") 
 TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {
   MemoryStore store;
   std::atomic<int> calls{0};
-  Heartbeat a(store.connect(), options(0, 2), [&](int) { ++calls; }, [](std::string) {});
-  Heartbeat b(store.connect(), options(1, 2), [&](int) { ++calls; }, [](std::string) {});
+  Heartbeat a(store.connect(), options(0, 2), [&](int, Store&) { ++calls; }, [](std::string) {});
+  Heartbeat b(store.connect(), options(1, 2), [&](int, Store&) { ++calls; }, [](std::string) {});
   std::this_thread::sleep_for(300ms);  // fifteen intervals
   CHECK(calls == 0);
 }
@@ -50,7 +50,7 @@ TEST_CASE("heartbeat: a member that left on purpose is not dead", "[heartbeat]")
   MemoryStore store;
   store.set("r/0/hb/1", kHeartbeatDone, Deadline::after(1s));
   std::atomic<int> calls{0};
-  Heartbeat a(store.connect(), options(0, 2), [&](int) { ++calls; }, [](std::string) {});
+  Heartbeat a(store.connect(), options(0, 2), [&](int, Store&) { ++calls; }, [](std::string) {});
   std::this_thread::sleep_for(300ms);
   CHECK(calls == 0);
 }
@@ -61,7 +61,7 @@ TEST_CASE("heartbeat: a store error is reported, and destruction does not hang",
   handle->interrupt();  // every call on it now fails like a lost connection would
   std::atomic<int> errors{0};
   {
-    Heartbeat a(std::move(handle), options(0, 2), [](int) {}, [&](std::string) { ++errors; });
+    Heartbeat a(std::move(handle), options(0, 2), [](int, Store&) {}, [&](std::string) { ++errors; });
     std::this_thread::sleep_for(50ms);
   }
   // An interrupted store means "stop", not "error": the heartbeat just ends quietly.

@@ -112,3 +112,13 @@ TEST_CASE("no piece is ever longer than the limit", "[agent][lines]") {
   }
   CHECK(total == 2000);
 }
+
+TEST_CASE("long lines are never cut inside a UTF-8 character", "[agent][lines]") {
+  LineSplitter splitter(8);
+  // "ab" then three 3-byte characters: a cut at byte 8 would fall inside the third one.
+  std::string text = "ab\xE2\x96\x88\xE2\x96\x88\xE2\x96\x88";
+  auto lines = splitter.feed(text + "\n");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == "ab\xE2\x96\x88\xE2\x96\x88");
+  CHECK(lines[1] == "\xE2\x96\x88");
+}

@@ -310,8 +310,20 @@ void ElasticAgent::rendezvous() {
   o.node_rank = config_.node_rank;
   o.self = NodeInfo{ctx_.host, config_.nproc_per_node, static_cast<int>(getpid())};
   o.join_timeout = config_.rdzv_conf.join_timeout;
+  o.token = make_claim_token(o.self);
   emit("rendezvous_started", {{"node_rank", config_.node_rank}, {"nnodes", config_.max_nodes}});
-  rdzv_ = static_rendezvous(*ctx_.store, o);
+  try {
+    rdzv_ = static_rendezvous(*ctx_.store, o);
+  } catch (const InterruptedError&) {
+    // Give the node rank back, so that this node can be started again without a new store.
+    try {
+      auto store = ctx_.open_store(Deadline::after(2s));
+      store->compare_set(owner_key(o.node_rank), o.token, "", Deadline::after(2s));
+    } catch (const std::exception& e) {
+      spdlog::warn("could not release node rank {}: {}", o.node_rank, e.what());
+    }
+    throw;
+  }
   emit("rendezvous_completed", {{"world_size", rdzv_.ranks.world_size},
                                 {"base_rank", rdzv_.ranks.base_rank},
                                 {"local_world_size", rdzv_.ranks.local_world_size}});

@@ -19,12 +19,14 @@ namespace {
 
 std::string info_key(int g) { return fmt::format("static/node/{}/info", g); }
 
-std::string make_token(const NodeInfo& self) {
+}  // namespace
+
+std::string make_claim_token(const NodeInfo& self) {
   std::random_device rd;
   return fmt::format("{} pid {} ({:08x})", self.host, self.pid, rd());
 }
 
-}  // namespace
+std::string owner_key(int node_rank) { return fmt::format("static/node/{}/owner", node_rank); }
 
 RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& o) {
   const auto start = Clock::now();
@@ -37,9 +39,8 @@ RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& 
         "(store at {})", o.nnodes, agreed, store.describe()));
   }
 
-  const auto token = make_token(o.self);
-  auto owner = store.compare_set(fmt::format("static/node/{}/owner", o.node_rank), "", token,
-                                 deadline);
+  const auto token = o.token.empty() ? make_claim_token(o.self) : o.token;
+  auto owner = store.compare_set(owner_key(o.node_rank), "", token, deadline);
   if (owner != token) {
     throw RendezvousError(fmt::format(
         "node rank {} is already taken by {}; every node needs its own --node-rank in 0..{}",

@@ -28,7 +28,13 @@ struct StaticRendezvousOptions {
   int node_rank = 0;
   NodeInfo self;
   std::chrono::milliseconds join_timeout{600'000};
+  std::string token;  // claims the node rank; unique per agent (see make_claim_token)
 };
+
+// A token unique to this agent, for claiming its node rank.
+std::string make_claim_token(const NodeInfo& self);
+// The key holding the claim on a node rank.
+std::string owner_key(int node_rank);
 
 // Throws RendezvousError (duplicate rank, mismatched node counts), TimeoutError naming the
 // missing node ranks, or the store's ConnectionError / InterruptedError.

@@ -181,6 +181,8 @@ TEST_CASE("agent: a signal during the rendezvous ends it at once", "[agent]") {
   auto r = node.finish();
   CHECK(r.exit_code == 128 + SIGTERM);
   CHECK(node.runner.starts() == 0);
+  // It gave its node rank back: the node can be started again on the same store.
+  CHECK(shared.get("static/node/0/owner", Deadline::after(1s)) == "");
 }
 
 TEST_CASE("agent: a rendezvous timeout names the missing nodes and exits 124", "[agent]") {

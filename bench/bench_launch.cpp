@@ -1,0 +1,247 @@
+// bench_launch: the launcher figures that time whole commands.
+//   --figure launch    figure 1: 4 trivial workers (`true`), one node, wall time of the command
+//   --figure restart   figure 2: 4 workers, rank 0 exits 3 on the first attempt,
+//                      --max-restarts=1: wall time, and failure-to-restart time
+//   --figure two-node  figure 3: 2 agents on 127.0.0.1 (2 + 1 workers): launch to all workers
+//                      running
+// Each launcher runs the same bench_worker; the workers stamp CLOCK_MONOTONIC when they start,
+// so ddprun and torchrun are timed from the workers' side the same way; ddprun's
+// --events-file adds its own view. Runs of the launchers are interleaved (ABCABC...), so that
+// a slow moment of the machine does not fall on one launcher only.
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "bench/bench_cli.hpp"
+#include "bench/process.hpp"
+#include "bench/sys_util.hpp"
+#include "common/error.hpp"
+
+using namespace ddprun;
+using namespace ddprun::bench;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Context {
+  CommonOptions common;
+  LauncherOptions launcher_options;
+  std::vector<Launcher> launchers;
+  std::string worker;
+  std::unique_ptr<TempDir> dir;
+  int run_counter = 0;
+};
+
+// A fresh scratch directory for one run (stamps, events, output).
+std::string run_dir(Context& ctx) {
+  auto path = ctx.dir->file(fmt::format("run{}", ctx.run_counter++));
+  std::filesystem::create_directories(path);
+  return path;
+}
+
+void expect_exit(int status, int expected, const std::string& what, const std::string& log) {
+  if (exit_code(status) == expected) return;
+  throw Error(fmt::format("{} exited with {} (expected {}); its output ({}):\n{}", what,
+                          exit_code(status), expected, log, tail(log, 15)));
+}
+
+double ms(double seconds) { return seconds * 1e3; }
+
+// The series of one figure, one per (metric, launcher), in a stable order.
+struct Table {
+  std::vector<Series> rows;
+  Series& get(int figure, const std::string& case_name, const std::string& metric,
+              const std::string& subject, const std::string& note = "") {
+    for (auto& s : rows) {
+      if (s.metric == metric && s.subject == subject) return s;
+    }
+    Series s;
+    s.figure = figure;
+    s.case_name = case_name;
+    s.metric = metric;
+    s.subject = subject;
+    s.unit = "ms";
+    s.note = note;
+    rows.push_back(s);
+    return rows.back();
+  }
+  Series* find(const std::string& metric, const std::string& subject) {
+    for (auto& s : rows) {
+      if (s.metric == metric && s.subject == subject) return &s;
+    }
+    return nullptr;
+  }
+  void write(const std::string& path) const {
+    for (const auto& s : rows) append_series(path, s);
+  }
+};
+
+void figure_launch(Context& ctx) {
+  Table t;
+  const std::string case_name = "4 workers (`true`), one node";
+  repeat(ctx.common, [&](int, bool recorded) {
+    for (const auto& l : ctx.launchers) {
+      auto dir = run_dir(ctx);
+      NodeArgs node;
+      node.nproc = 4;
+      node.port = free_port();
+      const auto log = dir + "/agent.log";
+      const double start = mono_now();
+      Child agent({command(l, node, {"true"}), {}, log});
+      expect_exit(agent.wait(120s), 0, l.label, log);
+      if (recorded) {
+        t.get(1, case_name, "wall time", l.label).samples.push_back(ms(agent.exit_mono() - start));
+      }
+    }
+  });
+  if (auto* s = t.find("wall time", "ddprun")) {
+    s->target_max = 20;
+    s->target_vs = kTorchrunDefault;
+    s->target_ratio = 100;
+    s->target_text = "<= 20 ms median; >= 100x faster than torchrun (default interval)";
+  }
+  t.write(ctx.common.results);
+}
+
+void figure_restart(Context& ctx) {
+  Table t;
+  const std::string case_name = "4 workers, rank 0 exits 3 once, --max-restarts=1";
+  repeat(ctx.common, [&](int, bool recorded) {
+    for (const auto& l : ctx.launchers) {
+      auto dir = run_dir(ctx);
+      NodeArgs node;
+      node.nproc = 4;
+      node.port = free_port();
+      node.max_restarts = 1;
+      if (!l.torchrun) node.events_file = dir + "/events.jsonl";
+      const auto log = dir + "/agent.log";
+      const double start = mono_now();
+      Child agent({command(l, node, {ctx.worker, "--fail-once-rank=0"}),
+                   {{"BENCH_STAMP_DIR", dir}}, log});
+      expect_exit(agent.wait(180s), 0, l.label, log);
+      if (!recorded) continue;
+      t.get(2, case_name, "whole job, wall time", l.label)
+          .samples.push_back(ms(agent.exit_mono() - start));
+      auto failed = read_stamps(dir, "exit.0.");
+      auto restarted = read_stamps(dir, "start.1.");
+      if (failed.size() != 1 || restarted.size() != 4) {
+        throw Error(fmt::format("{}: expected 1 failure and 4 restarted workers, stamps show {} "
+                                "and {} (in {})", l.label, failed.size(), restarted.size(), dir));
+      }
+      t.get(2, case_name, "failure to first restarted worker running (worker stamps)", l.label)
+          .samples.push_back(ms(*std::min_element(restarted.begin(), restarted.end()) - failed[0]));
+      if (l.torchrun) continue;
+      double exit_mono = 0, noticed = 0, started = 0;
+      for (const auto& e : events_named(node.events_file, "worker_exited")) {
+        if (e.at("exit_code") == 3) {
+          exit_mono = e.at("exit_mono");
+          noticed = e.at("mono");
+        }
+      }
+      for (const auto& e : events_named(node.events_file, "workers_started")) {
+        if (e.at("attempt") == 1) started = e.at("mono");
+      }
+      if (exit_mono == 0 || started == 0) throw Error("events missing in " + node.events_file);
+      t.get(2, case_name, "failure to all workers restarted (events: workers_started)", l.label,
+            "ddprun's --events-file: workers_started(attempt 1).mono - worker_exited.exit_mono")
+          .samples.push_back(ms(started - exit_mono));
+      t.get(2, case_name, "failure noticed by the agent (events)", l.label,
+            "worker_exited.mono - worker_exited.exit_mono")
+          .samples.push_back(ms(noticed - exit_mono));
+    }
+  });
+  if (auto* s = t.find("whole job, wall time", "ddprun")) {
+    s->target_max = 100;
+    s->target_text = "whole job <= 100 ms";
+  }
+  t.write(ctx.common.results);
+}
+
+void figure_two_node(Context& ctx) {
+  Table t;
+  const std::string case_name = "2 agents on 127.0.0.1, 2 + 1 workers";
+  repeat(ctx.common, [&](int, bool recorded) {
+    for (const auto& l : ctx.launchers) {
+      auto dir = run_dir(ctx);
+      const auto port = free_port();
+      std::vector<std::unique_ptr<Child>> agents;
+      std::vector<std::string> logs, events;
+      const double start = mono_now();
+      for (int node_rank = 0; node_rank < 2; ++node_rank) {
+        NodeArgs node;
+        node.nproc = node_rank == 0 ? 2 : 1;
+        node.nnodes = 2;
+        node.node_rank = node_rank;
+        node.port = port;
+        if (!l.torchrun) node.events_file = fmt::format("{}/events{}.jsonl", dir, node_rank);
+        logs.push_back(fmt::format("{}/agent{}.log", dir, node_rank));
+        events.push_back(node.events_file);
+        agents.push_back(std::make_unique<Child>(
+            SpawnSpec{command(l, node, {ctx.worker}), {{"BENCH_STAMP_DIR", dir}}, logs.back()}));
+      }
+      for (int i = 0; i < 2; ++i) {
+        expect_exit(agents[static_cast<std::size_t>(i)]->wait(180s), 0,
+                    fmt::format("{} node {}", l.label, i), logs[static_cast<std::size_t>(i)]);
+      }
+      if (!recorded) continue;
+      auto started = read_stamps(dir, "start.0.");
+      if (started.size() != 3) {
+        throw Error(fmt::format("{}: {} worker stamps, expected 3 (in {})", l.label,
+                                started.size(), dir));
+      }
+      t.get(3, case_name, "launch to all workers running (worker stamps)", l.label)
+          .samples.push_back(ms(*std::max_element(started.begin(), started.end()) - start));
+      double end = std::max(agents[0]->exit_mono(), agents[1]->exit_mono());
+      t.get(3, case_name, "whole job, wall time", l.label).samples.push_back(ms(end - start));
+      if (l.torchrun) continue;
+      double last = 0;
+      for (const auto& path : events) {
+        for (const auto& e : events_named(path, "workers_started")) {
+          last = std::max(last, e.at("mono").get<double>());
+        }
+      }
+      t.get(3, case_name, "launch to workers_started on both agents (events)", l.label,
+            "max over both agents of workers_started.mono, minus the launch time")
+          .samples.push_back(ms(last - start));
+    }
+  });
+  if (auto* s = t.find("launch to all workers running (worker stamps)", "ddprun")) {
+    s->target_max = 50;
+    s->target_text = "launch to all workers running <= 50 ms";
+  }
+  t.write(ctx.common.results);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_launch: launcher timing figures 1-3 (ddprun vs torchrun)"};
+  Context ctx;
+  std::string figure;
+  add_common_options(app, ctx.common);
+  add_launcher_options(app, ctx.launcher_options);
+  app.add_option("--figure", figure, "launch, restart or two-node")
+      ->required()
+      ->check(CLI::IsMember({"launch", "restart", "two-node"}));
+  app.add_option("--worker", ctx.worker, "the bench_worker binary")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return guarded_main("bench_launch", [&] {
+    ctx.launchers = launchers(ctx.launcher_options);
+    ctx.dir = std::make_unique<TempDir>(figure);
+    try {
+      if (figure == "launch") figure_launch(ctx);
+      if (figure == "restart") figure_restart(ctx);
+      if (figure == "two-node") figure_two_node(ctx);
+    } catch (...) {
+      ctx.dir->keep();  // the logs named in the message stay for a look
+      throw;
+    }
+  });
+}

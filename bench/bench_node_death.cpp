@@ -1,0 +1,151 @@
+// bench_node_death: figure 7, node-death detection. Three elastic agents (--nnodes=2:3, c10d,
+// one worker each) form a round; a random moment within one keep-alive interval later the
+// harness takes CLOCK_MONOTONIC and SIGKILLs the third agent. Measured from that instant, with
+// the survivors' --events-file: when the first survivor starts re-forming (detection: its
+// keep-alive saw the missed beats and every survivor was told), and when both survivors have
+// completed the new round. Re-forming a round of 2 < MAX waits out last_call_timeout, which
+// is set small here and reported.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "bench/bench_cli.hpp"
+#include "bench/process.hpp"
+#include "bench/sys_util.hpp"
+#include "common/error.hpp"
+
+using namespace ddprun;
+using namespace ddprun::bench;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Options {
+  CommonOptions common;
+  std::string ddprun;
+  std::string worker;
+  double interval = 1;
+  int attempts = 3;
+  double last_call = 0.1;
+};
+
+// The first event named `event` in `path` that satisfies `pred`, waiting for it until
+// `timeout`. The wait is a harness-side poll; the figure comes from the event's own timestamp.
+nlohmann::json await_event(const std::string& path, const std::string& event,
+                           const std::function<bool(const nlohmann::json&)>& pred,
+                           std::chrono::milliseconds timeout, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& e : events_named(path, event)) {
+      if (pred(e)) return e;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  throw TimeoutError(fmt::format("no {} in {} after {} ms ({})", event, path, timeout.count(), what));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_node_death: figure 7, SIGKILL one of three elastic agents"};
+  Options o;
+  add_common_options(app, o.common);
+  app.add_option("--ddprun", o.ddprun, "the ddprun binary")->required();
+  app.add_option("--worker", o.worker, "the bench_worker binary")->required();
+  app.add_option("--interval", o.interval, "keep_alive_interval, seconds")->capture_default_str();
+  app.add_option("--attempts", o.attempts, "keep_alive_max_attempt")->capture_default_str();
+  app.add_option("--last-call", o.last_call, "last_call_timeout, seconds")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return guarded_main("bench_node_death", [&] {
+    const double deadline_s = o.interval * o.attempts;
+    const auto case_name = fmt::format(
+        "3 agents, SIGKILL one; keep-alive {:g} s x {} (deadline {:g} s), last_call_timeout {:g} s",
+        o.interval, o.attempts, deadline_s, o.last_call);
+    auto make = [&](const std::string& metric, const std::string& note) {
+      Series s;
+      s.figure = 7;
+      s.case_name = case_name;
+      s.metric = metric;
+      s.subject = "ddprun";
+      s.unit = "s";
+      s.note = note;
+      return s;
+    };
+    Series total = make("SIGKILL to the survivors' new round formed",
+                        "both survivors' rendezvous_completed of the new round");
+    Series detect = make("SIGKILL to the first survivor re-forming (detection)",
+                         "first rendezvous_started of the new round on a survivor");
+    total.target_max = deadline_s + 1;
+    total.target_text = fmt::format("<= keep-alive deadline + 1 s = {:g} s", deadline_s + 1);
+    Series reform = make("re-forming (includes last_call_timeout)",
+                         "last survivor's rendezvous_completed minus the first's rendezvous_started");
+    TempDir dir("node-death");
+    std::mt19937 rng(std::random_device{}());
+    const auto timeout = std::chrono::milliseconds(static_cast<long>(deadline_s * 4000) + 30'000);
+    repeat(o.common, [&](int i, bool recorded) {
+      const auto port = free_port();
+      const auto conf = fmt::format(
+          "--rdzv-conf=last_call_timeout={},keep_alive_interval={},keep_alive_max_attempt={},"
+          "join_timeout=60", o.last_call, o.interval, o.attempts);
+      std::vector<std::unique_ptr<Child>> agents;
+      std::vector<std::string> events, logs;
+      for (int k = 0; k < 3; ++k) {
+        events.push_back(dir.file(fmt::format("events{}-{}.jsonl", i, k)));
+        logs.push_back(dir.file(fmt::format("agent{}-{}.log", i, k)));
+        agents.push_back(std::make_unique<Child>(SpawnSpec{
+            {o.ddprun, "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+             fmt::format("--rdzv-endpoint=127.0.0.1:{}", port), fmt::format("--rdzv-id=bench{}", i),
+             "--local-addr=127.0.0.1", conf, "--shutdown-timeout=2", "--events-file", events.back(),
+             "--no-python", o.worker, "--sleep=600"},
+            {}, logs.back()}));
+        // The first agent binds the endpoint and serves the store; it is not the one killed.
+        if (k == 0) await_event(events[0], "rendezvous_started", [](auto&) { return true; }, 20s, logs[0]);
+      }
+      int round = -1;
+      for (int k = 0; k < 3; ++k) {
+        auto e = await_event(events[static_cast<std::size_t>(k)], "rendezvous_completed",
+                             [](const auto& j) { return j.at("world_size") == 3; }, 30s,
+                             logs[static_cast<std::size_t>(k)]);
+        round = e.at("round");
+      }
+      std::uniform_real_distribution<double> phase(0.05, o.interval);
+      std::this_thread::sleep_for(std::chrono::duration<double>(phase(rng)));
+      const double killed = mono_now();
+      agents[2]->signal(SIGKILL);
+      double first_started = 1e18, last_completed = 0;
+      for (int k = 0; k < 2; ++k) {
+        auto later = [round](const auto& j) { return j.at("round").template get<int>() > round; };
+        auto s = await_event(events[static_cast<std::size_t>(k)], "rendezvous_started", later,
+                             timeout, logs[static_cast<std::size_t>(k)]);
+        auto c = await_event(events[static_cast<std::size_t>(k)], "rendezvous_completed", later,
+                             timeout, logs[static_cast<std::size_t>(k)]);
+        if (c.at("world_size") != 2) {
+          throw Error(fmt::format("survivor {} formed a round of {} workers, expected 2 ({})", k,
+                                  c.at("world_size").dump(), logs[static_cast<std::size_t>(k)]));
+        }
+        first_started = std::min(first_started, s.at("mono").get<double>());
+        last_completed = std::max(last_completed, c.at("mono").get<double>());
+      }
+      // Measured; end the job. SIGKILL, not SIGTERM: a SIGTERM that lands while a survivor
+      // waits in the store can keep the store's host in leave() for close_timeout (30 s); see
+      // docs/benchmarks.md. The orphan guards take the workers down.
+      for (auto& a : agents) a->signal(SIGKILL);
+      for (auto& a : agents) (void)a->wait_for(10s);
+      if (!recorded) return;
+      total.samples.push_back(last_completed - killed);
+      detect.samples.push_back(first_started - killed);
+      reform.samples.push_back(last_completed - first_started);
+    });
+    for (const auto* s : {&total, &detect, &reform}) append_series(o.common.results, *s);
+  });
+}

@@ -1,0 +1,263 @@
+// bench_report: turns the series that the bench programs appended to a results file into
+// docs/benchmarks.md: the machine, a summary of the targets, and a table per figure
+// (median, min and max of the recorded runs; the ratio to the comparison). A hand-written
+// section between "<!-- analysis:begin -->" and "<!-- analysis:end -->" in the previous output
+// file is carried over, so that regenerating the tables keeps it.
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "bench/bench_cli.hpp"
+#include "bench/results.hpp"
+#include "bench/sys_util.hpp"
+#include "common/error.hpp"
+
+using namespace ddprun;
+using namespace ddprun::bench;
+
+namespace {
+
+struct FigureText {
+  const char* title;
+  const char* how;
+};
+
+const std::map<int, FigureText>& figure_texts() {
+  static const std::map<int, FigureText> texts{
+      {1, {"Launch overhead",
+           "4 trivial workers (`--no-python true`), one node: wall time of the whole command, "
+           "from posix_spawn to the exit seen on a pidfd."}},
+      {2, {"Restart latency",
+           "4 `bench_worker`s; rank 0 exits 3 when TORCHELASTIC_RESTART_COUNT=0; "
+           "`--max-restarts=1`. Whole-command wall time; failure to restart as the workers see "
+           "it (the failing worker stamps CLOCK_MONOTONIC before it exits, the restarted ones "
+           "when they start) for both launchers, and from ddprun's --events-file."}},
+      {3, {"Two-node start",
+           "2 agents on 127.0.0.1 (static rendezvous, 2 + 1 workers), started back to back: "
+           "from the first spawn until the last of the 3 workers runs (the workers stamp "
+           "CLOCK_MONOTONIC as they start)."}},
+      {4, {"Agent memory",
+           "Peak RSS (`VmHWM` of /proc/<agent>/status, read every 10 ms) of the agent process "
+           "while 4 workers sleep; the workers are not counted. torchrun's agent is its Python "
+           "process."}},
+      {5, {"Store throughput",
+           "N threads, each with its own client, repeating set (own key, 64 bytes) / get (that "
+           "key) / add (one shared counter) for a fixed time; the server runs in a separate "
+           "process (`ddprun-store`; c10d's TCPStore from libtorch 1.13 in a small C++ host), "
+           "both driven from the same C++ harness. c10d's `get` is its client's wait + get."}},
+      {6, {"Rendezvous at scale",
+           "N simulated agents, each a thread with its own TcpStoreClient connection (256 KiB "
+           "stacks), run the real elastic protocol (`join_round`, `--nnodes=N:N`) against one "
+           "`ddprun-store` process. Timed from the release of the N connected agents."}},
+      {7, {"Node-death detection",
+           "3 elastic agents (`--nnodes=2:3`, c10d backend, one worker each); a random moment "
+           "within one keep-alive interval after the round formed, the harness takes "
+           "CLOCK_MONOTONIC and SIGKILLs the third agent (not the store's host). Times from "
+           "the survivors' --events-file. torchrun has no equivalent (its agents do not notice "
+           "a dead peer; only joiners trigger a re-rendezvous), so there is no comparison."}},
+      {8, {"Training throughput, CPU",
+           "ResNet-18, 32x32 synthetic, batch 32 per rank, 2 ranks, Gloo: `ddp_resnet` vs "
+           "`scripts/reference_ddp.py`, both under ddprun with the same OMP_NUM_THREADS."}},
+      {9, {"Training throughput, GPU",
+           "ResNet-50 and ResNet-152, bf16, channels_last, synthetic, NCCL: images/s of "
+           "`ddp_resnet` vs the Python reference, on a GPU machine."}},
+  };
+  return texts;
+}
+
+std::string num(double v) {
+  if (std::isnan(v)) return "-";
+  const double a = std::fabs(v);
+  if (a >= 100) return fmt::format("{:.0f}", v);
+  if (a >= 10) return fmt::format("{:.1f}", v);
+  if (a >= 1) return fmt::format("{:.2f}", v);
+  return fmt::format("{:.3f}", v);
+}
+
+// How many times better `a` is than `b` (both medians).
+double advantage(const Series& a, const Series& b) {
+  const double ma = median(a.samples), mb = median(b.samples);
+  return a.lower_is_better ? mb / ma : ma / mb;
+}
+
+const Series* find(const std::vector<Series>& all, const Series& like, const std::string& subject) {
+  for (const auto& s : all) {
+    if (s.figure == like.figure && s.case_name == like.case_name && s.metric == like.metric &&
+        s.subject == subject && s.measured && !s.samples.empty()) {
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+struct Verdict {
+  std::string measured;
+  std::string result;  // "met", "missed: ...", "not measured: ..."
+};
+
+Verdict check(const std::vector<Series>& all, const Series& s) {
+  if (!s.measured || s.samples.empty()) {
+    return {"-", s.note.empty() ? "not measured" : s.note};
+  }
+  const double m = median(s.samples);
+  Verdict v{fmt::format("{} {}", num(m), s.unit), ""};
+  std::vector<std::string> missed;
+  if (s.target_max && m > *s.target_max) {
+    missed.push_back(fmt::format("median {} {} is {} {} over {} {} ({:.1f}x the target)", num(m),
+                                 s.unit, num(m - *s.target_max), s.unit, num(*s.target_max),
+                                 s.unit, m / *s.target_max));
+  }
+  if (!s.target_vs.empty()) {
+    const Series* other = find(all, s, s.target_vs);
+    if (!other) {
+      return {v.measured, fmt::format("not measured: no '{}' series to compare with", s.target_vs)};
+    }
+    const double r = advantage(s, *other);
+    v.measured += fmt::format("; {:.2f}x {}", r, s.target_vs);
+    if (r < s.target_ratio) {
+      missed.push_back(fmt::format("{:.2f}x, needs {:.1f}x ({:.0f}% short)", r, s.target_ratio,
+                                   100 * (1 - r / s.target_ratio)));
+    }
+  }
+  if (missed.empty()) {
+    v.result = "**met**";
+  } else {
+    v.result = "**missed**: " + missed.front();
+    for (std::size_t i = 1; i < missed.size(); ++i) v.result += "; " + missed[i];
+  }
+  return v;
+}
+
+std::string carried_analysis(const std::string& path) {
+  const auto text = read_text(path);
+  const std::string begin = "<!-- analysis:begin -->", end = "<!-- analysis:end -->";
+  auto b = text.find(begin);
+  auto e = text.find(end);
+  if (b == std::string::npos || e == std::string::npos || e < b) return "";
+  return text.substr(b, e + end.size() - b);
+}
+
+void write_figure(std::ostream& out, int figure, const std::vector<Series>& all) {
+  const auto& t = figure_texts().at(figure);
+  out << fmt::format("## {}. {}\n\n{}\n\n", figure, t.title, t.how);
+  std::vector<std::string> cases;
+  for (const auto& s : all) {
+    if (s.figure == figure && std::find(cases.begin(), cases.end(), s.case_name) == cases.end()) {
+      cases.push_back(s.case_name);
+    }
+  }
+  if (cases.empty()) {
+    out << "Not run.\n\n";
+    return;
+  }
+  for (const auto& c : cases) {
+    out << fmt::format("**{}**\n\n", c);
+    out << "| metric | subject | median | min | max | ratio |\n|---|---|--:|--:|--:|---|\n";
+    std::map<std::string, const Series*> first;  // per metric: the row ratios refer to
+    std::vector<std::string> notes;
+    for (const auto& s : all) {
+      if (s.figure != figure || s.case_name != c) continue;
+      if (!first.count(s.metric)) first[s.metric] = &s;
+      if (!s.measured || s.samples.empty()) {
+        out << fmt::format("| {} | {} | {} | | | |\n", s.metric, s.subject,
+                           s.note.empty() ? "not measured" : s.note);
+        continue;
+      }
+      std::string ratio;
+      const Series* base = first[s.metric];
+      if (s.compare_with == "none") {
+      } else if (!s.compare_with.empty()) {
+        if (const auto* other = find(all, s, s.compare_with)) {
+          ratio = fmt::format("{:.2f}x vs {}", advantage(s, *other), s.compare_with);
+        }
+      } else if (base != &s && base->measured && !base->samples.empty()) {
+        ratio = fmt::format("{} {:.2f}x", base->subject, advantage(*base, s));
+      }
+      out << fmt::format("| {} ({}) | {} | {} | {} | {} | {} |\n", s.metric, s.unit, s.subject,
+                         num(median(s.samples)),
+                         num(*std::min_element(s.samples.begin(), s.samples.end())),
+                         num(*std::max_element(s.samples.begin(), s.samples.end())), ratio);
+      if (!s.note.empty()) {
+        auto note = fmt::format("{}: {}", s.metric, s.note);
+        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+      }
+    }
+    out << "\n";
+    for (const auto& s : all) {
+      if (s.figure != figure || s.case_name != c || s.target_text.empty()) continue;
+      auto v = check(all, s);
+      out << fmt::format("Target ({}, {}): {}. Measured: {}; {}.\n\n", s.subject, s.metric,
+                         s.target_text, v.measured, v.result);
+    }
+    if (!notes.empty()) {
+      for (const auto& n : notes) out << "- " << n << "\n";
+      out << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_report: results -> docs/benchmarks.md"};
+  std::string results, machine, output, mode = "full";
+  int runs = 5, warmup = 1;
+  double elapsed = 0;
+  app.add_option("--results", results, "the JSON-lines results file")->required();
+  app.add_option("--machine", machine, "tab-separated 'key<TAB>value' lines")->required();
+  app.add_option("--output", output, "the Markdown file to write")->required();
+  app.add_option("--runs", runs, "recorded runs per series")->capture_default_str();
+  app.add_option("--warmup", warmup, "warm-up runs")->capture_default_str();
+  app.add_option("--mode", mode, "full or quick")->capture_default_str();
+  app.add_option("--elapsed", elapsed, "seconds the suite took");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return guarded_main("bench_report", [&] {
+    auto all = read_series(results);
+    const auto analysis = carried_analysis(output);
+    std::ostringstream out;
+    out << "# Benchmarks\n\n"
+        << "Written by `scripts/bench.sh`" << (mode == "quick" ? " --quick" : "")
+        << "; do not edit the tables by hand (the analysis section is kept when they are "
+           "regenerated). ";
+    out << fmt::format(
+        "Every series is the median of {} recorded run(s) after {} warm-up run(s), with min and "
+        "max. Ratios are medians: \"ddprun 12.00x\" on a comparison's row means ddprun is 12 "
+        "times better (faster, smaller, or more operations per second) than that row. Timings "
+        "use CLOCK_MONOTONIC, the clock of ddprun's `--events-file`.{}\n\n",
+        runs, warmup, elapsed > 0 ? fmt::format(" The suite took {:.0f} s.", elapsed) : "");
+    if (mode == "quick") {
+      out << "**Quick mode: small sizes and few runs, a smoke test; these are not the "
+             "figures.**\n\n";
+    }
+    out << "## Machine\n\n| | |\n|---|---|\n";
+    std::ifstream m(machine);
+    std::string line;
+    while (std::getline(m, line)) {
+      auto tab = line.find('\t');
+      if (tab != std::string::npos) {
+        out << fmt::format("| {} | {} |\n", line.substr(0, tab), line.substr(tab + 1));
+      }
+    }
+    out << "\n## Targets\n\n| # | subject | target | measured | result |\n|---|---|---|---|---|\n";
+    for (const auto& s : all) {
+      if (s.target_text.empty()) continue;
+      auto v = check(all, s);
+      out << fmt::format("| {} | {} | {} | {} | {} |\n", s.figure, s.subject,
+                         s.target_text.empty() ? "-" : s.target_text, v.measured, v.result);
+    }
+    out << "\n";
+    if (!analysis.empty()) out << analysis << "\n\n";
+    for (int f = 1; f <= 9; ++f) write_figure(out, f, all);
+    std::ofstream file(output);
+    if (!file) throw Error("cannot write " + output);
+    file << out.str();
+  });
+}

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The benchmark suite of issue 5: ddprun side by side with torchrun (Debian's python3-torch
+# 1.13), c10d's TCPStore and the Python DDP reference, on this machine, in one run. Writes
+# docs/benchmarks.md (or --output): the machine, the targets met or missed, a table per figure.
+#
+#   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up;
+#                                    about 13 minutes on 2 cores)
+#   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
+#   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
+#            --figures 1,2,...  (only these)  --budget SECONDS (default 870: optional parts are
+#            skipped when they would not fit)
+#
+# Timings need a quiet machine: run it while no compile runs, e.g.
+#   flock /tmp/ddprun-build.lock scripts/bench.sh
+# It is not part of the test run; ctest runs only `--quick` as a smoke test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+quick=0
+output=docs/benchmarks.md
+build=${BUILD_DIR:-build}
+do_build=1
+figures=1,2,3,4,5,6,7,8,9
+budget=870
+python=${PYTHON:-/usr/bin/python3}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --output) output=$2; shift ;;
+    --output=*) output=${1#*=} ;;
+    --build) build=$2; shift ;;
+    --build=*) build=${1#*=} ;;
+    --no-build) do_build=0 ;;
+    --figures) figures=$2; shift ;;
+    --figures=*) figures=${1#*=} ;;
+    --budget) budget=$2; shift ;;
+    --budget=*) budget=${1#*=} ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $output = /* ]] || output=$root/$output
+[[ $build = /* ]] || build=$root/$build
+
+if [[ $do_build = 1 ]]; then
+  [[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target bench_programs >/dev/null
+fi
+b=$build/bench
+ddprun=$build/launcher/ddprun
+store=$build/rendezvous/ddprun-store
+for f in "$ddprun" "$store" "$b/bench_worker" "$b/bench_launch" "$b/bench_report"; do
+  [[ -x $f ]] || { echo "bench.sh: $f is missing; build the bench_programs target" >&2; exit 2; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+results=$work/results.jsonl
+: > "$results"
+start=$SECONDS
+load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+if [[ $quick = 1 ]]; then
+  runs=(--runs 1 --warmup 0); report_runs=(--runs 1 --warmup 0)
+  torchrun_launch=fast; torchrun_memory=fast
+  store_args=(--clients 1 16 --seconds 0.1); rdzv_args=(--agents 64 256)
+  worker_sleep=0.5; keepalive=(--interval 0.3 --attempts 3 --last-call 0.1)
+else
+  runs=(--runs 5 --warmup 1); report_runs=(--runs 5 --warmup 1)
+  torchrun_launch=default,fast; torchrun_memory=fast
+  store_args=(--clients 1 16 64 --seconds 1); rdzv_args=(--agents 256 1024 4096)
+  worker_sleep=2; keepalive=(--interval 1 --attempts 3 --last-call 0.1)
+fi
+
+torch_version=
+if "$python" -c 'import torch.distributed.run' 2>/dev/null; then
+  torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+else
+  echo "bench.sh: $python has no torch: torchrun is not compared" >&2
+  torchrun_launch=none; torchrun_memory=none
+fi
+
+# A series that says why it was not measured.
+not_measured() {  # figure, case, metric, subject, unit, lower_is_better, note, target
+  printf '{"figure":%s,"case":"%s","metric":"%s","subject":"%s","unit":"%s","lower_is_better":%s,"samples":[],"note":"%s","measured":false,"target_text":"%s"}\n' \
+    "$@" >> "$results"
+}
+
+status=0
+want() { [[ ,$figures, == *,$1,* ]]; }
+step() {  # name, command...
+  local name=$1 t0=$SECONDS; shift
+  echo "== $name"
+  if "$@"; then
+    echo "   $((SECONDS - t0)) s"
+  else
+    echo "bench.sh: $name failed" >&2
+    status=1
+  fi
+}
+launch=("$b/bench_launch" --ddprun "$ddprun" --python "$python" --worker "$b/bench_worker"
+        --results "$results" "${runs[@]}")
+
+want 1 && step "figure 1: launch overhead" "${launch[@]}" --figure launch --torchrun "$torchrun_launch"
+want 2 && step "figure 2: restart latency" "${launch[@]}" --figure restart --torchrun "$torchrun_launch"
+want 3 && step "figure 3: two-node start" "${launch[@]}" --figure two-node --torchrun "$torchrun_launch"
+want 4 && step "figure 4: agent memory" "$b/bench_memory" --ddprun "$ddprun" --python "$python" \
+  --worker "$b/bench_worker" --torchrun "$torchrun_memory" --sleep "$worker_sleep" \
+  --results "$results" "${runs[@]}"
+if want 5; then
+  store_bench=$b/bench_store_c10d
+  if [[ ! -x $store_bench ]]; then
+    store_bench=$b/bench_store
+    not_measured 5 "64 clients" throughput "c10d TCPStore (libtorch 1.13)" ops/s false \
+      "not measured: libtorch not found at build time, bench_store_c10d not built" ""
+  fi
+  step "figure 5: store throughput" "$store_bench" --store "$store" "${store_args[@]}" \
+    --results "$results" "${runs[@]}"
+fi
+want 6 && step "figure 6: rendezvous at scale" "$b/bench_rendezvous" --store "$store" \
+  "${rdzv_args[@]}" --results "$results" "${runs[@]}"
+want 7 && step "figure 7: node-death detection" "$b/bench_node_death" --ddprun "$ddprun" \
+  --worker "$b/bench_worker" "${keepalive[@]}" --results "$results" "${runs[@]}"
+if want 8; then
+  if [[ $quick = 1 ]]; then
+    not_measured 8 "ResNet-18 CPU" "training throughput" "ddp_resnet (libtorch C++)" samples/s \
+      false "not run in --quick" ">= 1.0x the Python reference"
+  else
+    step "figure 8: training throughput, CPU" "$b/bench_train" --ddprun "$ddprun" \
+      --ddp-resnet "${DDP_RESNET:-$build/workers/ddp_resnet}" \
+      --reference "$root/scripts/reference_ddp.py" --python "$python" --threads 1 \
+      --results "$results" "${runs[@]}"
+  fi
+fi
+if want 9; then
+  why="not measured: no GPU available in this run"
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    why="not measured: a GPU is present, but the GPU run is not part of the suite yet"
+  fi
+  for arch in ResNet-50 ResNet-152; do
+    not_measured 9 "$arch, bf16, channels_last, NCCL" "training throughput" \
+      "ddp_resnet (libtorch C++)" images/s false "$why" ">= 1.1x the Python reference"
+  done
+fi
+# Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
+# (about 150 s).
+if want 7 && [[ $quick = 0 ]]; then
+  if (( SECONDS - start + 150 <= budget )); then
+    step "figure 7: node-death detection, default keep-alive" "$b/bench_node_death" \
+      --ddprun "$ddprun" --worker "$b/bench_worker" --interval 5 --attempts 3 --last-call 0.1 \
+      --results "$results" "${runs[@]}"
+  else
+    echo "== figure 7 at the default keep-alive (5 s x 3): skipped, not enough of the ${budget} s budget left"
+  fi
+fi
+
+git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- 2>/dev/null || git_rev="$git_rev (with uncommitted changes)"
+{
+  printf 'date\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  printf 'CPU\t%s\n' "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  printf 'cores\t%s\n' "$(nproc)"
+  printf 'memory\t%s GiB\n' "$(awk '/MemTotal/ {printf "%.1f", $2/1048576}' /proc/meminfo)"
+  printf 'kernel\t%s\n' "$(uname -r)"
+  printf 'OS\t%s\n' "$(. /etc/os-release && echo "$PRETTY_NAME")"
+  printf 'compiler\t%s\n' "$(c++ --version | head -1)"
+  printf 'build\t%s\n' "$(grep -m1 '^CMAKE_BUILD_TYPE:' "$build/CMakeCache.txt" | cut -d= -f2)"
+  printf 'ddprun\t%s, git %s\n' "$("$ddprun" --version)" "$git_rev"
+  printf 'torchrun\t%s\n' "${torch_version:+torch $torch_version (Debian python3-torch $(dpkg-query -W -f='${Version}' python3-torch 2>/dev/null)), $("$python" --version 2>&1), always with -r 1 -t 1}"
+  printf 'load average at start\t%s\n' "$load_at_start"
+} > "$work/machine.tsv" 2>/dev/null || true
+mkdir -p "$(dirname "$output")"
+"$b/bench_report" --results "$results" --machine "$work/machine.tsv" --output "$output" \
+  --mode "$([[ $quick = 1 ]] && echo quick || echo full)" "${report_runs[@]}" \
+  --elapsed $((SECONDS - start))
+echo "== wrote $output ($((SECONDS - start)) s)"
+exit $status

@@ -69,9 +69,10 @@ TEST_CASE("ddp_resnet: ResNet-18 on 2 ranks under ddprun stays in sync and learn
   TempDir dir;
   DdprunProcess p(job({"--nproc-per-node=2"}, dir.path(), {"--num_epochs", "3", "--log_every", "1"}),
                   kEnv);
-  REQUIRE(p.wait(240s) == 0);
+  const int rc = p.wait(240s);
   const std::string out = p.output();
   INFO(out);
+  REQUIRE(rc == 0);
   CHECK(out.find("Local Rank: 0, Epoch: 0, Training ...") != std::string::npos);
   CHECK(out.find("Local Rank: 1, Epoch: 2, Training ...") != std::string::npos);
   CHECK(out.find("num_steps_per_gpu: 4, avg_step_time: ") != std::string::npos);
@@ -89,8 +90,10 @@ TEST_CASE("ddp_resnet: interrupted and resumed by ddprun equals uninterrupted", 
   const std::vector<std::string> training{"--num_epochs", "3", "--checkpoint_every", "3"};
   TempDir straight_dir;
   DdprunProcess straight(job({"--nproc-per-node=2"}, straight_dir.path(), training), kEnv);
-  REQUIRE(straight.wait(240s) == 0);
+  const int straight_rc = straight.wait(240s);
   const std::string reference = straight.output();
+  INFO(reference);
+  REQUIRE(straight_rc == 0);
 
   // Rank 1 exits with 3 before global step 5; ddprun restarts both ranks, which go on from the
   // checkpoint of step 3 and recompute steps 3 and 4.
@@ -99,9 +102,10 @@ TEST_CASE("ddp_resnet: interrupted and resumed by ddprun equals uninterrupted", 
   flags.insert(flags.end(), {"--fail_at_step", "5"});
   DdprunProcess resumed(job({"--nproc-per-node=2", "--max-restarts=1"}, resumed_dir.path(), flags),
                         kEnv);
-  REQUIRE(resumed.wait(240s) == 0);
+  const int rc = resumed.wait(240s);
   const std::string out = resumed.output();
   INFO(out);
+  REQUIRE(rc == 0);
   CHECK(out.find("injected failure (--fail_at_step 5) on host") != std::string::npos);
   CHECK(out.find("rank 1, attempt 0: exiting with 3") != std::string::npos);
   CHECK(out.find("resumed from " + resumed_dir.file("resnet_distributed.pth") +
@@ -116,11 +120,16 @@ TEST_CASE("ddp_resnet: a checkpoint from 2 ranks resumes on 3 and re-shards", "[
   TempDir dir;
   DdprunProcess two(job({"--nproc-per-node=2"}, dir.path(), {"--num_epochs", "1", "--checkpoint_every", "2"}),
                     kEnv);
-  REQUIRE(two.wait(240s) == 0);
+  {
+    const int rc = two.wait(240s);
+    INFO(two.output());
+    REQUIRE(rc == 0);
+  }
   DdprunProcess three(job({"--nproc-per-node=3"}, dir.path(), {"--num_epochs", "2", "--resume"}), kEnv);
-  REQUIRE(three.wait(240s) == 0);
+  const int rc = three.wait(240s);
   const std::string out = three.output();
   INFO(out);
+  REQUIRE(rc == 0);
   CHECK(out.find("epoch 1, step 0, global step 4 (world size 2 -> 3, re-sharded)") != std::string::npos);
   CHECK(out.find("Local Rank: 2, Epoch: 1, Training ...") != std::string::npos);
   CHECK(out.find("Local Rank: 0, Epoch: 0, Training ...") == std::string::npos);
@@ -144,9 +153,10 @@ TEST_CASE("ddp_resnet: CIFAR-10 binary batches on 2 ranks", "[workers][e2e]") {
                                  "--num_epochs", "2", "--learning_rate", "0.01", "--verify_sync",
                                  "--model_dir", model.path()};
   DdprunProcess p(flags, kEnv);
-  REQUIRE(p.wait(240s) == 0);
+  const int rc = p.wait(240s);
   const std::string out = p.output();
   INFO(out);
+  REQUIRE(rc == 0);
   CHECK(out.find("10 classes), 8 x 2 ranks") != std::string::npos);
   CHECK(out.find("60 samples/epoch, 4 steps/epoch") != std::string::npos);
   CHECK(out.find("num_steps_per_gpu: 4, avg_step_time: ") != std::string::npos);

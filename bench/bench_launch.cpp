@@ -79,21 +79,58 @@ struct Table {
   }
 };
 
+// ddprun's own account of a launch, from its --events-file: where the milliseconds go.
+void breakdown(Table& t, const std::string& case_name, const std::string& subject,
+               const std::string& events, double start, double end) {
+  auto first = [&](const std::string& name) {
+    auto e = events_named(events, name);
+    if (e.empty()) throw Error("no " + name + " event in " + events);
+    return e.front().at("mono").get<double>();
+  };
+  double last_exit = 0;
+  for (const auto& e : events_named(events, "worker_exited")) {
+    last_exit = std::max(last_exit, e.at("exit_mono").get<double>());
+  }
+  const double rs = first("rendezvous_started"), rc = first("rendezvous_completed"),
+               ws = first("workers_started"), jf = first("job_finished");
+  const std::vector<std::pair<std::string, double>> parts{
+      {"where: spawn to rendezvous_started (exec, configuration, store)", rs - start},
+      {"where: rendezvous_started to rendezvous_completed", rc - rs},
+      {"where: rendezvous_completed to workers_started (start barrier, 4 workers spawned)", ws - rc},
+      {"where: last worker exit to job_finished", jf - last_exit},
+      {"where: job_finished to the agent's exit", end - jf}};
+  for (const auto& [metric, seconds] : parts) {
+    auto& s = t.get(1, case_name, metric, subject);
+    s.compare_with = "none";
+    s.samples.push_back(ms(seconds));
+  }
+}
+
 void figure_launch(Context& ctx) {
   Table t;
   const std::string case_name = "4 workers (`true`), one node";
+  // One more ddprun subject, with --events-file: the same launch, taken apart.
+  auto subjects = ctx.launchers;
+  Launcher traced = subjects.front();
+  traced.label = "ddprun --events-file";
+  subjects.push_back(traced);
   repeat(ctx.common, [&](int, bool recorded) {
-    for (const auto& l : ctx.launchers) {
+    for (const auto& l : subjects) {
       auto dir = run_dir(ctx);
       NodeArgs node;
       node.nproc = 4;
       node.port = free_port();
+      if (&l == &subjects.back()) node.events_file = dir + "/events.jsonl";
       const auto log = dir + "/agent.log";
       const double start = mono_now();
       Child agent({command(l, node, {"true"}), {}, log});
       expect_exit(agent.wait(120s), 0, l.label, log);
-      if (recorded) {
-        t.get(1, case_name, "wall time", l.label).samples.push_back(ms(agent.exit_mono() - start));
+      if (!recorded) continue;
+      auto& wall = t.get(1, case_name, "wall time", l.label);
+      wall.samples.push_back(ms(agent.exit_mono() - start));
+      if (!node.events_file.empty()) {
+        wall.compare_with = "none";
+        breakdown(t, case_name, l.label, node.events_file, start, agent.exit_mono());
       }
     }
   });

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench_cli.hpp"
+#include "bench/lean_client.hpp"
 #include "bench/store_load.hpp"
 #ifdef DDPRUN_BENCH_C10D
 #include "bench/c10d_client.hpp"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   std::vector<int> clients{1, 16, 64};
   double seconds = 1;
   [[maybe_unused]] bool serve = false;
+  bool diagnostic = false;
   [[maybe_unused]] std::uint16_t port = 0;
   app.add_option("--results", common.results, "JSON-lines file the series are appended to");
   app.add_option("--runs", common.runs, "recorded runs per series")->capture_default_str();
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--store", store_binary, "the ddprun-store binary");
   app.add_option("--clients", clients, "client counts")->capture_default_str();
   app.add_option("--seconds", seconds, "seconds per run")->capture_default_str();
+  app.add_flag("--diagnostic", diagnostic,
+               "also drive ddprun-store with a minimal blocking client (where the time goes)");
 #ifdef DDPRUN_BENCH_C10D
   app.add_flag("--serve-c10d", serve, "serve a c10d TCPStore on 127.0.0.1:--port until SIGTERM");
   app.add_option("--port", port, "port for --serve-c10d");
@@ -50,6 +54,10 @@ int main(int argc, char** argv) {
 #ifdef DDPRUN_BENCH_C10D
     subjects.push_back(c10d_subject(argv[0]));
 #endif
+    if (diagnostic) {
+      subjects.push_back(lean_subject(store_binary));
+      subjects.back().compare_with = subjects.size() > 2 ? subjects[1].label : "none";
+    }
     run_store_figure(common, subjects, clients, seconds);
   });
 }

@@ -1,9 +1,12 @@
 #include "bench/store_load.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -18,8 +21,33 @@ namespace ddprun::bench {
 
 using Seconds = std::chrono::duration<double>;
 
-LoadResult run_load(const StoreSubject& subject, std::uint16_t port, int clients,
-                    std::chrono::duration<double> duration) {
+namespace {
+
+// CPU time of every thread of a process, in seconds (/proc/<pid>/task/*/schedstat, ns).
+double process_cpu_s(pid_t pid) {
+  std::uint64_t ns = 0;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    auto text = read_text((task.path() / "schedstat").string());
+    ns += std::strtoull(text.c_str(), nullptr, 10);
+  }
+  return static_cast<double>(ns) * 1e-9;
+}
+
+double self_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+  };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+}  // namespace
+
+LoadResult run_load(const StoreSubject& subject, std::uint16_t port, pid_t server_pid,
+                    int clients, std::chrono::duration<double> duration) {
   std::vector<std::unique_ptr<LoadClient>> conns;
   for (int i = 0; i < clients; ++i) conns.push_back(subject.connect(port));
 
@@ -61,6 +89,7 @@ LoadResult run_load(const StoreSubject& subject, std::uint16_t port, int clients
       }
     });
   }
+  const double server_cpu = process_cpu_s(server_pid), client_cpu = self_cpu_s();
   const auto start = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex);
@@ -72,6 +101,8 @@ LoadResult run_load(const StoreSubject& subject, std::uint16_t port, int clients
   for (auto& t : threads) t.join();
   LoadResult r;
   r.seconds = Seconds(std::chrono::steady_clock::now() - start).count();
+  r.server_cpu_s = process_cpu_s(server_pid) - server_cpu;
+  r.client_cpu_s = self_cpu_s() - client_cpu;
   for (std::size_t i = 0; i < latencies.size(); ++i) {
     if (!errors[i].empty()) {
       throw Error(fmt::format("{}: client {} of {} failed: {}", subject.label, i, clients, errors[i]));
@@ -88,7 +119,7 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
   TempDir dir("store");
   for (int n : client_counts) {
     const auto case_name = fmt::format("{} client{}", n, n == 1 ? "" : "s");
-    std::vector<Series> ops, p99, p50;
+    std::vector<Series> ops, p99, p50, server_cpu, client_cpu;
     for (const auto& s : subjects) {
       Series base;
       base.figure = 5;
@@ -98,6 +129,7 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
       base.unit = "ops/s";
       base.lower_is_better = false;
       base.note = fmt::format("set/get/add cycle, {} s per run", seconds);
+      base.compare_with = s.compare_with;
       ops.push_back(base);
       base.metric = "p99 latency";
       base.unit = "us";
@@ -105,6 +137,14 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
       p99.push_back(base);
       base.metric = "median latency";
       p50.push_back(base);
+      base.metric = "server CPU per operation";
+      base.note = "CPU time of the server process (all threads, /proc/<pid>/task/*/schedstat) "
+                  "during the run, divided by the operations";
+      server_cpu.push_back(base);
+      base.metric = "client CPU per operation";
+      base.note = "CPU time of the client process (getrusage) during the run, divided by the "
+                  "operations";
+      client_cpu.push_back(base);
     }
     // One fresh server per store and client count, all started before the runs, so that the
     // runs of the stores can be interleaved.
@@ -120,7 +160,7 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
       for (std::size_t k = 0; k < subjects.size(); ++k) {
         LoadResult r;
         try {
-          r = run_load(subjects[k], ports[k], n, Seconds(seconds));
+          r = run_load(subjects[k], ports[k], servers[k]->pid(), n, Seconds(seconds));
         } catch (const std::exception& e) {
           dir.keep();
           throw Error(fmt::format("{} ({} clients): {}; server output ({}):\n{}",
@@ -130,6 +170,9 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
         ops[k].samples.push_back(static_cast<double>(r.ops) / r.seconds);
         p99[k].samples.push_back(percentile(r.latencies_us, 99));
         p50[k].samples.push_back(percentile(r.latencies_us, 50));
+        const double per_op = 1e6 / static_cast<double>(std::max<std::uint64_t>(r.ops, 1));
+        server_cpu[k].samples.push_back(r.server_cpu_s * per_op);
+        client_cpu[k].samples.push_back(r.client_cpu_s * per_op);
       }
     });
     for (auto& server : servers) {
@@ -141,7 +184,7 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
       ops[0].target_ratio = 2;
       ops[0].target_text = ">= 2x c10d's throughput at 64 clients";
     }
-    for (const auto* rows : {&ops, &p99, &p50}) {
+    for (const auto* rows : {&ops, &p99, &p50, &server_cpu, &client_cpu}) {
       for (const auto& s : *rows) append_series(common.results, s);
     }
   }

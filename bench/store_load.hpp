@@ -30,17 +30,21 @@ struct StoreSubject {
   std::function<std::vector<std::string>(std::uint16_t port)> server;
   // One client connected to 127.0.0.1:port (retrying while the server starts).
   std::function<std::unique_ptr<LoadClient>(std::uint16_t port)> connect;
+  std::string compare_with;  // Series::compare_with of its rows
 };
 
 struct LoadResult {
   double seconds = 0;
   std::uint64_t ops = 0;
   std::vector<double> latencies_us;
+  double server_cpu_s = 0;  // CPU time the server process used during the load
+  double client_cpu_s = 0;  // CPU time this process (the clients) used during the load
 };
 
-// Runs the load with `clients` threads against an already started server.
-LoadResult run_load(const StoreSubject& subject, std::uint16_t port, int clients,
-                    std::chrono::duration<double> duration);
+// Runs the load with `clients` threads against an already started server (process
+// `server_pid`, whose CPU time is read from /proc).
+LoadResult run_load(const StoreSubject& subject, std::uint16_t port, pid_t server_pid,
+                    int clients, std::chrono::duration<double> duration);
 
 // The whole figure: for each client count, warm-up + runs of every subject, interleaved.
 void run_store_figure(const CommonOptions& common, const std::vector<StoreSubject>& subjects,

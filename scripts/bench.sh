@@ -61,17 +61,20 @@ results=$work/results.jsonl
 : > "$results"
 start=$SECONDS
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
+if [[ $quick = 0 ]] && awk '{exit !($1 > 1.0)}' /proc/loadavg; then
+  echo "bench.sh: warning: load average $load_at_start; something else runs, timings will suffer" >&2
+fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 if [[ $quick = 1 ]]; then
   runs=(--runs 1 --warmup 0); report_runs=(--runs 1 --warmup 0)
   torchrun_launch=fast; torchrun_memory=fast
-  store_args=(--clients 1 16 --seconds 0.1); rdzv_args=(--agents 64 256)
+  store_args=(--clients 1 16 --seconds 0.1 --diagnostic); rdzv_args=(--agents 64 256)
   worker_sleep=0.5; keepalive=(--interval 0.3 --attempts 3 --last-call 0.1)
 else
   runs=(--runs 5 --warmup 1); report_runs=(--runs 5 --warmup 1)
   torchrun_launch=default,fast; torchrun_memory=fast
-  store_args=(--clients 1 16 64 --seconds 1); rdzv_args=(--agents 256 1024 4096)
+  store_args=(--clients 1 16 64 --seconds 1 --diagnostic); rdzv_args=(--agents 256 1024 4096)
   worker_sleep=2; keepalive=(--interval 1 --attempts 3 --last-call 0.1)
 fi
 
@@ -132,7 +135,7 @@ if want 8; then
     step "figure 8: training throughput, CPU" "$b/bench_train" --ddprun "$ddprun" \
       --ddp-resnet "${DDP_RESNET:-$build/workers/ddp_resnet}" \
       --reference "$root/scripts/reference_ddp.py" --python "$python" --threads 1 \
-      --results "$results" "${runs[@]}"
+      --steps 10 --epochs 2 --results "$results" "${runs[@]}"
   fi
 fi
 if want 9; then

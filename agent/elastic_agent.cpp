@@ -488,11 +488,17 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
                       exit.pid, ctx_.host,
                       exit.signal ? "was killed by " + signal_name(exit.signal)
                                   : fmt::format("exited with code {}", exit.exit_code));
-        if (!published) {
-          published = true;
+        {
           auto error_file = fs::path(attempt_dir()) / std::to_string(exit.local_rank) / "error.json";
           auto f = worker_failure(exit, error_file.string(), ctx_.host, r.group_rank, attempt);
-          outcome = decide(publish_failure(f));
+          record_failure(f);
+          if (!published) {
+            published = true;
+            const auto json = f.to_json();
+            const auto value = publish_failure(f);
+            outcome_mine_ = value == json;
+            outcome = decide(value);
+          }
         }
         break;
       }
@@ -530,9 +536,76 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
   }
   ctx_.runner->stop(stop_signal, config_.shutdown_timeout);
   emit("workers_stopped", {{"attempt", attempt}});
+  // Workers that failed on their own while the job was stopping are candidates for the root
+  // cause too; the ones our own signal ended are not.
+  while (auto late = events_.pop(Deadline::after(0s))) {
+    if (late->kind == AgentEvent::Kind::kSignal) {
+      events_.push(*late);  // still to be acted on by the caller
+      break;
+    }
+    if (late->kind != AgentEvent::Kind::kWorkerExited || late->attempt != attempt) continue;
+    const auto& exit = late->exit;
+    if (exit.succeeded() || exit.signal == stop_signal || exit.signal == SIGKILL) continue;
+    auto error_file = fs::path(attempt_dir()) / std::to_string(exit.local_rank) / "error.json";
+    record_failure(worker_failure(exit, error_file.string(), ctx_.host, r.group_rank, attempt));
+  }
   heartbeat_.reset();
   stop_watcher();
+  if (!outcome->success && outcome->failure.kind == Failure::Kind::kWorker) {
+    outcome->failure = resolve_root_cause(outcome->failure);
+  }
+  outcome_mine_ = false;
   return *outcome;
+}
+
+// Every local worker failure of this attempt goes on a list in the store; the root cause is the
+// earliest of them, not merely the first one published (a peer of a crashed rank often fails
+// within milliseconds, and its agent may win the race to the store).
+void ElasticAgent::record_failure(const Failure& failure) {
+  try {
+    const auto op = Deadline::after(config_.rdzv_conf.read_timeout);
+    auto n = ctx_.store->add(key("failures"), 1, op);
+    ctx_.store->set(key(fmt::format("failure/{}", n)), failure.to_json(), op);
+  } catch (const Error& e) {
+    spdlog::warn("could not record the failure of rank {}: {}", failure.rank, e.what());
+  }
+}
+
+// Once every node has stopped its workers and recorded its failures ("settled"), the agent whose
+// failure ended the attempt picks the earliest recorded failure and publishes it; the others
+// read it. Bounded: a node that died does not hold this up for longer than the shutdown timeout.
+Failure ElasticAgent::resolve_root_cause(const Failure& first) {
+  const auto deadline = Deadline::after(config_.shutdown_timeout + 10s);
+  const auto op = [&] { return Deadline::after(config_.rdzv_conf.read_timeout); };
+  try {
+    auto settled = ctx_.store->add(key("settled"), 1, op());
+    if (settled == rdzv_.ranks.group_world_size) ctx_.store->set(key("all_settled"), "1", op());
+    if (!outcome_mine_) {
+      // A little longer than the chooser may wait, so that its answer is not missed.
+      return Failure::from_json(
+          ctx_.store->get(key("root_cause"), Deadline::at(deadline.when() + 5s)));
+    }
+    try {
+      ctx_.store->wait({key("all_settled")}, deadline);
+    } catch (const TimeoutError&) {
+      spdlog::warn("not every node reported its failures within {}; choosing among those that did",
+                   format_duration(config_.shutdown_timeout + 10s));
+    }
+    Failure earliest = first;
+    auto n = ctx_.store->add(key("failures"), 0, op());
+    for (std::int64_t i = 1; i <= n; ++i) {
+      auto text = ctx_.store->try_get(key(fmt::format("failure/{}", i)), op());
+      if (!text) continue;
+      auto f = Failure::from_json(*text);
+      if (f.unix_time < earliest.unix_time) earliest = f;
+    }
+    ctx_.store->set(key("root_cause"), earliest.to_json(), op());
+    return earliest;
+  } catch (const Error& e) {
+    spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",
+                 e.what());
+    return first;
+  }
 }
 
 // First writer wins: the value in the store after our compare_set is the job's outcome.

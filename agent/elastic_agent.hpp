@@ -76,6 +76,8 @@ class ElasticAgent {
   RunResult run_elastic();
   RunResult finish_failure(const Failure& failure);
   void announce_signal(int signal);
+  void record_failure(const Failure& failure);
+  Failure resolve_root_cause(const Failure& first);
   std::optional<RunResult> outsider(const RoundResult& round);
   void rendezvous();
   Outcome run_attempt();
@@ -103,6 +105,7 @@ class ElasticAgent {
   std::unique_ptr<Heartbeat> heartbeat_;
   bool store_lost_ = false;
   int lost_nodes_ = 0;  // nodes of the final attempt known dead
+  bool outcome_mine_ = false;  // this agent's failure ended the current attempt
   std::atomic<int> signal_{0};
 
   std::mutex watcher_mutex_;

@@ -545,8 +545,12 @@ ElasticAgent::Outcome ElasticAgent::run_attempt() {
     }
     if (late->kind != AgentEvent::Kind::kWorkerExited || late->attempt != attempt) continue;
     const auto& exit = late->exit;
-    if (exit.succeeded() || exit.signal == stop_signal || exit.signal == SIGKILL) continue;
+    if (exit.succeeded()) continue;
     auto error_file = fs::path(attempt_dir()) / std::to_string(exit.local_rank) / "error.json";
+    // One that our signal ended counts only if it had already failed on its own (it wrote its
+    // error file): it may have been busy exiting when the stop came.
+    const bool stopped_by_us = exit.signal == stop_signal || exit.signal == SIGKILL;
+    if (stopped_by_us && !fs::exists(error_file)) continue;
     record_failure(worker_failure(exit, error_file.string(), ctx_.host, r.group_rank, attempt));
   }
   heartbeat_.reset();

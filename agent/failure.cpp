@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -55,21 +56,31 @@ Failure Failure::from_json(const std::string& text) {
   }
 }
 
-bool read_error_file(const std::string& path, std::string& message, std::string& traceback) {
+std::optional<ErrorFile> read_error_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return false;
+  if (!in) return std::nullopt;
   try {
     auto j = json::parse(in);
     const auto& m = j.at("message");
+    ErrorFile out;
     if (m.is_string()) {
-      message = m.get<std::string>();
-      return true;
+      out.message = m.get<std::string>();
+      return out;
     }
-    message = m.value("message", "");
-    if (m.contains("extraInfo")) traceback = m["extraInfo"].value("py_callstack", "");
-    return true;
+    out.message = m.value("message", "");
+    if (m.contains("extraInfo")) {
+      const auto& extra = m["extraInfo"];
+      out.traceback = extra.value("py_callstack", "");
+      if (extra.contains("timestamp")) {
+        const auto& ts = extra["timestamp"];
+        // torchrun writes whole seconds as a string; ddp_resnet adds milliseconds.
+        out.timestamp = ts.is_string() ? std::strtod(ts.get<std::string>().c_str(), nullptr)
+                                       : ts.get<double>();
+      }
+    }
+    return out;
   } catch (const json::exception&) {
-    return false;
+    return std::nullopt;
   }
 }
 
@@ -89,7 +100,13 @@ Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
                     std::chrono::system_clock::now().time_since_epoch()).count() -
                 std::chrono::duration<double>(Clock::now() - exit.when).count();
   f.stderr_tail = exit.stderr_tail;
-  if (!error_file.empty()) read_error_file(error_file, f.message, f.traceback);
+  if (auto file = error_file.empty() ? std::nullopt : read_error_file(error_file)) {
+    f.message = file->message;
+    f.traceback = file->traceback;
+    // Whole-second stamps (Python's) round down, so they can only move the time earlier by
+    // less than a second; a stamp from the future (clock skew) is ignored.
+    if (file->timestamp > 0 && file->timestamp < f.unix_time) f.unix_time = file->timestamp;
+  }
   return f;
 }
 

@@ -3,6 +3,7 @@
 // with everything an operator needs to find it. Shared between agents as JSON.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,13 +34,21 @@ struct Failure {
   static Failure from_json(const std::string& text);
 };
 
-// Builds the failure of a worker that exited, reading its error file if one was written.
+// Builds the failure of a worker that exited, reading its error file if one was written. Its
+// time is when the worker failed: the error file's timestamp when it is earlier than the exit
+// (a worker's teardown can take a while, and its peers may fail meanwhile).
 Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
                        const std::string& host, int node, int attempt);
 
+// What a worker's error file says.
+struct ErrorFile {
+  std::string message;
+  std::string traceback;
+  double timestamp = 0;  // unix seconds when the worker failed, 0 when not given
+};
 // Reads torchrun's error file format (both the nested and the older flat "message" forms).
-// Returns false when the file does not exist or cannot be parsed.
-bool read_error_file(const std::string& path, std::string& message, std::string& traceback);
+// Returns nullopt when the file does not exist or cannot be parsed.
+std::optional<ErrorFile> read_error_file(const std::string& path);
 
 // The readable multi-line block every agent prints once about the root cause.
 std::string format_root_cause(const Failure& failure, int world_size);

@@ -26,18 +26,22 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const InjectedFailure& e) {
     std::fprintf(stderr, "ddp_resnet: %s\n", e.what());
+    write_error_file("InjectedFailure", e.what(), e.unix_time());
     return kExitInjectedFailure;
   } catch (const OutOfSyncError& e) {
     std::fprintf(stderr, "ddp_resnet: %s\n", e.what());
+    write_error_file("OutOfSyncError", e.what(), e.unix_time());
     return kExitOutOfSync;
   } catch (const ddprun::ConfigError& e) {
     std::fprintf(stderr, "ddp_resnet: %s (%s)\n", e.what(), error_context().c_str());
     return kExitUsage;
   } catch (const WorkerError& e) {  // already says where
     std::fprintf(stderr, "ddp_resnet: %s\n", e.what());
+    write_error_file("WorkerError", e.what(), e.unix_time());
     return kExitWorkerError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_resnet: error on %s: %s\n", error_context().c_str(), describe(e).c_str());
+    write_error_file("Error", error_context() + ": " + describe(e), unix_now());
     return kExitWorkerError;
   }
 }

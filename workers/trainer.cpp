@@ -268,9 +268,12 @@ void run_training(const Options& o, const DistEnv& env) {
     const std::int64_t first_step = run.position.epoch_step;
     for (; run.position.epoch_step < run.steps_per_epoch; ++run.position.epoch_step) {
       if (fail_here && run.position.global_step == *o.fail_at_step) {
-        throw InjectedFailure(fmt::format(
+        InjectedFailure failure(fmt::format(
             "injected failure (--fail_at_step {}) on {}, attempt {}: exiting with {}",
             *o.fail_at_step, error_context(), env.restart_count, kExitInjectedFailure));
+        // Now, before unwinding closes the process group under the peers' feet.
+        write_error_file("InjectedFailure", failure.what(), failure.unix_time());
+        throw failure;
       }
       const auto begin = static_cast<std::size_t>(run.position.epoch_step * o.batch_size);
       const auto count = std::min(static_cast<std::size_t>(o.batch_size), indices.size() - begin);

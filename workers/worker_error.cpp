@@ -2,8 +2,16 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace ddprun::workers {
 namespace {
@@ -18,6 +26,31 @@ std::string base_name(const char* path) {
 }
 
 }  // namespace
+
+WorkerError::WorkerError(const std::string& what) : Error(what), unix_time_(unix_now()) {}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void write_error_file(const std::string& type, const std::string& message, double unix_time) {
+  static std::atomic<bool> written{false};
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (!path || !*path || written.exchange(true)) return;
+  nlohmann::json j = {
+      {"message",
+       {{"message", type + ": " + message},
+        {"extraInfo", {{"py_callstack", ""}, {"timestamp", fmt::format("{:.3f}", unix_time)}}}}}};
+  // Written aside and renamed, so a reader never sees half a file.
+  const std::string tmp = std::string(path) + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+}
 
 void set_error_context(std::string host, int rank) {
   g_host = std::move(host);

@@ -18,7 +18,13 @@ namespace ddprun::workers {
 
 class WorkerError : public Error {
  public:
-  using Error::Error;
+  explicit WorkerError(const std::string& what);
+  // When the failure happened (wall clock, seconds): taken at construction, before unwinding
+  // tears down the process group and peers start failing too.
+  double unix_time() const { return unix_time_; }
+
+ private:
+  double unix_time_;
 };
 
 // --verify_sync found parameters that differ between ranks.
@@ -32,6 +38,13 @@ class InjectedFailure : public WorkerError {
  public:
   using WorkerError::WorkerError;
 };
+
+// Writes torchrun's error file ($TORCHELASTIC_ERROR_FILE, if set) once per process:
+// {"message": {"message": "<type>: <text>", "extraInfo": {"py_callstack": "", "timestamp":
+// "<unix seconds>"}}}. The agent reads it to name the root cause, and uses the timestamp to
+// tell the first failure from the knock-on failures of its peers. Later calls do nothing.
+void write_error_file(const std::string& type, const std::string& message, double unix_time);
+double unix_now();
 
 // Who this process is, for every error message. Set once, early in main; until then messages
 // say "rank ?" and the host name. Not thread-safe to set; safe to read.

@@ -20,6 +20,9 @@
 //   env                  write the environment as KEY=VALUE lines to $FAKE_ENV_DIR/env_<RANK>.txt
 //   sleep:MS             sleep MS milliseconds, exit 0
 //   error_file:N         write torchrun's error-file JSON to $TORCHELASTIC_ERROR_FILE, exit N
+//   error_file_slow:N:MS like error_file (a timestamp with milliseconds), but take MS milliseconds
+//                        to exit, as a worker with a slow teardown does
+//   sleep_exit:MS:N      sleep MS milliseconds, then exit N (a knock-on failure, a little later)
 // In every mode, when FAKE_TOUCH_DIR is set, $FAKE_TOUCH_DIR/started_<RANK>_<RESTART_COUNT> is
 // created first. Files that tests read are written under a temporary name and renamed, so a
 // reader never sees a partial file.
@@ -177,16 +180,31 @@ void print_lines(int count) {
   std::_Exit(0);
 }
 
-[[noreturn]] void error_file_mode(int code) {
+void write_error_file(const std::string& timestamp) {
   const std::string path = env_or("TORCHELASTIC_ERROR_FILE", "");
   if (!path.empty()) {
     // The JSON escapes (\n, \") are part of the file's text, as Python's json.dump writes them.
     const std::string json =
         R"({"message": {"message": "RuntimeError: fake failure on rank )" + rank() +
         R"(", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"fake.py\", line 1\nRuntimeError: fake failure", "timestamp": ")" +
-        std::to_string(std::time(nullptr)) + R"("}}})";
+        timestamp + R"("}}})";
     write_file_atomically(path, json);
   }
+}
+
+[[noreturn]] void error_file_mode(int code) {
+  write_error_file(std::to_string(std::time(nullptr)));
+  std::_Exit(code);
+}
+
+[[noreturn]] void error_file_slow_mode(int code, int ms) {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  char stamp[64];
+  std::snprintf(stamp, sizeof(stamp), "%lld.%03ld", static_cast<long long>(now.tv_sec),
+                now.tv_nsec / 1'000'000);
+  write_error_file(stamp);
+  sleep_ms(ms);
   std::_Exit(code);
 }
 
@@ -243,6 +261,13 @@ int number(std::string_view mode, std::string_view text) {
     std::_Exit(0);
   }
   if (name == "error_file" && args == 1) error_file_mode(number(mode, parts[1]));
+  if (name == "error_file_slow" && args == 2) {
+    error_file_slow_mode(number(mode, parts[1]), number(mode, parts[2]));
+  }
+  if (name == "sleep_exit" && args == 2) {
+    sleep_ms(number(mode, parts[1]));
+    std::_Exit(number(mode, parts[2]));
+  }
   unknown(mode);
 }
 

@@ -304,3 +304,23 @@ TEST_CASE("ddprun: static mode notices a dead node and stops instead of hanging"
   CHECK_THAT(node0.output(), Catch::Contains("node 1 (" ));
   CHECK_THAT(node0.output(), Catch::Contains("stopped sending heartbeats"));
 }
+
+TEST_CASE("ddprun: the root cause is the earliest failure and not the first reported",
+          "[launcher]") {
+  // Rank 1 fails first but takes 2 s to exit (a slow teardown); rank 0 fails 300 ms later as a
+  // knock-on and exits at once, so its agent reports first. Both agents must blame rank 1.
+  auto port = port_arg(free_port());
+  DdprunProcess node0(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=0", port,
+                            "--shutdown-timeout=5"}),
+                      {{"FAKE_MODE", "sleep_exit:300:1"}});
+  DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
+                            "--shutdown-timeout=5"}),
+                      {{"FAKE_MODE", "error_file_slow:9:2000"}});
+  CHECK(node0.wait() != 0);
+  CHECK(node1.wait() != 0);
+  for (auto* p : {&node0, &node1}) {
+    auto out = p->output();
+    CHECK_THAT(out, Catch::Contains("rank        1 of 2"));
+    CHECK_THAT(out, Catch::Contains("RuntimeError: fake failure on rank 1"));
+  }
+}

@@ -106,28 +106,31 @@ Verdict check(const std::vector<Series>& all, const Series& s) {
   const double m = median(s.samples);
   Verdict v{fmt::format("{} {}", num(m), s.unit), ""};
   std::vector<std::string> missed;
+  std::string unmeasured;
   if (s.target_max && m > *s.target_max) {
     missed.push_back(fmt::format("median {} {} is {} {} over {} {} ({:.1f}x the target)", num(m),
                                  s.unit, num(m - *s.target_max), s.unit, num(*s.target_max),
                                  s.unit, m / *s.target_max));
   }
   if (!s.target_vs.empty()) {
-    const Series* other = find(all, s, s.target_vs);
-    if (!other) {
-      return {v.measured, fmt::format("not measured: no '{}' series to compare with", s.target_vs)};
-    }
-    const double r = advantage(s, *other);
-    v.measured += fmt::format("; {:.2f}x {}", r, s.target_vs);
-    if (r < s.target_ratio) {
-      missed.push_back(fmt::format("{:.2f}x, needs {:.1f}x ({:.0f}% short)", r, s.target_ratio,
-                                   100 * (1 - r / s.target_ratio)));
+    if (const Series* other = find(all, s, s.target_vs)) {
+      const double r = advantage(s, *other);
+      v.measured += fmt::format("; {:.2f}x {}", r, s.target_vs);
+      if (r < s.target_ratio) {
+        missed.push_back(fmt::format("{:.2f}x, needs {:.1f}x ({:.0f}% short)", r, s.target_ratio,
+                                     100 * (1 - r / s.target_ratio)));
+      }
+    } else {
+      unmeasured = fmt::format("the ratio is not measured (no '{}' series)", s.target_vs);
     }
   }
-  if (missed.empty()) {
-    v.result = "**met**";
-  } else {
+  if (!missed.empty()) {
     v.result = "**missed**: " + missed.front();
     for (std::size_t i = 1; i < missed.size(); ++i) v.result += "; " + missed[i];
+  } else if (!unmeasured.empty()) {
+    v.result = s.target_max ? "**met** for the limit; " + unmeasured : "not measured: " + unmeasured;
+  } else {
+    v.result = "**met**";
   }
   return v;
 }
@@ -158,7 +161,7 @@ void write_figure(std::ostream& out, int figure, const std::vector<Series>& all)
     out << fmt::format("**{}**\n\n", c);
     out << "| metric | subject | median | min | max | ratio |\n|---|---|--:|--:|--:|---|\n";
     std::map<std::string, const Series*> first;  // per metric: the row ratios refer to
-    std::vector<std::string> notes;
+    std::vector<std::pair<std::string, std::string>> notes;  // note, the metrics it is about
     for (const auto& s : all) {
       if (s.figure != figure || s.case_name != c) continue;
       if (!first.count(s.metric)) first[s.metric] = &s;
@@ -182,8 +185,13 @@ void write_figure(std::ostream& out, int figure, const std::vector<Series>& all)
                          num(*std::min_element(s.samples.begin(), s.samples.end())),
                          num(*std::max_element(s.samples.begin(), s.samples.end())), ratio);
       if (!s.note.empty()) {
-        auto note = fmt::format("{}: {}", s.metric, s.note);
-        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+        auto it = std::find_if(notes.begin(), notes.end(),
+                               [&](const auto& n) { return n.first == s.note; });
+        if (it == notes.end()) {
+          notes.emplace_back(s.note, s.metric);
+        } else if (it->second.find(s.metric) == std::string::npos) {
+          it->second += ", " + s.metric;
+        }
       }
     }
     out << "\n";
@@ -194,7 +202,7 @@ void write_figure(std::ostream& out, int figure, const std::vector<Series>& all)
                          s.target_text, v.measured, v.result);
     }
     if (!notes.empty()) {
-      for (const auto& n : notes) out << "- " << n << "\n";
+      for (const auto& [note, metrics] : notes) out << "- " << metrics << ": " << note << "\n";
       out << "\n";
     }
   }
@@ -246,12 +254,15 @@ int main(int argc, char** argv) {
         out << fmt::format("| {} | {} |\n", line.substr(0, tab), line.substr(tab + 1));
       }
     }
-    out << "\n## Targets\n\n| # | subject | target | measured | result |\n|---|---|---|---|---|\n";
-    for (const auto& s : all) {
-      if (s.target_text.empty()) continue;
-      auto v = check(all, s);
-      out << fmt::format("| {} | {} | {} | {} | {} |\n", s.figure, s.subject,
-                         s.target_text.empty() ? "-" : s.target_text, v.measured, v.result);
+    out << "\n## Targets\n\n| # | case | subject | target | measured | result |\n"
+           "|---|---|---|---|---|---|\n";
+    for (int f = 1; f <= 9; ++f) {
+      for (const auto& s : all) {
+        if (s.figure != f || s.target_text.empty()) continue;
+        auto v = check(all, s);
+        out << fmt::format("| {} | {} | {} | {} | {} | {} |\n", s.figure, s.case_name, s.subject,
+                           s.target_text, v.measured, v.result);
+      }
     }
     out << "\n";
     if (!analysis.empty()) out << analysis << "\n\n";

@@ -8,7 +8,9 @@
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
 #            --figures 1,2,...  (only these)  --budget SECONDS (default 870: optional parts are
-#            skipped when they would not fit)
+#            skipped when they would not fit)  --keep-results DIR (keep the raw series and the
+#            machine description there)  --report-only DIR (measure nothing: write the report
+#            from a kept DIR)
 #
 # Timings need a quiet machine: run it while no compile runs, e.g.
 #   flock /tmp/ddprun-build.lock scripts/bench.sh
@@ -24,6 +26,8 @@ do_build=1
 figures=1,2,3,4,5,6,7,8,9
 budget=870
 python=${PYTHON:-/usr/bin/python3}
+keep_results=
+report_only=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -36,7 +40,11 @@ while [[ $# -gt 0 ]]; do
     --figures=*) figures=${1#*=} ;;
     --budget) budget=$2; shift ;;
     --budget=*) budget=${1#*=} ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --keep-results) keep_results=$2; shift ;;
+    --keep-results=*) keep_results=${1#*=} ;;
+    --report-only) report_only=$2; shift ;;
+    --report-only=*) report_only=${1#*=} ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -54,6 +62,19 @@ store=$build/rendezvous/ddprun-store
 for f in "$ddprun" "$store" "$b/bench_worker" "$b/bench_launch" "$b/bench_report"; do
   [[ -x $f ]] || { echo "bench.sh: $f is missing; build the bench_programs target" >&2; exit 2; }
 done
+
+# The report from a directory holding results.jsonl, machine.tsv and report.args.
+report() {
+  mkdir -p "$(dirname "$output")"
+  # shellcheck disable=SC2046  # report.args holds plain words
+  "$b/bench_report" --results "$1/results.jsonl" --machine "$1/machine.tsv" --output "$output" \
+    $(cat "$1/report.args")
+}
+if [[ -n $report_only ]]; then
+  report "$report_only"
+  echo "== wrote $output from $report_only"
+  exit 0
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ddprun-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -173,11 +194,15 @@ git diff --quiet HEAD -- 2>/dev/null || git_rev="$git_rev (with uncommitted chan
   printf 'build\t%s\n' "$(grep -m1 '^CMAKE_BUILD_TYPE:' "$build/CMakeCache.txt" | cut -d= -f2)"
   printf 'ddprun\t%s, git %s\n' "$("$ddprun" --version)" "$git_rev"
   printf 'torchrun\t%s\n' "${torch_version:+torch $torch_version (Debian python3-torch $(dpkg-query -W -f='${Version}' python3-torch 2>/dev/null)), $("$python" --version 2>&1), always with -r 1 -t 1}"
-  printf 'load average at start\t%s\n' "$load_at_start"
+  [[ $quick = 1 ]] || printf 'training programs\t%s, %s\n' "${DDP_RESNET:-$build/workers/ddp_resnet}" scripts/reference_ddp.py
+  printf 'load average at start, at end\t%s; %s\n' "$load_at_start" "$(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$work/machine.tsv" 2>/dev/null || true
-mkdir -p "$(dirname "$output")"
-"$b/bench_report" --results "$results" --machine "$work/machine.tsv" --output "$output" \
-  --mode "$([[ $quick = 1 ]] && echo quick || echo full)" "${report_runs[@]}" \
-  --elapsed $((SECONDS - start))
+echo "--mode $([[ $quick = 1 ]] && echo quick || echo full) ${report_runs[*]} --elapsed $((SECONDS - start))" \
+  > "$work/report.args"
+report "$work"
+if [[ -n $keep_results ]]; then
+  mkdir -p "$keep_results"
+  cp "$work/results.jsonl" "$work/machine.tsv" "$work/report.args" "$keep_results/"
+fi
 echo "== wrote $output ($((SECONDS - start)) s)"
 exit $status

@@ -224,9 +224,12 @@ RunResult ElasticAgent::run_elastic() {
     prefix_ = fmt::format("r/{}", round);
     attempt_ = joined.failures;
     rdzv_.ranks = joined.ranks;
-    rdzv_.nodes.clear();
-    for (const auto& n : joined.nodes) rdzv_.nodes.push_back(NodeInfo{n.host, n.nproc, 0});
-    master_addr_ = joined.nodes.at(0).host;
+    // Only the hosts this node needs: group rank 0's (the master) and the one it watches.
+    rdzv_.nodes.assign(static_cast<std::size_t>(joined.members), NodeInfo{});
+    rdzv_.nodes[0].host = joined.master_host;
+    rdzv_.nodes[static_cast<std::size_t>((joined.ranks.group_rank + 1) % joined.members)].host =
+        joined.successor_host;
+    master_addr_ = joined.master_host;
     emit("rendezvous_completed", {{"round", round}, {"world_size", joined.ranks.world_size},
                                   {"members", joined.members}, {"group_rank", joined.ranks.group_rank},
                                   {"base_rank", joined.ranks.base_rank}});
@@ -688,7 +691,7 @@ void ElasticAgent::start_heartbeat() {
   auto on_dead = [this, outcome_key](int group_rank, Store& store) {
     Failure f = agent_failure(fmt::format(
         "node {} ({}) stopped sending heartbeats", group_rank,
-        group_rank < static_cast<int>(rdzv_.nodes.size()) ? rdzv_.nodes[group_rank].host : "?"));
+        group_rank < static_cast<int>(rdzv_.nodes.size()) ? rdzv_.nodes[static_cast<std::size_t>(group_rank)].host : "?"));
     // Elastic: the others re-form without it. Static: the node count is fixed, so the job
     // cannot go on; every node stops now instead of hanging in a collective.
     f.kind = config_.is_static() ? Failure::Kind::kAgent : Failure::Kind::kMembership;

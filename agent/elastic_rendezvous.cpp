@@ -67,9 +67,13 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
                result.slot, o.min_nodes, o.max_nodes);
 
   const auto closed_key = round_key(round, "closed");
-  // Closing names the member slots explicitly: a node that took a slot and died before
-  // publishing its descriptor is left out instead of stalling everyone.
+  // The closer (one node, chosen by compare_set on "closing") reads every descriptor once,
+  // computes the order and the ranks, writes each member its own assignment, and only then
+  // publishes "closed". Every other node reads two small keys: O(n) traffic in all, not O(n^2).
+  // Members are the slots that had published a descriptor, so a joiner that died half-way is
+  // left out instead of stalling everyone.
   auto close_with = [&](int joined) {
+    if (store.compare_set(round_key(round, "closing"), "", self.id, op()) != self.id) return;
     const int candidates = std::min(joined, o.max_nodes);
     std::vector<std::string> keys;
     for (int s = 0; s < candidates; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
@@ -81,17 +85,43 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
     } catch (const TimeoutError&) {
       for (std::size_t i = 0; i < keys.size(); ++i) records[i] = store.try_get(keys[i], op());
     }
-    json slots = json::array();
+    std::vector<std::pair<int, ElasticNode>> members;
     int failures = 0;
     for (std::size_t i = 0; i < records.size(); ++i) {
       if (!records[i]) {
         spdlog::warn("rendezvous: round {} slot {} never published its node; left out", round, i);
         continue;
       }
-      slots.push_back(i);
-      failures = std::max(failures, node_from_json(*records[i]).failures);
+      members.emplace_back(static_cast<int>(i), node_from_json(*records[i]));
+      failures = std::max(failures, members.back().second.failures);
     }
-    store.compare_set(closed_key, "", json{{"slots", slots}, {"failures", failures}}.dump(), op());
+    // Stayers first in their old order, then newcomers in join order.
+    std::stable_sort(members.begin(), members.end(), [](const auto& a, const auto& b) {
+      auto order = [](const auto& e) {
+        return std::pair{e.second.prev_rank < 0 ? 1 : 0,
+                         e.second.prev_rank < 0 ? e.first : e.second.prev_rank};
+      };
+      return order(a) < order(b);
+    });
+    const int n = static_cast<int>(members.size());
+    int world_size = 0;
+    std::vector<std::string> assign_keys;
+    std::vector<std::string> assignments;
+    for (int g = 0; g < n; ++g) {
+      const auto& [slot, node] = members[static_cast<std::size_t>(g)];
+      assign_keys.push_back(round_key(round, fmt::format("assign/{}", slot)));
+      assignments.push_back(
+          json{{"group_rank", g}, {"base_rank", world_size},
+               {"successor_host", members[static_cast<std::size_t>((g + 1) % n)].second.host}}
+              .dump());
+      world_size += node.nproc;
+    }
+    if (n > 0) store.multi_set(assign_keys, assignments, op());
+    store.set(closed_key,
+              json{{"members", n}, {"world_size", world_size}, {"failures", failures},
+                   {"master_host", n > 0 ? members[0].second.host : std::string()}}
+                  .dump(),
+              op());
   };
   if (result.slot + 1 == o.max_nodes) {
     close_with(o.max_nodes);  // full: no reason to wait for anyone
@@ -113,42 +143,33 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
         "(store at {})",
         format_duration(Clock::now() - start), joined, round, o.min_nodes, store.describe()));
   }
-  std::vector<int> slots;
+  int world_size = 0;
   try {
     auto j = json::parse(closed);
-    slots = j.at("slots").get<std::vector<int>>();
+    result.members = j.at("members");
     result.failures = j.at("failures");
+    world_size = j.at("world_size");
+    result.master_host = j.at("master_host");
   } catch (const json::exception& e) {
     throw RendezvousError(fmt::format("malformed round record '{}': {}", closed, e.what()));
   }
-  result.members = static_cast<int>(slots.size());
-  result.member = std::find(slots.begin(), slots.end(), result.slot) != slots.end();
+  // Assignments are written before "closed": no assignment now means not a member.
+  auto assignment = store.try_get(round_key(round, fmt::format("assign/{}", result.slot)), op());
+  result.member = assignment.has_value();
   if (!result.member) return result;
-
-  std::vector<std::string> keys;
-  for (int s : slots) keys.push_back(round_key(round, fmt::format("node/{}", s)));
-  std::vector<std::pair<int, ElasticNode>> by_slot;
-  auto records = store.multi_get(keys, op());
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    by_slot.emplace_back(slots[i], node_from_json(records[i]));
+  int group_rank = 0;
+  try {
+    auto j = json::parse(*assignment);
+    group_rank = j.at("group_rank");
+    result.successor_host = j.at("successor_host");
+    result.ranks.base_rank = j.at("base_rank");
+  } catch (const json::exception& e) {
+    throw RendezvousError(fmt::format("malformed assignment '{}': {}", *assignment, e.what()));
   }
-  // Stayers first in their old order, then newcomers in join order: every node computes the
-  // same order from the same records.
-  std::stable_sort(by_slot.begin(), by_slot.end(), [](const auto& a, const auto& b) {
-    auto key = [](const auto& e) {
-      return std::pair{e.second.prev_rank < 0 ? 1 : 0, e.second.prev_rank < 0 ? e.first
-                                                                             : e.second.prev_rank};
-    };
-    return key(a) < key(b);
-  });
-  std::vector<int> sizes;
-  int group_rank = -1;
-  for (std::size_t i = 0; i < by_slot.size(); ++i) {
-    if (by_slot[i].first == result.slot) group_rank = static_cast<int>(i);
-    sizes.push_back(by_slot[i].second.nproc);
-    result.nodes.push_back(by_slot[i].second);
-  }
-  result.ranks = assign_ranks(sizes, group_rank);
+  result.ranks.group_rank = group_rank;
+  result.ranks.group_world_size = result.members;
+  result.ranks.local_world_size = self.nproc;
+  result.ranks.world_size = world_size;
   spdlog::info("rendezvous: round {} closed in {} with {} nodes; this node is group rank {} "
                "(ranks {}..{} of {})",
                round, format_duration(Clock::now() - start), result.members, group_rank,

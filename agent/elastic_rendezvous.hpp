@@ -4,17 +4,19 @@
 // A node takes a join slot in the current round with one atomic add and publishes its
 // descriptor under that slot. The MAX-th joiner closes the round at once; once MIN have joined,
 // every joiner from the MIN-th on waits out the last-call window and then closes the round
-// (compare_set: the first closer wins) with the list of slots that have published their
-// descriptor, so a joiner that died half-way is left out. Later joiners are too late for this
-// round. Total traffic is O(n):
-// one add and one set per node, one multi_get of the members, and server-side waits.
+// (compare_set: the first closer wins). The closer assigns ranks to the slots that published a
+// descriptor (a joiner that died half-way is left out) and writes each its assignment. Later
+// joiners are too late for this round. Total traffic is O(n): one add and one set per node,
+// one multi_get and one multi_set by the closer, two small reads per node, and server-side
+// waits.
 //
 // Group ranks are deterministic: nodes that were members of the previous round keep their
 // relative order, newcomers follow in join order.
 //
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
-// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closed" (the member slots
-// and the restart count, JSON).
+// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer),
+// "r/<r>/assign/<slot>" (a member's group rank and base rank), "r/<r>/closed" (member count,
+// world size, restart count, master host: JSON).
 
 #include <string>
 #include <vector>
@@ -47,8 +49,9 @@ struct RoundResult {
   int slot = 0;
   int members = 0;      // how many nodes the round has
   int failures = 0;     // restart count the round starts with (max over its members)
-  std::vector<ElasticNode> nodes;  // by group rank (members only)
-  NodeRanks ranks;                 // valid when member
+  NodeRanks ranks;               // valid when member
+  std::string master_host;       // group rank 0's address (MASTER_ADDR)
+  std::string successor_host;    // the member this node watches (group rank + 1)
 };
 
 // The round a newcomer should join now.

@@ -189,6 +189,7 @@ git diff --quiet HEAD -- 2>/dev/null || git_rev="$git_rev (with uncommitted chan
   printf 'cores\t%s\n' "$(nproc)"
   printf 'memory\t%s GiB\n' "$(awk '/MemTotal/ {printf "%.1f", $2/1048576}' /proc/meminfo)"
   printf 'kernel\t%s\n' "$(uname -r)"
+  # shellcheck disable=SC1091
   printf 'OS\t%s\n' "$(. /etc/os-release && echo "$PRETTY_NAME")"
   printf 'compiler\t%s\n' "$(c++ --version | head -1)"
   printf 'build\t%s\n' "$(grep -m1 '^CMAKE_BUILD_TYPE:' "$build/CMakeCache.txt" | cut -d= -f2)"

@@ -107,6 +107,8 @@ RunResult ElasticAgent::run_job() {
     result.exit_code = 128 + sig;
     result.reason = fmt::format("stopped by {}", signal_name(sig));
     announce_signal(sig);
+    // Say goodbye too, so that the agent serving the store does not wait for this one.
+    if (rendezvous_done_) leave();
     stop_signal = sig;
     grace = config_.shutdown_timeout;
   } catch (const TimeoutError& e) {
@@ -230,6 +232,7 @@ RunResult ElasticAgent::run_elastic() {
     rdzv_.nodes[static_cast<std::size_t>((joined.ranks.group_rank + 1) % joined.members)].host =
         joined.successor_host;
     master_addr_ = joined.master_host;
+    rendezvous_done_ = true;
     emit("rendezvous_completed", {{"round", round}, {"world_size", joined.ranks.world_size},
                                   {"members", joined.members}, {"group_rank", joined.ranks.group_rank},
                                   {"base_rank", joined.ranks.base_rank}});
@@ -327,6 +330,7 @@ void ElasticAgent::rendezvous() {
     }
     throw;
   }
+  rendezvous_done_ = true;
   emit("rendezvous_completed", {{"world_size", rdzv_.ranks.world_size},
                                 {"base_rank", rdzv_.ranks.base_rank},
                                 {"local_world_size", rdzv_.ranks.local_world_size}});

@@ -104,6 +104,7 @@ class ElasticAgent {
   std::string master_addr_;
   std::unique_ptr<Heartbeat> heartbeat_;
   bool store_lost_ = false;
+  bool rendezvous_done_ = false;  // ranks are known: leaving must be announced
   int lost_nodes_ = 0;  // nodes of the final attempt known dead
   bool outcome_mine_ = false;  // this agent's failure ended the current attempt
   std::atomic<int> signal_{0};

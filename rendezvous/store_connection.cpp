@@ -75,11 +75,19 @@ void Connection::on_read(boost::system::error_code ec, std::size_t bytes) {
 
 void Connection::arm_stall_timer() {
   // Only a partly received frame is a stall; an idle connection between requests is normal
-  // (agents keep their connection for the whole job).
-  if (buffer_.empty() || busy_) {
-    stall_timer_.cancel();
+  // (agents keep their connection for the whole job). The timer is touched only when that
+  // changes: arming and cancelling it on every request would cost more than the request.
+  const bool partial = !buffer_.empty() && !busy_;
+  if (!partial) {
+    if (stall_armed_) {
+      stall_armed_ = false;
+      stall_timer_.cancel();
+    }
     return;
   }
+  if (stall_armed_ && stall_size_ == buffer_.size()) return;
+  stall_armed_ = true;
+  stall_size_ = buffer_.size();
   stall_timer_.expires_after(context_.read_timeout);
   stall_timer_.async_wait([self = shared_from_this(), size = buffer_.size()](
                               boost::system::error_code ec) {

@@ -53,6 +53,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool greeted_ = false;
   bool busy_ = false;    // a request is waiting for keys or its response is being written
   bool closed_ = false;
+  bool stall_armed_ = false;   // the stall timer is running
+  std::size_t stall_size_ = 0; // bytes pending when it was armed
   StoreState::WaiterId waiter_ = 0;
   std::string buffer_;   // received, not yet processed
   std::string outgoing_;

@@ -57,8 +57,8 @@ const std::map<int, FigureText>& figure_texts() {
            "3 elastic agents (`--nnodes=2:3`, c10d backend, one worker each); a random moment "
            "within one keep-alive interval after the round formed, the harness takes "
            "CLOCK_MONOTONIC and SIGKILLs the third agent (not the store's host). Times from "
-           "the survivors' --events-file. torchrun has no equivalent (its agents do not notice "
-           "a dead peer; only joiners trigger a re-rendezvous), so there is no comparison."}},
+           "the survivors' --events-file. No torchrun comparison: its agents do not notice a "
+           "dead peer, only joiners trigger a re-rendezvous (docs/torchrun-contract.md)."}},
       {8, {"Training throughput, CPU",
            "ResNet-18, 32x32 synthetic, batch 32 per rank, 2 ranks, Gloo: `ddp_resnet` vs "
            "`scripts/reference_ddp.py`, both under ddprun with the same OMP_NUM_THREADS."}},

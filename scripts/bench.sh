@@ -52,6 +52,10 @@ done
 [[ $output = /* ]] || output=$root/$output
 [[ $build = /* ]] || build=$root/$build
 
+# What the binaries are built from: the commit, and whether the working tree differs from it
+# (taken before the build; the tree may change while the suite runs).
+git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- 2>/dev/null || git_rev="$git_rev (with uncommitted changes)"
 if [[ $do_build = 1 ]]; then
   [[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$build" -j "$(nproc)" --target bench_programs >/dev/null
@@ -181,8 +185,6 @@ if want 7 && [[ $quick = 0 ]]; then
   fi
 fi
 
-git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- 2>/dev/null || git_rev="$git_rev (with uncommitted changes)"
 {
   printf 'date\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
   printf 'CPU\t%s\n' "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"

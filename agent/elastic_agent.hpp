@@ -66,6 +66,10 @@ class ElasticAgent {
   void on_signal(int signal);
 
  private:
+  static constexpr const char* kSuccess = "success";
+  // A failure for any reason but a worker's exit ends the job: it is not retried.
+  static bool retryable(const Failure& f) { return f.kind == Failure::Kind::kWorker; }
+
   struct Outcome {
     bool success = false;
     Failure failure;
@@ -74,7 +78,9 @@ class ElasticAgent {
   RunResult run_job();
   RunResult run_static();
   RunResult run_elastic();
+  RunResult finish_success();
   RunResult finish_failure(const Failure& failure);
+  void log_restart(const Failure& failure) const;
   void announce_signal(int signal);
   void record_failure(const Failure& failure);
   Failure resolve_root_cause(const Failure& first);

@@ -1,29 +1,24 @@
 // bench_rendezvous: figure 6, the elastic rendezvous at scale. N simulated agents, each a
-// thread of this process with its own TcpStoreClient (a real connection), run the real
-// protocol (agent/elastic_rendezvous.hpp join_round) against one ddprun-store in another
-// process, with --nnodes=N:N, so the round closes when the N-th joins. Timed from the moment
-// all N (already connected) are released: when the round's "closed" record appears (seen by
-// one extra watcher connection), and when the last agent has its rank.
-//
-// Thousands of threads on 2 cores: every thread of this process (the agents', and the resolver
-// thread Asio starts per client) gets a 256 KiB stack, and RLIMIT_NOFILE is raised.
+// thread with its own TcpStoreClient (a real connection), run the real protocol
+// (agent/elastic_rendezvous.hpp join_round) against one ddprun-store process, with
+// --nnodes=N:N, so the round closes when the N-th joins. The agents live in as few processes
+// as RLIMIT_NOFILE allows (rendezvous_agents.hpp; one process up to ~3000 agents with a limit
+// of 20000). Timed from the release of all N connected agents: until the round's "closed"
+// record appears (seen by a watcher connection), and until the last agent has its rank.
 
-#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
+#include <fstream>
 #include <memory>
-#include <mutex>
-#include <thread>
+#include <sstream>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "agent/elastic_rendezvous.hpp"
 #include "bench/bench_cli.hpp"
 #include "bench/process.hpp"
+#include "bench/rendezvous_agents.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
 #include "rendezvous/tcp_store_client.hpp"
@@ -34,12 +29,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t kStackBytes = 256 * 1024;
-
 struct RunTimes {
-  double connect_s = 0;  // all N clients connected (threads started in parallel)
+  double connect_s = 0;  // agent processes started and all N clients connected
   double closed_s = 0;   // release to the round's "closed" record
   double all_s = 0;      // release to the last agent holding its rank
+  int processes = 0;
 };
 
 std::unique_ptr<TcpStoreClient> connect(std::uint16_t port, const std::string& run_id) {
@@ -47,83 +41,84 @@ std::unique_ptr<TcpStoreClient> connect(std::uint16_t port, const std::string& r
   o.host = "127.0.0.1";
   o.port = port;
   o.run_id = run_id;
-  return std::make_unique<TcpStoreClient>(o, Deadline::after(120s));
+  return std::make_unique<TcpStoreClient>(o, Deadline::after(60s));
 }
 
-RunTimes run_once(int n, std::uint16_t port, const std::string& run_id) {
-  ElasticRendezvousOptions options;
-  options.min_nodes = n;
-  options.max_nodes = n;
-  options.join_timeout = 300s;
-  options.last_call_timeout = 30s;
-  options.read_timeout = 300s;
+struct Context {
+  std::string self;
+  std::uint16_t port = 0;
+  std::string run_id;
+  int per_process = 0;
+  TempDir* dir = nullptr;
+};
 
-  std::mutex mutex;
-  std::condition_variable cv;
-  int connected = 0;
-  bool go = false;
-  std::vector<double> done(static_cast<std::size_t>(n), 0);
-  std::vector<int> ranks(static_cast<std::size_t>(n), -1);
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(n));
-  const double connect_start = mono_now();
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      const auto idx = static_cast<std::size_t>(i);
-      try {
-        auto store = connect(port, run_id);
-        {
-          std::unique_lock lock(mutex);
-          ++connected;
-          cv.notify_all();
-          cv.wait(lock, [&] { return go; });
-        }
-        ElasticNode self;
-        self.id = fmt::format("bench-agent-{}:{}", getpid(), i);
-        self.host = "127.0.0.1";
-        self.nproc = 1;
-        auto r = join_round(*store, 0, self, options);
-        done[idx] = mono_now();
-        ranks[idx] = r.member ? r.ranks.group_rank : -2;
-      } catch (const std::exception& e) {
-        errors[idx] = e.what();
-        std::lock_guard lock(mutex);
-        ++connected;  // so that the release never waits for a thread that failed
-        cv.notify_all();
+// Blocks in `call` (a store wait) in slices of one second, failing as soon as an agent process
+// has exited; gives up after `limit`.
+void await(const std::function<void(Deadline)>& call, std::vector<std::unique_ptr<Child>>& procs,
+           const std::vector<std::string>& logs, std::chrono::seconds limit, const char* what) {
+  const auto end = Clock::now() + limit;
+  while (true) {
+    try {
+      call(Deadline::after(1s));
+      return;
+    } catch (const TimeoutError&) {
+    }
+    for (std::size_t p = 0; p < procs.size(); ++p) {
+      if (procs[p]->wait_for(0ms)) {
+        throw Error(fmt::format("agent process {} exited while waiting for {}:\n{}", p, what,
+                                tail(logs[p], 5)));
       }
-    });
+    }
+    if (Clock::now() > end) throw TimeoutError(fmt::format("no {} after {} s", what, limit.count()));
   }
-  auto watcher = connect(port, run_id);
-  {
-    std::unique_lock lock(mutex);
-    cv.wait(lock, [&] { return connected == n; });
-  }
+}
+
+RunTimes run_once(const Context& c, int n) {
   RunTimes t;
+  t.processes = (n + c.per_process - 1) / c.per_process;
+  auto sync = connect(c.port, c.run_id + "-sync");
+  auto watcher = connect(c.port, c.run_id);
+  std::vector<std::unique_ptr<Child>> procs;
+  std::vector<std::string> logs, rank_files;
+  const double spawned = mono_now();
+  for (int p = 0, first = 0; p < t.processes; ++p) {
+    const int count = n / t.processes + (p < n % t.processes ? 1 : 0);
+    logs.push_back(c.dir->file(fmt::format("{}-agents{}.log", c.run_id, p)));
+    rank_files.push_back(c.dir->file(fmt::format("{}-ranks{}", c.run_id, p)));
+    procs.push_back(std::make_unique<Child>(SpawnSpec{
+        {c.self, "--agent-process", "--port", std::to_string(c.port), "--run-id", c.run_id,
+         "--first", std::to_string(first), "--count", std::to_string(count), "--total",
+         std::to_string(n), "--ranks-file", rank_files.back()},
+        {}, logs.back()}));
+    first += count;
+  }
+  await([&](Deadline d) { sync->wait({"all_ready"}, d); }, procs, logs, 180s, "all agents ready");
   const double start = mono_now();
-  t.connect_s = start - connect_start;
-  {
-    std::lock_guard lock(mutex);
-    go = true;
-  }
-  cv.notify_all();
-  (void)watcher->get(round_key(0, "closed"), Deadline::after(300s));
+  t.connect_s = start - spawned;
+  sync->set("go", "1", Deadline::after(10s));
+  await([&](Deadline d) { (void)watcher->get(round_key(0, "closed"), d); }, procs, logs, 180s,
+        "the round to close");
   t.closed_s = mono_now() - start;
-  for (auto& th : threads) th.join();
+  double last = 0;
+  std::vector<int> ranks;
+  for (std::size_t p = 0; p < procs.size(); ++p) {
+    const int code = exit_code(procs[p]->wait(180s));
+    const auto out = read_text(logs[p]);
+    const auto at = out.find("RESULT ");
+    if (code != 0 || at == std::string::npos) {
+      throw Error(fmt::format("agent process {} exited {}:\n{}", p, code, tail(logs[p], 5)));
+    }
+    last = std::max(last, std::strtod(out.c_str() + at + 7, nullptr));
+    std::ifstream in(rank_files[p]);
+    for (int r = 0; in >> r;) ranks.push_back(r);
+  }
+  t.all_s = last - start;
+  std::sort(ranks.begin(), ranks.end());
   for (int i = 0; i < n; ++i) {
-    if (!errors[static_cast<std::size_t>(i)].empty()) {
-      throw Error(fmt::format("agent {} of {}: {}", i, n, errors[static_cast<std::size_t>(i)]));
+    if (static_cast<int>(ranks.size()) != n || ranks[static_cast<std::size_t>(i)] != i) {
+      throw Error(fmt::format("{} agents: the group ranks are not 0..{}", n, n - 1));
     }
   }
-  auto sorted = ranks;
-  std::sort(sorted.begin(), sorted.end());
-  for (int i = 0; i < n; ++i) {
-    if (sorted[static_cast<std::size_t>(i)] != i) {
-      throw Error(fmt::format("{} agents: group ranks are not 0..{} (rank {} at position {})", n,
-                              n - 1, sorted[static_cast<std::size_t>(i)], i));
-    }
-  }
-  t.all_s = *std::max_element(done.begin(), done.end()) - start;
   return t;
 }
 
@@ -134,66 +129,80 @@ int main(int argc, char** argv) {
   CommonOptions common;
   std::string store_binary;
   std::vector<int> agents{256, 1024, 4096};
-  add_common_options(app, common);
-  app.add_option("--store", store_binary, "the ddprun-store binary")->required();
+  bool agent_process = false;
+  AgentProcessOptions ap;
+  app.add_option("--results", common.results, "JSON-lines file the series are appended to");
+  app.add_option("--runs", common.runs, "recorded runs per series")->capture_default_str();
+  app.add_option("--warmup", common.warmup, "runs before those, not recorded")->capture_default_str();
+  app.add_option("--store", store_binary, "the ddprun-store binary");
   app.add_option("--agents", agents, "agent counts")->capture_default_str();
+  app.add_flag("--agent-process", agent_process, "(internal) run agents for a coordinator");
+  app.add_option("--port", ap.port, "(internal) the store's port");
+  app.add_option("--run-id", ap.run_id, "(internal) the rendezvous' run id");
+  app.add_option("--first", ap.first, "(internal) first agent of this process");
+  app.add_option("--count", ap.count, "(internal) agents in this process");
+  app.add_option("--total", ap.total, "(internal) agents in all");
+  app.add_option("--ranks-file", ap.ranks_file, "(internal) where the group ranks go");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (agent_process) return run_agent_process(ap);
   return guarded_main("bench_rendezvous", [&] {
-    // join_round logs two lines per agent at info; one agent per process would log them too,
-    // but 4096 agents writing to one stderr would measure the terminal.
-    spdlog::set_level(spdlog::level::warn);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, kStackBytes);
-    pthread_setattr_default_np(&attr);
-    pthread_attr_destroy(&attr);
+    if (common.results.empty() || store_binary.empty()) {
+      throw Error("--results and --store are required");
+    }
     const int most = *std::max_element(agents.begin(), agents.end());
-    // Per client: its socket, and the epoll and event fds of its io_context.
-    const long limit = raise_nofile(4L * most + 200);
+    // The store process inherits this limit and holds one descriptor per agent; the agent
+    // processes raise their own.
+    raise_nofile(most + 500);
+    const long limit = raise_nofile(0);
     TempDir dir("rendezvous");
+    Context c;
+    c.self = argv[0];
+    c.dir = &dir;
+    c.per_process = static_cast<int>(std::max(1L, (limit - 200) / kFdsPerAgent));
     for (int n : agents) {
-      if (limit < 4L * n + 100) {
-        throw Error(fmt::format("{} agents need about {} file descriptors; RLIMIT_NOFILE allows {}",
-                                n, 4L * n + 100, limit));
-      }
       Series all, closed, conn;
       all.figure = closed.figure = conn.figure = 6;
       all.case_name = closed.case_name = conn.case_name = fmt::format("{} agents", n);
       all.subject = closed.subject = conn.subject = "ddprun";
       all.unit = closed.unit = conn.unit = "s";
       all.metric = "release to every agent holding its rank";
-      all.note = "the figure: join_round returned in all N threads";
       if (n == 4096) {
         all.target_max = 3;
         all.target_text = "4096 agents in <= 3 s on 2 cores";
       }
       closed.metric = "release to the round closed";
       closed.note = "the N-th join closed the round (a watcher's get of r/0/closed)";
-      conn.metric = "connecting N clients (before the release)";
-      conn.note = "N threads connecting at once; not part of the figure";
+      conn.metric = "starting the agent processes, connecting N clients";
+      conn.note = "before the release; not part of the figure";
+      int processes = 0;
       repeat(common, [&](int i, bool recorded) {
-        const auto port = free_port();
+        c.port = free_port();
+        c.run_id = fmt::format("bench{}-{}", n, i);
         const auto log = dir.file(fmt::format("store-{}-{}.log", n, i));
-        Child server({{store_binary, "--host", "127.0.0.1", "--port", std::to_string(port),
+        Child server({{store_binary, "--host", "127.0.0.1", "--port", std::to_string(c.port),
                        "--log-level", "warn"}, {}, log});
         RunTimes t;
         try {
-          t = run_once(n, port, fmt::format("bench{}", i));
+          t = run_once(c, n);
         } catch (const std::exception& e) {
           dir.keep();
-          throw Error(fmt::format("{}; store output ({}):\n{}", e.what(), log, tail(log, 10)));
+          throw Error(fmt::format("{} agents: {}; store output ({}):\n{}", n, e.what(), log,
+                                  tail(log, 10)));
         }
         server.signal(SIGTERM);
         (void)server.wait_for(10s);
+        processes = t.processes;
         if (!recorded) return;
         all.samples.push_back(t.all_s);
         closed.samples.push_back(t.closed_s);
         conn.samples.push_back(t.connect_s);
       });
+      all.note = fmt::format("the figure: join_round returned in all N threads ({} process{}, "
+                             "RLIMIT_NOFILE {})", processes, processes == 1 ? "" : "es", limit);
       for (const auto* s : {&all, &closed, &conn}) append_series(common.results, *s);
     }
   });

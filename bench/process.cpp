@@ -56,6 +56,9 @@ Child::Child(const SpawnSpec& spec) : name_(spec.argv.empty() ? "?" : spec.argv.
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
                                    O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  // Nothing else is inherited: in particular not the build lock that `flock ... bench.sh`
+  // holds, which a child left behind would otherwise keep locked.
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);

@@ -20,7 +20,7 @@ struct SpawnSpec {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH
   // Set (or replace) in the child's environment, on top of this process's environment.
   std::vector<std::pair<std::string, std::string>> env;
-  // stdout and stderr are appended here; empty: /dev/null.
+  // stdout and stderr are appended here; empty: /dev/null. No other descriptor is inherited.
   std::string output;
 };
 

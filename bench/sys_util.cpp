@@ -37,9 +37,14 @@ std::uint16_t free_port() {
 long raise_nofile(long wanted) {
   rlimit lim{};
   getrlimit(RLIMIT_NOFILE, &lim);
-  if (lim.rlim_cur < static_cast<rlim_t>(wanted)) {
-    lim.rlim_cur = std::min(static_cast<rlim_t>(wanted), lim.rlim_max);
-    setrlimit(RLIMIT_NOFILE, &lim);
+  const auto want = static_cast<rlim_t>(wanted);
+  if (lim.rlim_cur < want) {
+    // Above the hard limit only with CAP_SYS_RESOURCE (root); otherwise up to the hard limit.
+    rlimit raised{want, std::max(want, lim.rlim_max)};
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+      lim.rlim_cur = std::min(want, lim.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &lim);
+    }
     getrlimit(RLIMIT_NOFILE, &lim);
   }
   return static_cast<long>(lim.rlim_cur);

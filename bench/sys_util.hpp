@@ -15,8 +15,8 @@ namespace ddprun::bench {
 // A TCP port that was free on 127.0.0.1 a moment ago.
 std::uint16_t free_port();
 
-// Raises RLIMIT_NOFILE's soft limit to at least `wanted` (up to the hard limit); returns the
-// soft limit now in force.
+// Raises RLIMIT_NOFILE's soft limit to at least `wanted` (past the hard limit when this process
+// may raise that, e.g. as root; else up to it); returns the soft limit now in force.
 long raise_nofile(long wanted);
 
 // A fresh directory under $TMPDIR (or /tmp), removed on destruction unless keep() was called.

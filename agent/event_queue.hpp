@@ -1,7 +1,8 @@
 #pragma once
 // What wakes the agent's main loop, from the threads that notice it: the runner's thread
-// (a worker exited), the outcome watcher (the job's attempt was decided, or the store is gone)
-// and the signal thread. Thread-safe; pop() waits on a condition variable, never polls.
+// (a worker exited), the outcome watcher (the round's outcome was decided, or the store is
+// gone), the keep-alive (a member stopped answering) and the signal thread. Thread-safe; pop()
+// waits on a condition variable, never polls.
 
 #include <condition_variable>
 #include <deque>
@@ -15,12 +16,13 @@
 namespace ddprun {
 
 struct AgentEvent {
-  enum class Kind { kWorkerExited, kOutcome, kSignal, kStoreLost };
+  enum class Kind { kWorkerExited, kOutcome, kSignal, kStoreLost, kNodeLost };
   Kind kind = Kind::kWorkerExited;
-  int attempt = 0;    // which attempt it belongs to (stale events are dropped)
+  int round = 0;      // which round it belongs to (stale events are dropped)
   WorkerExit exit;    // kWorkerExited
   std::string text;   // kOutcome: the outcome value; kStoreLost: the error
   int signal = 0;     // kSignal
+  int node = -1;      // kNodeLost: the group rank that stopped answering
 };
 
 class EventQueue {

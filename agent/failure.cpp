@@ -16,46 +16,6 @@ namespace ddprun {
 
 using nlohmann::json;
 
-std::string signal_name(int signal) {
-  const char* abbrev = sigabbrev_np(signal);
-  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
-}
-
-std::string Failure::to_json() const {
-  json j = {{"kind", static_cast<int>(kind)}, {"host", host},       {"node", node},
-            {"rank", rank},                   {"local_rank", local_rank}, {"pid", pid},
-            {"exit_code", exit_code},         {"signal", signal},   {"attempt", attempt},
-            {"time", unix_time},              {"message", message}, {"traceback", traceback},
-            {"stderr_tail", stderr_tail}, {"lost_node", lost_node}};
-  // Worker output is not always valid UTF-8 (binary junk, a line cut mid-character): replace
-  // what cannot be encoded rather than fail to report the failure.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-Failure Failure::from_json(const std::string& text) {
-  try {
-    auto j = json::parse(text);
-    Failure f;
-    f.kind = static_cast<Kind>(j.at("kind").get<int>());
-    f.host = j.at("host").get<std::string>();
-    f.node = j.at("node").get<int>();
-    f.rank = j.at("rank").get<int>();
-    f.local_rank = j.at("local_rank").get<int>();
-    f.pid = j.at("pid").get<int>();
-    f.exit_code = j.at("exit_code").get<int>();
-    f.signal = j.at("signal").get<int>();
-    f.attempt = j.at("attempt").get<int>();
-    f.unix_time = j.at("time").get<double>();
-    f.message = j.at("message").get<std::string>();
-    f.traceback = j.at("traceback").get<std::string>();
-    f.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
-    f.lost_node = j.value("lost_node", -1);
-    return f;
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("malformed failure record in the store: {}", e.what()));
-  }
-}
-
 std::optional<ErrorFile> read_error_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -96,9 +56,7 @@ Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
   f.exit_code = exit.shell_code();
   f.signal = exit.signal;
   f.attempt = attempt;
-  f.unix_time = std::chrono::duration<double>(
-                    std::chrono::system_clock::now().time_since_epoch()).count() -
-                std::chrono::duration<double>(Clock::now() - exit.when).count();
+  f.unix_time = unix_seconds() - std::chrono::duration<double>(Clock::now() - exit.when).count();
   f.stderr_tail = exit.stderr_tail;
   if (auto file = error_file.empty() ? std::nullopt : read_error_file(error_file)) {
     f.message = file->message;
@@ -122,7 +80,9 @@ std::string format_root_cause(const Failure& f, int world_size) {
     case Failure::Kind::kWorker:
       row("host", f.host);
       row("node", std::to_string(f.node));
-      row("rank", fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank));
+      row("rank", world_size > 0
+                      ? fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank)
+                      : fmt::format("{} (local rank {})", f.rank, f.local_rank));
       row("pid", std::to_string(f.pid));
       row("exit", f.signal ? fmt::format("killed by {} (exit code {})", signal_name(f.signal),
                                          f.exit_code)

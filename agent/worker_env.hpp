@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/rank_assignment.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 namespace ddprun {
 

@@ -1,6 +1,6 @@
 // bench_rendezvous: figure 6, the elastic rendezvous at scale. N simulated agents, each a
 // thread with its own TcpStoreClient (a real connection), run the real protocol
-// (agent/elastic_rendezvous.hpp join_round) against one ddprun-store process, with
+// (rendezvous/elastic_rendezvous.hpp join_round) against one ddprun-store process, with
 // --nnodes=N:N, so the round closes when the N-th joins. The agents live in as few processes
 // as RLIMIT_NOFILE allows (rendezvous_agents.hpp; one process up to ~3000 agents with a limit
 // of 20000). Timed from the release of all N connected agents: until the round's "closed"
@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/elastic_rendezvous.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
 #include "bench/bench_cli.hpp"
 #include "bench/process.hpp"
 #include "bench/rendezvous_agents.hpp"

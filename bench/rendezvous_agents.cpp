@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/elastic_rendezvous.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
 #include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"

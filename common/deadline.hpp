@@ -14,14 +14,11 @@ class Deadline {
   // A deadline `timeout` from now. Negative timeouts are treated as zero.
   static Deadline after(Clock::duration timeout);
   static Deadline at(Clock::time_point when) { return Deadline(when); }
-  // A deadline so far away that it never matters (still finite, so arithmetic is safe).
-  static Deadline never();
 
   Clock::time_point when() const { return when_; }
   bool expired() const { return Clock::now() >= when_; }
   // Time left, never negative.
   Clock::duration remaining() const;
-  Millis remaining_ms() const;
   // The earlier of the two.
   Deadline min(const Deadline& other) const { return other.when_ < when_ ? other : *this; }
 
@@ -32,8 +29,5 @@ class Deadline {
 
 // Seconds as a readable string: "0.250s", "30s".
 std::string format_duration(Clock::duration d);
-
-// Time elapsed since `start` in milliseconds, for log and error messages.
-Millis elapsed_since(Clock::time_point start);
 
 }  // namespace ddprun

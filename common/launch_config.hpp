@@ -29,7 +29,6 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds read_timeout{60'000};
   std::optional<bool> is_host;
-  std::map<std::string, std::string> extra;  // unknown keys, kept for the log
 };
 
 struct LaunchConfig {
@@ -75,7 +74,6 @@ struct LaunchConfig {
   std::string log_level = "info";
 
   bool is_static() const { return rdzv_backend == "static"; }
-  bool is_elastic() const { return min_nodes != max_nodes || rdzv_backend != "static"; }
 };
 
 }  // namespace ddprun

@@ -31,10 +31,6 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 std::optional<std::int64_t> parse_int(std::string_view text) {
   text = trim(text);
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);

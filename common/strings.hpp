@@ -11,7 +11,6 @@ namespace ddprun {
 
 std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
-bool starts_with(std::string_view text, std::string_view prefix);
 
 // Strict integer parsing: the whole text must be a number in range, else nullopt.
 std::optional<std::int64_t> parse_int(std::string_view text);

@@ -85,10 +85,6 @@ constexpr OptionSpec kOptions[] = {
 // is stripped again from the program's arguments, which therefore stay byte-for-byte intact.
 constexpr std::string_view kEmptyMarker = "\x1f<empty>";
 
-bool ends_with(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
 std::string strip_empty_marker(std::string text) {
   for (auto pos = text.find(kEmptyMarker); pos != std::string::npos;
        pos = text.find(kEmptyMarker, pos)) {
@@ -217,7 +213,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
     // CLI11 consumes a reversed vector from the back.
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     for (auto& arg : reversed) {
-      if (arg.size() > 3 && starts_with(arg, "--") && ends_with(arg, "=")) arg += kEmptyMarker;
+      if (arg.size() > 3 && arg.starts_with("--") && arg.ends_with("=")) arg += kEmptyMarker;
     }
     parser.app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -232,7 +228,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
   // arguments, in that order, in remaining().
   std::vector<std::string> rest = parser.app.remaining();
   for (auto& arg : rest) {
-    if (ends_with(arg, kEmptyMarker)) arg.resize(arg.size() - kEmptyMarker.size());
+    if (arg.ends_with(kEmptyMarker)) arg.resize(arg.size() - kEmptyMarker.size());
   }
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());

@@ -1,6 +1,7 @@
 #include "launcher/config_builder.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
@@ -114,7 +115,14 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
   if (auto* v = options.find("master-addr")) config.master_addr = parse_address(*v);
   if (auto* v = options.find("master-port")) config.master_port = parse_port(v->text, v->label);
   if (auto* v = options.find("local-addr")) config.local_addr = parse_address(*v);
-  if (auto* v = options.find("rdzv-conf")) config.rdzv_conf = parse_rdzv_conf(v->text, v->label);
+  if (auto* v = options.find("rdzv-conf")) {
+    std::vector<std::string> unknown;
+    config.rdzv_conf = parse_rdzv_conf(v->text, v->label, &unknown);
+    if (!unknown.empty()) {
+      out.notes.push_back(fmt::format("{}: ignoring {} (not a key ddprun's rendezvous uses)",
+                                      v->label, fmt::join(unknown, ", ")));
+    }
+  }
   if (auto* v = options.find("node-rank")) config.node_rank = parse_int_at_least(v->text, v->label, 0);
   const RawValue* endpoint = options.find("rdzv-endpoint");
 
@@ -127,12 +135,16 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
     if (!ignored.empty()) {
       out.notes.push_back(fmt::format("--standalone: ignoring{}", ignored));
     }
-    config.rdzv_backend = "c10d";
-    config.rdzv_endpoint = "localhost:0";
+    // One node needs no elastic machinery: the static rendezvous, with the store on a free
+    // local port (port 0: the store binds whatever the kernel picks).
+    config.rdzv_backend = "static";
+    config.master_addr = "127.0.0.1";
+    config.master_port = 0;
     config.min_nodes = config.max_nodes = 1;
+    config.node_rank = 0;
     config.rdzv_id = random_run_id();
     out.notes.push_back(fmt::format(
-        "--standalone: single node, c10d rendezvous on localhost with a free port, run id {}",
+        "--standalone: single node, store on 127.0.0.1 at a free port, run id {}",
         config.rdzv_id));
     return;
   }

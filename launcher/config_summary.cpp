@@ -47,15 +47,17 @@ std::string describe(const LaunchConfig& config) {
   rows.emplace_back("nproc per node", fmt::format("{}", config.nproc_per_node));
   if (config.is_static()) {
     rows.emplace_back("rendezvous",
-                      fmt::format("static, master {}, run id {}",
-                                  format_host_port(config.master_addr, config.master_port),
+                      fmt::format("static{}, master {}, run id {}",
+                                  config.standalone ? " (standalone)" : "",
+                                  config.master_port == 0
+                                      ? config.master_addr + " (a free port)"
+                                      : format_host_port(config.master_addr, config.master_port),
                                   config.rdzv_id));
     rows.emplace_back("node rank", fmt::format("{}", config.node_rank));
   } else {
-    rows.emplace_back("rendezvous", fmt::format("{}{}, endpoint {}, run id {}",
-                                                config.rdzv_backend,
-                                                config.standalone ? " (standalone)" : "",
-                                                config.rdzv_endpoint, config.rdzv_id));
+    rows.emplace_back("rendezvous", fmt::format("{}, endpoint {}, run id {}",
+                                                config.rdzv_backend, config.rdzv_endpoint,
+                                                config.rdzv_id));
   }
   rows.emplace_back("max restarts", fmt::format("{}", config.max_restarts));
   rows.emplace_back("shutdown timeout", seconds_text(config.shutdown_timeout));

@@ -118,7 +118,8 @@ StdSpec parse_std_spec(std::string_view text, std::string_view label) {
   return spec;
 }
 
-RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label) {
+RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label,
+                         std::vector<std::string>* unknown_keys) {
   RdzvConf conf;
   std::optional<std::chrono::milliseconds> join_timeout;
   std::optional<std::chrono::milliseconds> timeout_alias;
@@ -153,7 +154,7 @@ RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label) {
       if (!flag) fail(key_label, value, "expected a boolean (true/false, 1/0)");
       conf.is_host = *flag;
     } else {
-      conf.extra[key] = value;
+      if (unknown_keys) unknown_keys->push_back(key);
     }
   }
   if (join_timeout) {
@@ -171,7 +172,7 @@ std::vector<int> parse_signals(std::string_view text, std::string_view label) {
     if (name.empty()) fail(label, text, "empty signal name");
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    if (!starts_with(name, "SIG")) name = "SIG" + name;
+    if (!name.starts_with("SIG")) name = "SIG" + name;
     auto it = std::find_if(std::begin(kSignals), std::end(kSignals),
                            [&](const SignalName& s) { return s.name == name; });
     if (it == std::end(kSignals)) {

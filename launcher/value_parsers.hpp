@@ -36,7 +36,8 @@ StdSpec parse_std_spec(std::string_view text, std::string_view label);
 // "k=v,k=v". Known keys are converted (timeouts in seconds, may be fractional); `timeout` is
 // an alias of `join_timeout`, which wins when both are given; unknown keys go to `extra`.
 // Empty items (a trailing comma) are skipped.
-RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label);
+RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label,
+                         std::vector<std::string>* unknown_keys = nullptr);
 
 // "SIGTERM,SIGINT": names (with or without the SIG prefix) of the signals ddprun forwards.
 // Returns their numbers in the order given, without duplicates.

@@ -1,6 +1,7 @@
 #include "rendezvous/memory_store.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,6 +9,26 @@
 #include "common/error.hpp"
 
 namespace ddprun {
+
+using store::Command;
+using store::Request;
+using store::Response;
+using store::Status;
+
+namespace {
+
+constexpr const char* kNamespace = "";
+
+Request request(Command command, std::vector<std::string> keys = {},
+                std::vector<std::string> values = {}) {
+  Request r;
+  r.command = command;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  return r;
+}
+
+}  // namespace
 
 std::int64_t parse_counter(const std::string& value, const std::string& key) {
   std::size_t used = 0;
@@ -21,144 +42,105 @@ std::int64_t parse_counter(const std::string& value, const std::string& key) {
 
 MemoryStore::MemoryStore() : MemoryStore(std::make_shared<Shared>()) {}
 
-MemoryStore::MemoryStore(std::shared_ptr<Shared> shared)
-    : shared_(std::move(shared)),
-      mutex_(shared_->mutex),
-      changed_(shared_->changed),
-      data_(shared_->data) {}
+MemoryStore::MemoryStore(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
 
 std::unique_ptr<MemoryStore> MemoryStore::connect() const {
   return std::unique_ptr<MemoryStore>(new MemoryStore(shared_));
 }
 
-void MemoryStore::set(const std::string& key, const std::string& value, Deadline) {
-  ensure_open();
-  {
-    std::lock_guard lock(mutex_);
-    data_[key] = value;
+Response MemoryStore::execute(Request r, Deadline deadline) {
+  const auto start = Clock::now();
+  std::unique_lock lock(shared_->mutex);
+  while (true) {
+    if (interrupted_) throw InterruptedError("memory store handle was interrupted");
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline.remaining()).count();
+    r.timeout_ms = static_cast<std::uint32_t>(std::min<long long>(left, UINT32_MAX));
+    bool ready = false;
+    store::StoreState::WaiterId waiter = 0;
+    auto response = shared_->state.execute(kNamespace, r, [&ready] { ready = true; }, waiter);
+    if (response) {
+      lock.unlock();
+      shared_->changed.notify_all();  // a write may have readied other handles' waiters
+      if (response->status == Status::kTimeout) break;
+      return *response;
+    }
+    shared_->changed.wait_until(lock, deadline.when(), [&] { return ready || interrupted_; });
+    if (!ready) shared_->state.cancel(waiter);
+    if (interrupted_) throw InterruptedError("interrupted while waiting in the memory store");
+    if (!ready) break;
+    // Every key exists now: run the request again to answer it.
   }
-  changed_.notify_all();
+  throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in the memory store",
+                                 format_duration(Clock::now() - start), r.keys));
+}
+
+void MemoryStore::set(const std::string& key, const std::string& value, Deadline deadline) {
+  execute(request(Command::kSet, {key}, {value}), deadline);
 }
 
 std::string MemoryStore::get(const std::string& key, Deadline deadline) {
-  ensure_open();
-  std::unique_lock lock(mutex_);
-  wait_locked(lock, {key}, deadline);
-  return data_.at(key);
+  return execute(request(Command::kGet, {key}), deadline).values.at(0);
 }
 
-std::optional<std::string> MemoryStore::try_get(const std::string& key, Deadline) {
-  ensure_open();
-  std::lock_guard lock(mutex_);
-  auto it = data_.find(key);
-  if (it == data_.end()) return std::nullopt;
-  return it->second;
+std::optional<std::string> MemoryStore::try_get(const std::string& key, Deadline deadline) {
+  auto response = execute(request(Command::kTryGet, {key}), deadline);
+  if (response.status == Status::kMissing) return std::nullopt;
+  return response.values.at(0);
 }
 
-bool MemoryStore::check(const std::vector<std::string>& keys, Deadline) {
-  ensure_open();
-  std::lock_guard lock(mutex_);
-  return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; });
+bool MemoryStore::check(const std::vector<std::string>& keys, Deadline deadline) {
+  return execute(request(Command::kCheck, keys), deadline).number != 0;
 }
 
-std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta, Deadline) {
-  ensure_open();
-  std::int64_t result = 0;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = data_.find(key);
-    result = (it == data_.end() ? 0 : parse_counter(it->second, key)) + delta;
-    data_[key] = std::to_string(result);
-  }
-  changed_.notify_all();
-  return result;
+std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta, Deadline deadline) {
+  auto r = request(Command::kAdd, {key});
+  r.number = delta;
+  return execute(std::move(r), deadline).number;
 }
 
 std::string MemoryStore::compare_set(const std::string& key, const std::string& expected,
-                                     const std::string& desired, Deadline) {
-  ensure_open();
-  std::string result;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = data_.find(key);
-    const std::string current = it == data_.end() ? std::string() : it->second;
-    if (current != expected) return current;
-    data_[key] = desired;
-    result = desired;
-  }
-  changed_.notify_all();
-  return result;
+                                     const std::string& desired, Deadline deadline) {
+  return execute(request(Command::kCompareSet, {key}, {expected, desired}), deadline).values.at(0);
 }
 
-bool MemoryStore::erase(const std::string& key, Deadline) {
-  ensure_open();
-  std::lock_guard lock(mutex_);
-  return data_.erase(key) > 0;
+bool MemoryStore::erase(const std::string& key, Deadline deadline) {
+  return execute(request(Command::kErase, {key}), deadline).number != 0;
 }
 
 std::vector<std::string> MemoryStore::multi_get(const std::vector<std::string>& keys,
                                                 Deadline deadline) {
-  ensure_open();
-  std::unique_lock lock(mutex_);
-  wait_locked(lock, keys, deadline);
-  std::vector<std::string> out;
-  out.reserve(keys.size());
-  for (const auto& k : keys) out.push_back(data_.at(k));
-  return out;
+  return execute(request(Command::kMultiGet, keys), deadline).values;
 }
 
 void MemoryStore::multi_set(const std::vector<std::string>& keys,
-                            const std::vector<std::string>& values, Deadline) {
-  ensure_open();
+                            const std::vector<std::string>& values, Deadline deadline) {
   if (keys.size() != values.size()) {
     throw Error(fmt::format("multi_set: {} keys but {} values", keys.size(), values.size()));
   }
-  {
-    std::lock_guard lock(mutex_);
-    for (std::size_t i = 0; i < keys.size(); ++i) data_[keys[i]] = values[i];
-  }
-  changed_.notify_all();
+  execute(request(Command::kMultiSet, keys, values), deadline);
 }
 
 void MemoryStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
-  ensure_open();
-  std::unique_lock lock(mutex_);
-  wait_locked(lock, keys, deadline);
+  execute(request(Command::kWait, keys), deadline);
 }
 
-std::int64_t MemoryStore::num_keys(Deadline) {
-  ensure_open();
-  std::lock_guard lock(mutex_);
-  return static_cast<std::int64_t>(data_.size());
+std::int64_t MemoryStore::num_keys(Deadline deadline) {
+  return execute(request(Command::kNumKeys), deadline).number;
 }
 
-void MemoryStore::ping(Deadline) { ensure_open(); }
+void MemoryStore::ping(Deadline deadline) { execute(request(Command::kPing), deadline); }
+
+std::size_t MemoryStore::num_waiting() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->state.num_waiters();
+}
 
 void MemoryStore::interrupt() {
   {
-    std::lock_guard lock(mutex_);  // so a waiter cannot miss the flag between check and sleep
+    std::lock_guard lock(shared_->mutex);  // so a waiter cannot miss the flag between check and sleep
     interrupted_ = true;
   }
-  changed_.notify_all();
-}
-
-void MemoryStore::ensure_open() const {
-  if (interrupted_) throw InterruptedError("memory store handle was interrupted");
-}
-
-void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
-                              const std::vector<std::string>& keys, Deadline deadline) {
-  auto start = Clock::now();
-  auto all_present = [&] {
-    return interrupted_ || std::all_of(keys.begin(), keys.end(),
-                                       [&](const auto& k) { return data_.count(k) > 0; });
-  };
-  const bool ready = changed_.wait_until(lock, deadline.when(), all_present);
-  if (interrupted_) throw InterruptedError("interrupted while waiting in the memory store");
-  if (!ready) {
-    throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in the memory store",
-                                   format_duration(Clock::now() - start), keys));
-  }
+  shared_->changed.notify_all();
 }
 
 }  // namespace ddprun

@@ -1,15 +1,18 @@
 #pragma once
-// An in-process Store for unit tests of logic built on Store. Thread-safe: blocking calls wait on
-// a condition variable woken by writes, so several threads may share one instance. connect()
-// opens another handle on the same data, with its own interrupt(), like a second TCP client.
+// An in-process Store for unit tests of logic built on Store. It runs the TCP server's own
+// StoreState (the same semantics, waiters woken by the writes that create their keys) behind a
+// mutex, so several threads may share one instance; blocking calls wait on a condition
+// variable. connect() opens another handle on the same data, with its own interrupt(), like a
+// second TCP client.
 
 #include <atomic>
 #include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
 
+#include "rendezvous/protocol.hpp"
 #include "rendezvous/store.hpp"
+#include "rendezvous/store_state.hpp"
 
 namespace ddprun {
 
@@ -37,23 +40,22 @@ class MemoryStore final : public Store {
   std::string describe() const override { return "memory"; }
   void interrupt() override;
 
- private:
-  void wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                   Deadline deadline);
+  // How many calls (on any handle) are blocked waiting for keys right now.
+  std::size_t num_waiting() const;
 
+ private:
   struct Shared {
     std::mutex mutex;
     std::condition_variable changed;
-    std::map<std::string, std::string> data;
+    store::StoreState state;
   };
   explicit MemoryStore(std::shared_ptr<Shared> shared);
 
+  // Runs one request as the server would, waiting (until `deadline`) when it must.
+  store::Response execute(store::Request request, Deadline deadline);
+
   std::shared_ptr<Shared> shared_;
-  std::mutex& mutex_;
-  std::condition_variable& changed_;
-  std::map<std::string, std::string>& data_;
   std::atomic<bool> interrupted_{false};
-  void ensure_open() const;
 };
 
 }  // namespace ddprun

@@ -7,6 +7,8 @@
 // thread-safe unless they say so: give each thread its own client.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +53,10 @@ class Store {
   // (A caller that still needs the store afterwards opens a new connection.)
   virtual void interrupt() = 0;
 };
+
+// Opens another connection to the same store, connecting until the deadline (for a thread that
+// blocks on its own: the outcome watcher, the keep-alive).
+using StoreOpener = std::function<std::unique_ptr<Store>(Deadline)>;
 
 // Encodes/decodes the int64 values `add` keeps (decimal text, like c10d's TCPStore).
 std::int64_t parse_counter(const std::string& value, const std::string& key);

@@ -66,11 +66,8 @@ class TcpStoreServer::Impl {
       auto open = connections_;
       for (const auto& c : open) c->close("");
       connections_.clear();
-      count_ = 0;
     });
   }
-
-  std::size_t num_connections() const { return count_.load(); }
 
  private:
   tcp::endpoint resolve() {
@@ -102,7 +99,6 @@ class TcpStoreServer::Impl {
       } else {
         auto connection = std::make_shared<store::Connection>(std::move(socket), context_);
         connections_.insert(connection);
-        count_ = connections_.size();
         connection->start();
       }
       accept();
@@ -111,7 +107,6 @@ class TcpStoreServer::Impl {
 
   void forget(const std::shared_ptr<store::Connection>& c) {
     connections_.erase(c);
-    count_ = connections_.size();
   }
 
   StoreServerOptions options_;
@@ -122,7 +117,6 @@ class TcpStoreServer::Impl {
   store::StoreState state_;
   store::ConnectionContext context_;
   std::unordered_set<std::shared_ptr<store::Connection>> connections_;
-  std::atomic<std::size_t> count_{0};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
@@ -135,6 +129,5 @@ std::string TcpStoreServer::endpoint() const { return impl_->endpoint_text(); }
 void TcpStoreServer::start() { impl_->start(); }
 void TcpStoreServer::run() { impl_->run(); }
 void TcpStoreServer::stop() { impl_->stop(); }
-std::size_t TcpStoreServer::num_connections() const { return impl_->num_connections(); }
 
 }  // namespace ddprun

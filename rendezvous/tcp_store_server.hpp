@@ -41,9 +41,6 @@ class TcpStoreServer {
   // Closes the listener and every connection. Thread-safe, idempotent.
   void stop();
 
-  // Open client connections (thread-safe snapshot, for tests and diagnostics).
-  std::size_t num_connections() const;
-
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

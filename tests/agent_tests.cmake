@@ -6,12 +6,11 @@ add_executable(fake_worker fake_worker/fake_worker.cpp)
 target_link_libraries(fake_worker PRIVATE ddprun_flags)
 
 add_executable(agent_unit_tests
-  unit/agent/test_elastic_agent.cpp
-  unit/agent/test_heartbeat.cpp
+  unit/agent/test_agent.cpp
   unit/agent/test_line_splitter.cpp
-  unit/agent/test_rank_assignment.cpp
   unit/agent/test_worker_env.cpp)
-target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_agent)
+target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_agent
+  ddprun_launcher_lib)
 catch_discover_tests(agent_unit_tests TEST_PREFIX "unit: ")
 
 add_executable(runner_tests integration/test_process_runner.cpp)

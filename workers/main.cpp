@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/failure_record.hpp"
 #include "workers/dist_env.hpp"
 #include "workers/distributed.hpp"
 #include "workers/options.hpp"
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     return kExitWorkerError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_resnet: error on %s: %s\n", error_context().c_str(), describe(e).c_str());
-    write_error_file("Error", error_context() + ": " + describe(e), unix_now());
+    write_error_file("Error", error_context() + ": " + describe(e), unix_seconds());
     return kExitWorkerError;
   }
 }

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/failure_record.hpp"
+
 namespace ddprun::workers {
 namespace {
 
@@ -27,12 +29,7 @@ std::string base_name(const char* path) {
 
 }  // namespace
 
-WorkerError::WorkerError(const std::string& what) : Error(what), unix_time_(unix_now()) {}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+WorkerError::WorkerError(const std::string& what) : Error(what), unix_time_(unix_seconds()) {}
 
 void write_error_file(const std::string& type, const std::string& message, double unix_time) {
   static std::atomic<bool> written{false};

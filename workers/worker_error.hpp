@@ -44,7 +44,6 @@ class InjectedFailure : public WorkerError {
 // "<unix seconds>"}}}. The agent reads it to name the root cause, and uses the timestamp to
 // tell the first failure from the knock-on failures of its peers. Later calls do nothing.
 void write_error_file(const std::string& type, const std::string& message, double unix_time);
-double unix_now();
 
 // Who this process is, for every error message. Set once, early in main; until then messages
 // say "rank ?" and the host name. Not thread-safe to set; safe to read.

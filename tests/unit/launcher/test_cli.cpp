@@ -184,14 +184,16 @@ TEST_CASE("everything after the program belongs to it, untouched", "[launcher][c
   }
 }
 
-TEST_CASE("cli: --standalone: single node c10d on localhost with a random run id",
+TEST_CASE("cli: --standalone: one node, static store on a free local port, a random run id",
           "[launcher][cli]") {
   CliOutcome outcome = parse_command_line({"--standalone", "--nproc-per-node=2", "x.py"}, {});
   REQUIRE(outcome.config);
   const LaunchConfig& c = *outcome.config;
   CHECK(c.standalone);
-  CHECK(c.rdzv_backend == "c10d");
-  CHECK(c.rdzv_endpoint == "localhost:0");
+  CHECK(c.is_static());
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port == 0);
+  CHECK(c.node_rank == 0);
   CHECK((c.min_nodes == 1 && c.max_nodes == 1));
   CHECK(c.nproc_per_node == 2);
   CHECK(std::regex_match(c.rdzv_id, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-"
@@ -205,7 +207,7 @@ TEST_CASE("cli: --standalone: single node c10d on localhost with a random run id
         {"--standalone", "--nnodes=4", "--rdzv-endpoint=h:1", "--rdzv_id=j", "x.py"}, {});
     REQUIRE(o.config);
     CHECK(o.config->max_nodes == 1);
-    CHECK(o.config->rdzv_endpoint == "localhost:0");
+    CHECK(o.config->is_static());
     CHECK(o.config->rdzv_id != "j");
     REQUIRE(o.notes.size() == 2);
     CHECK_THAT(o.notes[0], Catch::Contains("--nnodes") && Catch::Contains("--rdzv-endpoint") &&
@@ -226,7 +228,7 @@ TEST_CASE("rendezvous endpoints", "[launcher][cli]") {
     CliOutcome o = parse_command_line({"--rdzv-backend=c10d", "--nnodes=1:2", "x.py"}, {});
     REQUIRE(o.config);
     CHECK(o.config->rdzv_endpoint == "localhost:29400");
-    CHECK(o.config->is_elastic());
+    CHECK_FALSE(o.config->is_static());
     REQUIRE(o.notes.size() == 1);
     CHECK_THAT(o.notes[0], Catch::Contains("other nodes cannot reach"));
   }
@@ -248,7 +250,11 @@ TEST_CASE("cli: --rdzv-conf on the command line", "[launcher][cli]") {
   CHECK(c.rdzv_conf.join_timeout == 900s);
   CHECK(c.rdzv_conf.read_timeout == 1500ms);
   CHECK(c.rdzv_conf.is_host == false);
-  CHECK(c.rdzv_conf.extra == std::map<std::string, std::string>{{"store", "x"}});
+  CliOutcome o = parse_command_line(
+      {"--rdzv-backend=c10d", "--rdzv-conf=read_timeout=2,store=x", "x.py"}, {});
+  REQUIRE(o.config);
+  REQUIRE(o.notes.size() == 1);
+  CHECK_THAT(o.notes[0], Catch::Contains("--rdzv-conf: ignoring store"));
 }
 
 TEST_CASE("cli: --redirects and --tee maps allow multi-digit local ranks", "[launcher][cli]") {

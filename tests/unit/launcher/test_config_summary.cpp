@@ -36,7 +36,7 @@ TEST_CASE("describe a static job", "[launcher][summary]") {
                                       "--master-addr=node0", "train.py", "--msg", "hi there"}));
   auto lines = lines_of(text);
   REQUIRE(lines.size() == 8);
-  CHECK(starts_with(lines[0], "nodes "));
+  CHECK(lines[0].starts_with("nodes "));
   CHECK_THAT(lines[0], Catch::EndsWith(" 2"));
   CHECK_THAT(lines[1], Catch::StartsWith("nproc per node") && Catch::EndsWith(" 4"));
   CHECK_THAT(lines[2], Contains("static") && Contains("node0:29500") && Contains("run id none"));
@@ -63,7 +63,7 @@ TEST_CASE("describe an elastic and a standalone job", "[launcher][summary]") {
 
   LaunchConfig standalone = parsed({"--standalone", "--log-dir=/var/log/x", "x.py"});
   std::string text = describe(standalone);
-  CHECK_THAT(text, Contains("c10d (standalone), endpoint localhost:0, run id " +
+  CHECK_THAT(text, Contains("static (standalone), master 127.0.0.1 (a free port), run id " +
                             standalone.rdzv_id));
   CHECK_THAT(text, Contains("/var/log/x"));
 }

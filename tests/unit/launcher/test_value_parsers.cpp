@@ -74,13 +74,13 @@ TEST_CASE("parse_rdzv_conf", "[launcher][parsers]") {
     CHECK(conf.keep_alive_max_attempt == 3);
     CHECK(conf.read_timeout == 60s);
     CHECK_FALSE(conf.is_host.has_value());
-    CHECK(conf.extra.empty());
   }
-  SECTION("every known key, fractional seconds, unknown keys kept, trailing comma") {
+  SECTION("every known key, fractional seconds, unknown keys named, trailing comma") {
+    std::vector<std::string> unknown;
     RdzvConf conf = parse_rdzv_conf(
         "join_timeout=10,last_call_timeout=0.5,close_timeout=0,keep_alive_interval=2,"
         "keep_alive_max_attempt=7,read_timeout=3.25,is_host=1, store_type = file ,",
-        "--rdzv-conf");
+        "--rdzv-conf", &unknown);
     CHECK(conf.join_timeout == 10s);
     CHECK(conf.last_call_timeout == 500ms);
     CHECK(conf.close_timeout == 0ms);
@@ -88,7 +88,7 @@ TEST_CASE("parse_rdzv_conf", "[launcher][parsers]") {
     CHECK(conf.keep_alive_max_attempt == 7);
     CHECK(conf.read_timeout == 3250ms);
     CHECK(conf.is_host == true);
-    CHECK(conf.extra == std::map<std::string, std::string>{{"store_type", "file"}});
+    CHECK(unknown == std::vector<std::string>{"store_type"});
   }
   SECTION("timeout is an alias of join_timeout, which wins when both are given") {
     CHECK(parse_rdzv_conf("timeout=20", "c").join_timeout == 20s);

@@ -1,10 +1,11 @@
 #include <catch2/catch.hpp>
 
-#include <thread>
+#include <future>
 
 #include "common/error.hpp"
 #include "rendezvous/memory_store.hpp"
 #include "rendezvous/prefix_store.hpp"
+#include "support/test_util.hpp"
 
 using namespace ddprun;
 using namespace std::chrono_literals;
@@ -31,14 +32,27 @@ TEST_CASE("memory store: basic operations", "[store]") {
   CHECK_THROWS_WITH(s.add("text", 1, d), Catch::Contains("not an integer"));
 }
 
+TEST_CASE("memory store: an interrupted handle fails, the others go on", "[store]") {
+  MemoryStore s;
+  auto other = s.connect();
+  auto blocked = std::async(std::launch::async, [&] { s.get("never", Deadline::after(30s)); });
+  REQUIRE(test::wait_until([&] { return s.num_waiting() == 1; }, 30s));
+  s.interrupt();
+  CHECK_THROWS_AS(blocked.get(), InterruptedError);
+  CHECK(s.num_waiting() == 0);  // its waiter was withdrawn
+  CHECK_THROWS_AS(s.ping(Deadline::after(1s)), InterruptedError);
+  other->set("k", "v", Deadline::after(1s));
+  CHECK(other->get("k", Deadline::after(1s)) == "v");
+}
+
 TEST_CASE("memory store: get blocks until set, and times out naming the key", "[store]") {
   MemoryStore s;
-  std::thread writer([&] {
-    std::this_thread::sleep_for(50ms);
-    s.set("late", "here", Deadline::after(1s));
-  });
-  CHECK(s.get("late", Deadline::after(10s)) == "here");
-  writer.join();
+  auto reader = std::async(std::launch::async, [&] { return s.get("late", Deadline::after(30s)); });
+  // The reader is blocked on the missing key before anything is written.
+  REQUIRE(test::wait_until([&] { return s.num_waiting() == 1; }, 30s));
+  s.set("late", "here", Deadline::after(1s));
+  CHECK(reader.get() == "here");
+  CHECK(s.num_waiting() == 0);
   auto start = Clock::now();
   CHECK_THROWS_WITH(s.get("never", Deadline::after(100ms)), Catch::Contains("never"));
   CHECK(Clock::now() - start >= 100ms);

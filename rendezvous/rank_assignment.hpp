@@ -16,8 +16,11 @@ struct NodeRanks {
   int global_rank(int local_rank) const { return base_rank + local_rank; }
 };
 
-// `local_sizes[g]` is node g's worker count. Throws ConfigError if `group_rank` is out of range
-// or a size is not positive.
+// `local_sizes[g]` is node g's worker count. Throws ConfigError if a size is not positive.
+std::vector<NodeRanks> assign_all_ranks(const std::vector<int>& local_sizes);
+
+// One node's ranks. Throws ConfigError if `group_rank` is out of range or a size is not
+// positive.
 NodeRanks assign_ranks(const std::vector<int>& local_sizes, int group_rank);
 
 }  // namespace ddprun

@@ -1,4 +1,4 @@
-#include "agent/static_rendezvous.hpp"
+#include "rendezvous/static_rendezvous.hpp"
 
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "rendezvous/prefix_store.hpp"
 
 namespace ddprun {
 
@@ -88,6 +89,73 @@ RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& 
                result.ranks.base_rank,
                result.ranks.base_rank + result.ranks.local_world_size - 1);
   return result;
+}
+
+StaticRendezvous::StaticRendezvous(Store& store, StoreOpener open_store,
+                                   StaticRendezvousOptions options, std::string master_addr,
+                                   KeepAliveTiming keep_alive)
+    : store_(store),
+      open_store_(std::move(open_store)),
+      options_(std::move(options)),
+      master_addr_(std::move(master_addr)),
+      keep_alive_(keep_alive) {
+  if (options_.token.empty()) options_.token = make_claim_token(options_.self);
+}
+
+void StaticRendezvous::join() {
+  emit("rendezvous_started", {{"node_rank", options_.node_rank}, {"nnodes", options_.nnodes}});
+  try {
+    joined_ = static_rendezvous(store_, options_);
+  } catch (const InterruptedError&) {
+    // Give the node rank back, so that this node can be started again without a new store.
+    try {
+      auto store = open_store_(Deadline::after(std::chrono::seconds(2)));
+      store->compare_set(owner_key(options_.node_rank), options_.token, "",
+                         Deadline::after(std::chrono::seconds(2)));
+    } catch (const std::exception& e) {
+      spdlog::warn("could not release node rank {}: {}", options_.node_rank, e.what());
+    }
+    throw;
+  }
+  emit("rendezvous_completed", {{"world_size", joined_->ranks.world_size},
+                                {"base_rank", joined_->ranks.base_rank},
+                                {"local_world_size", joined_->ranks.local_world_size}});
+}
+
+// Every node arrives; the last one to arrive opens the gate.
+void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
+  PrefixStore round(prefix, store_);
+  const auto op = [&] { return Deadline::after(options_.join_timeout); };
+  auto arrived = round.add("arrived", 1, op());
+  if (arrived == joined_->ranks.group_world_size) round.set("go", "1", op());
+  try {
+    round.wait({"go"}, op());
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("attempt {}: not every node came back to start workers: {}",
+                                   attempt, e.what()));
+  }
+}
+
+NextRound StaticRendezvous::next_round(int restart_count) {
+  if (!joined_) join();
+  Round round;
+  round.id = restart_count;
+  round.prefix = fmt::format("attempt/{}", restart_count);
+  round.ranks = joined_->ranks;
+  round.restart_count = restart_count;
+  round.master_addr = master_addr_;
+  for (const auto& node : joined_->nodes) round.hosts.push_back(node.host);
+  start_barrier(round.prefix, restart_count);
+  return NextRound{std::move(round), {}};
+}
+
+std::unique_ptr<KeepAlive> StaticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
+                                                        ErrorCallback on_error) {
+  return ring_keep_alive(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
+}
+
+void StaticRendezvous::leave_early(const Round& round) {
+  mark_left_on_purpose(store_, round, Deadline::after(keep_alive_.read_timeout));
 }
 
 }  // namespace ddprun

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "agent/rank_assignment.hpp"
+#include "rendezvous/rank_assignment.hpp"
 #include "common/error.hpp"
 
 using ddprun::assign_ranks;

@@ -11,7 +11,11 @@
 // waits.
 //
 // Group ranks are deterministic: nodes that were members of the previous round keep their
-// relative order, newcomers follow in join order.
+// relative order, newcomers follow in join order (order_members, a pure function).
+//
+// As a RendezvousHandler (ElasticRendezvous): a node that comes while a round runs asks its
+// members to re-form with it (it writes a membership record to the round's outcome); beyond
+// MAX it waits as a hot spare for the round to end. Losing a node re-forms the round.
 //
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
 // "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer),
@@ -21,14 +25,16 @@
 #include <string>
 #include <vector>
 
-#include "agent/rank_assignment.hpp"
 #include "common/deadline.hpp"
+#include "rendezvous/heartbeat.hpp"
+#include "rendezvous/rank_assignment.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/store.hpp"
 
 namespace ddprun {
 
 struct ElasticNode {
-  std::string id;    // unique per agent: host, pid and a random tag
+  std::string id;    // unique per agent: "host:pid"
   std::string host;  // the address other nodes reach this node at
   int nproc = 1;
   int prev_rank = -1;  // group rank in the last round this node was a member of
@@ -54,6 +60,25 @@ struct RoundResult {
   std::string successor_host;    // the member this node watches (group rank + 1)
 };
 
+// A node that published its descriptor in a closing round, and the join slot it took.
+struct RoundCandidate {
+  int slot = 0;
+  ElasticNode node;
+};
+
+// A member's place in a closed round.
+struct RoundMember {
+  int slot = 0;
+  std::string host;
+  NodeRanks ranks;
+  std::string successor_host;  // the member it watches: group rank + 1, wrapping around
+};
+
+// Orders a closing round's candidates into members: nodes of the previous round first, in
+// their old order; newcomers after them, in join (slot) order. Ranks are prefix sums of the
+// worker counts in that order (assign_all_ranks). Pure; throws ConfigError on a bad nproc.
+std::vector<RoundMember> order_members(std::vector<RoundCandidate> candidates);
+
 // The round a newcomer should join now.
 int current_round(Store& store, Deadline deadline);
 
@@ -66,5 +91,34 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
 int advance_round(Store& store, int round, Deadline deadline);
 
 std::string round_key(int round, const std::string& name);
+
+class ElasticRendezvous final : public RendezvousHandler {
+ public:
+  // `store` is the agent's own connection (used from its thread only). `max_restarts` tells a
+  // spare whether a failed round was the job's last.
+  ElasticRendezvous(Store& store, StoreOpener open_store, ElasticRendezvousOptions options,
+                    ElasticNode self, KeepAliveTiming keep_alive, int max_restarts);
+
+  NextRound next_round(int restart_count) override;
+  void round_ended(const Round& round) override;
+  std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
+                                        ErrorCallback on_error) override;
+  void leave_early(const Round& round) override;
+  bool can_reform() const override { return true; }
+
+ private:
+  // This node is not in the round: it came too late, or the round is full (a hot spare).
+  // Returns the job's final outcome when the job is over, nullopt to join the next round.
+  std::optional<std::string> outsider(const RoundResult& result);
+  Deadline op() const { return Deadline::after(options_.read_timeout); }
+
+  Store& store_;
+  StoreOpener open_store_;
+  ElasticRendezvousOptions options_;
+  ElasticNode self_;
+  KeepAliveTiming keep_alive_;
+  int max_restarts_ = 0;
+  int round_ = -1;  // the round to join next; -1: not looked up yet
+};
 
 }  // namespace ddprun

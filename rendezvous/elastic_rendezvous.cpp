@@ -1,4 +1,4 @@
-#include "agent/elastic_rendezvous.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/failure_record.hpp"
 
 namespace ddprun {
 
@@ -55,6 +56,27 @@ int advance_round(Store& store, int round, Deadline deadline) {
   return std::max(now, round + 1);
 }
 
+std::vector<RoundMember> order_members(std::vector<RoundCandidate> candidates) {
+  // Stayers first in their old order, then newcomers in join order.
+  auto order = [](const RoundCandidate& c) {
+    return c.node.prev_rank < 0 ? std::pair{1, c.slot} : std::pair{0, c.node.prev_rank};
+  };
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const auto& a, const auto& b) { return order(a) < order(b); });
+  std::vector<int> sizes;
+  sizes.reserve(candidates.size());
+  for (const auto& c : candidates) sizes.push_back(c.node.nproc);
+  const auto ranks = assign_all_ranks(sizes);
+  std::vector<RoundMember> members(candidates.size());
+  for (std::size_t g = 0; g < candidates.size(); ++g) {
+    members[g].slot = candidates[g].slot;
+    members[g].host = candidates[g].node.host;
+    members[g].ranks = ranks[g];
+    members[g].successor_host = candidates[(g + 1) % candidates.size()].node.host;
+  }
+  return members;
+}
+
 RoundResult join_round(Store& store, int round, const ElasticNode& self,
                        const ElasticRendezvousOptions& o) {
   const auto start = Clock::now();
@@ -74,9 +96,9 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
   // left out instead of stalling everyone.
   auto close_with = [&](int joined) {
     if (store.compare_set(round_key(round, "closing"), "", self.id, op()) != self.id) return;
-    const int candidates = std::min(joined, o.max_nodes);
+    const int slots = std::min(joined, o.max_nodes);
     std::vector<std::string> keys;
-    for (int s = 0; s < candidates; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
+    for (int s = 0; s < slots; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
     std::vector<std::optional<std::string>> records(keys.size());
     try {
       auto values = store.multi_get(keys, Deadline::after(std::min<std::chrono::milliseconds>(
@@ -85,41 +107,32 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
     } catch (const TimeoutError&) {
       for (std::size_t i = 0; i < keys.size(); ++i) records[i] = store.try_get(keys[i], op());
     }
-    std::vector<std::pair<int, ElasticNode>> members;
+    std::vector<RoundCandidate> candidates;
     int failures = 0;
     for (std::size_t i = 0; i < records.size(); ++i) {
       if (!records[i]) {
         spdlog::warn("rendezvous: round {} slot {} never published its node; left out", round, i);
         continue;
       }
-      members.emplace_back(static_cast<int>(i), node_from_json(*records[i]));
-      failures = std::max(failures, members.back().second.failures);
+      candidates.push_back({static_cast<int>(i), node_from_json(*records[i])});
+      failures = std::max(failures, candidates.back().node.failures);
     }
-    // Stayers first in their old order, then newcomers in join order.
-    std::stable_sort(members.begin(), members.end(), [](const auto& a, const auto& b) {
-      auto order = [](const auto& e) {
-        return std::pair{e.second.prev_rank < 0 ? 1 : 0,
-                         e.second.prev_rank < 0 ? e.first : e.second.prev_rank};
-      };
-      return order(a) < order(b);
-    });
+    const auto members = order_members(std::move(candidates));
     const int n = static_cast<int>(members.size());
-    int world_size = 0;
+    const int world_size = n > 0 ? members.front().ranks.world_size : 0;
     std::vector<std::string> assign_keys;
     std::vector<std::string> assignments;
-    for (int g = 0; g < n; ++g) {
-      const auto& [slot, node] = members[static_cast<std::size_t>(g)];
-      assign_keys.push_back(round_key(round, fmt::format("assign/{}", slot)));
-      assignments.push_back(
-          json{{"group_rank", g}, {"base_rank", world_size},
-               {"successor_host", members[static_cast<std::size_t>((g + 1) % n)].second.host}}
-              .dump());
-      world_size += node.nproc;
+    for (const auto& m : members) {
+      assign_keys.push_back(round_key(round, fmt::format("assign/{}", m.slot)));
+      assignments.push_back(json{{"group_rank", m.ranks.group_rank},
+                                 {"base_rank", m.ranks.base_rank},
+                                 {"successor_host", m.successor_host}}
+                                .dump());
     }
     if (n > 0) store.multi_set(assign_keys, assignments, op());
     store.set(closed_key,
               json{{"members", n}, {"world_size", world_size}, {"failures", failures},
-                   {"master_host", n > 0 ? members[0].second.host : std::string()}}
+                   {"master_host", n > 0 ? members.front().host : std::string()}}
                   .dump(),
               op());
   };
@@ -176,6 +189,90 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
                result.ranks.base_rank, result.ranks.base_rank + result.ranks.local_world_size - 1,
                result.ranks.world_size);
   return result;
+}
+
+ElasticRendezvous::ElasticRendezvous(Store& store, StoreOpener open_store,
+                                     ElasticRendezvousOptions options, ElasticNode self,
+                                     KeepAliveTiming keep_alive, int max_restarts)
+    : store_(store),
+      open_store_(std::move(open_store)),
+      options_(options),
+      self_(std::move(self)),
+      keep_alive_(keep_alive),
+      max_restarts_(max_restarts) {}
+
+NextRound ElasticRendezvous::next_round(int restart_count) {
+  if (round_ < 0) round_ = current_round(store_, op());
+  self_.failures = restart_count;
+  while (true) {
+    emit("rendezvous_started", {{"round", round_}, {"min_nodes", options_.min_nodes},
+                                {"max_nodes", options_.max_nodes}});
+    auto joined = join_round(store_, round_, self_, options_);
+    if (!joined.member) {
+      if (auto outcome = outsider(joined)) return NextRound{std::nullopt, *outcome};
+      round_ = advance_round(store_, round_, op());
+      continue;
+    }
+    Round round;
+    round.id = joined.round;
+    round.prefix = fmt::format("r/{}", joined.round);
+    round.ranks = joined.ranks;
+    round.restart_count = joined.failures;
+    round.master_addr = joined.master_host;
+    // Only the hosts this node needs: group rank 0's (the master) and the one it watches.
+    round.hosts.assign(static_cast<std::size_t>(joined.members), std::string());
+    round.hosts[0] = joined.master_host;
+    round.hosts[static_cast<std::size_t>((joined.ranks.group_rank + 1) % joined.members)] =
+        joined.successor_host;
+    emit("rendezvous_completed",
+         {{"round", joined.round}, {"world_size", joined.ranks.world_size},
+          {"members", joined.members}, {"group_rank", joined.ranks.group_rank},
+          {"base_rank", joined.ranks.base_rank}});
+    return NextRound{std::move(round), {}};
+  }
+}
+
+void ElasticRendezvous::round_ended(const Round& round) {
+  self_.prev_rank = round.ranks.group_rank;
+  round_ = advance_round(store_, round.id, op());
+}
+
+std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {
+  const auto outcome_key = round_key(r.round, "outcome");
+  std::string value;
+  if (r.members < options_.max_nodes) {
+    spdlog::info("rendezvous: round {} runs with {} nodes; asking them to re-form with this one",
+                 r.round, r.members);
+    const auto join = agent_failure(self_.host, -1, self_.failures, Failure::Kind::kMembership, 0,
+                                    fmt::format("node {} is waiting to join", self_.host));
+    value = store_.compare_set(outcome_key, "", join.to_json(), op());
+  } else {
+    spdlog::info("rendezvous: round {} is full ({} nodes); waiting as a hot spare", r.round,
+                 r.members);
+    // Re-armed every hour so that each wait is bounded like every other.
+    while (true) {
+      try {
+        value = store_.get(outcome_key, Deadline::after(std::chrono::hours(1)));
+        break;
+      } catch (const TimeoutError&) {
+      }
+    }
+  }
+  if (value == kRoundSucceeded) return value;
+  const auto f = Failure::from_json(value);
+  const bool job_failed = (f.kind == Failure::Kind::kWorker && r.failures >= max_restarts_) ||
+                          f.kind == Failure::Kind::kAgent;
+  if (job_failed) return value;
+  return std::nullopt;
+}
+
+std::unique_ptr<KeepAlive> ElasticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
+                                                         ErrorCallback on_error) {
+  return ring_keep_alive(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
+}
+
+void ElasticRendezvous::leave_early(const Round& round) {
+  mark_left_on_purpose(store_, round, op());
 }
 
 }  // namespace ddprun

@@ -1,0 +1,183 @@
+#include "agent/agent.hpp"
+
+#include <signal.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+using namespace std::chrono_literals;
+
+Agent::Agent(const LaunchConfig& config, AgentContext context)
+    : config_(config), ctx_(std::move(context)) {
+  ctx_.rendezvous->set_event_sink(
+      [this](const std::string& name, nlohmann::json fields) { emit(name, std::move(fields)); });
+}
+
+Agent::~Agent() {
+  ctx_.rendezvous->set_event_sink(nullptr);
+  // The runner's exit callback points into this agent: no worker may outlive it.
+  try {
+    ctx_.runner->stop(SIGKILL, 0s);
+  } catch (const std::exception& e) {
+    spdlog::error("stopping workers: {}", e.what());
+  }
+}
+
+void Agent::emit(const std::string& name, nlohmann::json fields) {
+  if (!ctx_.events) return;
+  fields["node"] = round_ ? round_->ranks.group_rank : 0;
+  ctx_.events->write(name, std::move(fields));
+}
+
+void Agent::on_signal(int signal) {
+  int expected = 0;
+  if (!signal_.compare_exchange_strong(expected, signal)) return;
+  AgentEvent e;
+  e.kind = AgentEvent::Kind::kSignal;
+  e.signal = signal;
+  events_.push(e);
+  // A rendezvous or barrier may be blocking this agent's thread in the store: end it.
+  ctx_.store->interrupt();
+}
+
+RunResult Agent::result(RunResult::End end, std::string reason) const {
+  RunResult r;
+  r.end = end;
+  r.restarts = restarts_;
+  r.reason = std::move(reason);
+  if (round_) {
+    r.world_size = round_->ranks.world_size;
+    r.group_rank = round_->ranks.group_rank;
+  }
+  return r;
+}
+
+RunResult Agent::run() {
+  int stop_signal = SIGKILL;
+  auto grace = Clock::duration::zero();
+  RunResult r;
+  try {
+    return run_rounds();
+  } catch (const InterruptedError&) {
+    // A signal ended a store call: forward it to any workers, with the usual grace.
+    const int sig = signal_.load();
+    r = result(RunResult::End::kStopped, fmt::format("stopped by {}", signal_name(sig)));
+    r.signal = sig;
+    if (round_) {
+      announce_stop(ctx_, *round_, sig);
+      // Say goodbye too, so that the agent serving the store does not wait for this one.
+      say_goodbye(0);
+    }
+    stop_signal = sig;
+    grace = config_.shutdown_timeout;
+  } catch (const TimeoutError& e) {
+    r = result(RunResult::End::kRendezvousFailed, e.what());
+  } catch (const RendezvousError& e) {
+    r = result(RunResult::End::kRendezvousFailed, e.what());
+  } catch (const ConnectionError& e) {
+    r = result(RunResult::End::kRendezvousFailed, e.what());
+  } catch (const std::exception& e) {
+    r = result(RunResult::End::kInternalError, std::string("internal error: ") + e.what());
+  }
+  try {
+    ctx_.runner->stop(stop_signal, grace);
+  } catch (const std::exception& e) {
+    spdlog::error("stopping workers: {}", e.what());
+  }
+  return r;
+}
+
+RunResult Agent::run_rounds() {
+  auto& rdzv = *ctx_.rendezvous;
+  while (true) {
+    auto next = rdzv.next_round(restarts_);
+    if (!next.round) return finished_without_this_node(next.job_outcome);
+    round_ = std::move(next.round);
+    restarts_ = round_->restart_count;
+    const auto outcome =
+        Attempt(config_, ctx_, *round_, events_, signal_,
+                [this](const std::string& name, nlohmann::json fields) {
+                  emit(name, std::move(fields));
+                })
+            .run();
+    if (outcome.success) return finish_success();
+    const auto& f = outcome.failure;
+    if (f.kind == Failure::Kind::kMembership) {
+      spdlog::warn("round {} ends: {}; re-forming without spending a restart", round_->id,
+                   f.message);
+    } else if (f.kind == Failure::Kind::kWorker && restarts_ < config_.max_restarts &&
+               signal_ == 0) {
+      log_restart(f);
+      ++restarts_;
+      emit("restart", {{"attempt", restarts_}, {"round", round_->id + 1}});
+    } else {
+      return finish_failure(f, outcome.store_lost);
+    }
+    rdzv.round_ended(*round_);
+  }
+}
+
+// A spare, or a node that came after the end: the job's outcome was decided without it.
+RunResult Agent::finished_without_this_node(const std::string& outcome) const {
+  if (outcome == kRoundSucceeded) {
+    return result(RunResult::End::kSucceeded, "the job finished without this node");
+  }
+  auto f = Failure::from_json(outcome);
+  auto r = result(RunResult::End::kFailed,
+                  "the job failed without this node: " +
+                      (f.kind == Failure::Kind::kWorker
+                           ? fmt::format("rank {} on {} exited with code {}", f.rank, f.host,
+                                         f.exit_code)
+                           : f.message));
+  r.root_cause = std::move(f);
+  return r;
+}
+
+RunResult Agent::finish_success() {
+  say_goodbye(0);
+  return result(RunResult::End::kSucceeded,
+                fmt::format("all {} workers succeeded", round_->ranks.world_size));
+}
+
+RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
+  // With the store gone there is nobody to say goodbye to.
+  if (!store_lost) say_goodbye(f.lost_node >= 0 ? 1 : 0);
+  auto r = result(RunResult::End::kFailed,
+                  f.kind == Failure::Kind::kWorker
+                      ? fmt::format("rank {} on {} failed with exit code {}", f.rank, f.host,
+                                    f.exit_code)
+                      : f.message);
+  r.root_cause = f;
+  return r;
+}
+
+void Agent::log_restart(const Failure& f) const {
+  spdlog::warn("attempt {} failed (rank {} on {}: exit code {}); restarting all workers ({} of {} "
+               "restarts left)",
+               round_->id, f.rank, f.host, f.exit_code, config_.max_restarts - restarts_ - 1,
+               config_.max_restarts);
+}
+
+// The end of the job: the node serving the store waits (bounded) until every node has read
+// the outcome before the store goes away. After a signal this agent's own connection was
+// interrupted, so the goodbye goes through a fresh one.
+void Agent::say_goodbye(int lost_nodes) {
+  try {
+    std::unique_ptr<Store> fresh;
+    Store* store = ctx_.store;
+    if (signal_ != 0) {
+      fresh = ctx_.open_store(Deadline::after(5s));
+      store = fresh.get();
+    }
+    RoundChannel(*store, *round_, config_.rdzv_conf.read_timeout)
+        .say_goodbye(lost_nodes, ctx_.hosts_store, config_.rdzv_conf.close_timeout);
+  } catch (const Error& e) {
+    spdlog::warn("leaving the rendezvous: {}", e.what());
+  }
+}
+
+}  // namespace ddprun

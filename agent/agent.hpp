@@ -1,0 +1,72 @@
+#pragma once
+// The agent's life (see ../shared/docs/design.md): rounds from the rendezvous, and in each an
+// attempt of the job's workers (agent/attempt.hpp). A worker failure restarts every node's
+// workers together while restarts remain; a membership change re-forms the round without
+// spending one. The agent does not know which rendezvous it has, and does not turn its result
+// into an exit code: the launcher does (launcher/job_report.hpp).
+//
+// The agent sees the store only through Store, the rendezvous through RendezvousHandler and its
+// workers through ProcessRunner, so it runs the same on MemoryStore with a fake runner as on
+// the real ones.
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "agent/attempt.hpp"
+#include "agent/event_log.hpp"
+#include "agent/event_queue.hpp"
+#include "common/failure_record.hpp"
+#include "common/launch_config.hpp"
+
+namespace ddprun {
+
+struct RunResult {
+  enum class End {
+    kSucceeded,         // every worker of the job exited 0
+    kFailed,            // a failure ended the job: root_cause says which
+    kStopped,           // this agent received `signal`
+    kRendezvousFailed,  // the rendezvous or the store failed: reason says how
+    kInternalError,     // a bug or an unexpected system error
+  };
+  End end = End::kSucceeded;
+  int signal = 0;
+  int restarts = 0;    // worker-failure restarts spent
+  int world_size = 0;  // of the last round this node was a member of (0: none)
+  int group_rank = -1;
+  std::optional<Failure> root_cause;
+  std::string reason;  // a one-line summary of how the run ended
+};
+
+class Agent {
+ public:
+  Agent(const LaunchConfig& config, AgentContext context);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  RunResult run();
+
+  // Thread-safe (called from the signal thread): stop the workers with this signal and end the
+  // run as stopped by it.
+  void on_signal(int signal);
+
+ private:
+  RunResult run_rounds();
+  RunResult finished_without_this_node(const std::string& outcome) const;
+  RunResult finish_success();
+  RunResult finish_failure(const Failure& failure, bool store_lost);
+  RunResult result(RunResult::End end, std::string reason) const;
+  void log_restart(const Failure& failure) const;
+  void say_goodbye(int lost_nodes);
+  void emit(const std::string& name, nlohmann::json fields = nlohmann::json::object());
+
+  const LaunchConfig& config_;
+  AgentContext ctx_;
+  EventQueue events_;
+  std::optional<Round> round_;  // the round this node is (or last was) a member of
+  int restarts_ = 0;            // worker-failure restarts so far (TORCHELASTIC_RESTART_COUNT)
+  std::atomic<int> signal_{0};
+};
+
+}  // namespace ddprun

@@ -1,0 +1,366 @@
+#include "agent/attempt.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/failure.hpp"
+#include "common/error.hpp"
+#include "common/exit_codes.hpp"
+
+namespace ddprun {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+void replace_all(std::string& s, const std::string& token, const std::string& value) {
+  for (auto pos = s.find(token); pos != std::string::npos; pos = s.find(token, pos + value.size())) {
+    s.replace(pos, token.size(), value);
+  }
+}
+
+bool has(Std streams, Std bit) {
+  return (static_cast<int>(streams) & static_cast<int>(bit)) != 0;
+}
+
+}  // namespace
+
+std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
+                          const std::string& host, const std::string& role) {
+  std::string out = tmpl;
+  replace_all(out, "{rank}", std::to_string(rank));
+  replace_all(out, "{local_rank}", std::to_string(local_rank));
+  replace_all(out, "{node}", std::to_string(node));
+  replace_all(out, "{host}", host);
+  replace_all(out, "{role}", role);
+  return out;
+}
+
+Attempt::Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round,
+                 EventQueue& events, const std::atomic<int>& signal, Emit emit)
+    : config_(config),
+      ctx_(ctx),
+      round_(round),
+      events_(events),
+      signal_(signal),
+      emit_(std::move(emit)),
+      channel_(*ctx.store, round, config.rdzv_conf.read_timeout),
+      dir_((fs::path(ctx.log_dir) / fmt::format("attempt_{}", round.id)).string()) {}
+
+Attempt::~Attempt() { teardown(); }
+
+void Attempt::teardown() {
+  keep_alive_.reset();
+  watcher_.reset();
+}
+
+std::string Attempt::error_file(int local_rank) const {
+  return (fs::path(dir_) / std::to_string(local_rank) / "error.json").string();
+}
+
+Failure Attempt::failure(Failure::Kind kind, int exit_code, const std::string& message) const {
+  return agent_failure(ctx_.host, round_.ranks.group_rank, round_.restart_count, kind, exit_code,
+                       message);
+}
+
+AttemptOutcome Attempt::decide(const std::string& value) const {
+  if (value == kRoundSucceeded) return AttemptOutcome{true, {}, false};
+  return AttemptOutcome{false, Failure::from_json(value), false};
+}
+
+// First writer wins: the value in the store after our compare_set is the round's outcome.
+AttemptOutcome Attempt::publish(const Failure& f) {
+  const auto json = f.to_json();
+  const auto value = channel_.publish_outcome(json);
+  outcome_mine_ = value == json;
+  return decide(value);
+}
+
+AttemptOutcome Attempt::run() {
+  watcher_ = std::make_unique<OutcomeWatcher>(
+      [&] {
+        try {
+          return ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
+        } catch (const Error& e) {
+          throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
+                                e.what());
+        }
+      }(),
+      channel_.outcome_key(), round_.id, events_);
+  const int round = round_.id;
+  keep_alive_ = ctx_.rendezvous->keep_alive(
+      round_,
+      [this, round](int group_rank) {
+        AgentEvent e;
+        e.kind = AgentEvent::Kind::kNodeLost;
+        e.round = round;
+        e.node = group_rank;
+        events_.push(e);
+      },
+      [this, round](std::string message) {
+        AgentEvent e;
+        e.kind = AgentEvent::Kind::kStoreLost;
+        e.round = round;
+        e.text = std::move(message);
+        events_.push(e);
+      });
+
+  std::optional<AttemptOutcome> outcome = start_workers();
+  while (!outcome) {
+    // Once this node's workers all succeeded, it waits for the others at most the exit barrier.
+    auto event = events_.pop(barrier_ ? *barrier_ : Deadline::after(1h));
+    if (event) {
+      outcome = handle(*event);
+    } else if (barrier_) {
+      outcome = on_barrier_expired();
+    }
+  }
+  emit_("attempt_decided",
+        {{"attempt", round},
+         {"success", outcome->success},
+         {"root_cause", outcome->success ? nlohmann::json()
+                                         : nlohmann::json::parse(outcome->failure.to_json())}});
+  stop_workers();
+  teardown();
+  if (!outcome->success && outcome->failure.kind == Failure::Kind::kWorker) {
+    outcome->failure = channel_.resolve_root_cause(outcome->failure, outcome_mine_,
+                                                   config_.shutdown_timeout + 10s);
+  }
+  return *outcome;
+}
+
+// Group rank 0 publishes the port right after the rendezvous; if it has not within the
+// keep-alive deadline it is gone, and waiting longer would only hang.
+std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
+  if (round_.ranks.group_rank == 0) {
+    channel_.publish_master_port(ctx_.reserve_master_port(round_.master_addr));
+  }
+  const auto& conf = config_.rdzv_conf;
+  const auto wait = conf.keep_alive_interval * std::max(1, conf.keep_alive_max_attempt) + 5s;
+  try {
+    return channel_.master_port(Deadline::after(wait));
+  } catch (const TimeoutError&) {
+    auto f = failure(ctx_.rendezvous->can_reform() ? Failure::Kind::kMembership
+                                                   : Failure::Kind::kAgent,
+                     kExitRendezvous,
+                     fmt::format("node 0 ({}) did not publish the workers' master port within {}",
+                                 round_.host_of(0), format_duration(wait)));
+    f.lost_node = 0;
+    failed = publish(f);
+    return std::nullopt;
+  }
+}
+
+std::optional<AttemptOutcome> Attempt::start_workers() {
+  AttemptOutcome failed;
+  const auto master_port = agree_master_port(failed);
+  if (!master_port) return failed;
+  const auto& r = round_.ranks;
+  auto launches = make_launches(*master_port);
+  spdlog::info("attempt {}: starting {} workers (ranks {}..{} of {}), MASTER_ADDR={} "
+               "MASTER_PORT={}", round_.id, r.local_world_size, r.base_rank,
+               r.base_rank + r.local_world_size - 1, r.world_size, round_.master_addr,
+               *master_port);
+  const int round = round_.id;
+  try {
+    auto pids = ctx_.runner->start(launches, [this, round](const WorkerExit& exit) {
+      AgentEvent e;
+      e.kind = AgentEvent::Kind::kWorkerExited;
+      e.round = round;
+      e.exit = exit;
+      events_.push(e);
+    });
+    running_ = r.local_world_size;
+    emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});
+  } catch (const Error& e) {
+    auto decided = publish(failure(Failure::Kind::kAgent, kExitCannotStart, e.what()));
+    ctx_.runner->stop(SIGKILL, 0s);  // the ranks that did start
+    return decided;
+  }
+  return std::nullopt;
+}
+
+std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
+  const auto& r = round_.ranks;
+  std::vector<WorkerLaunch> launches;
+  for (int local = 0; local < r.local_world_size; ++local) {
+    auto dir = fs::path(dir_) / std::to_string(local);
+    fs::create_directories(dir);
+    WorkerEnvInput in;
+    in.ranks = r;
+    in.local_rank = local;
+    in.role = config_.role;
+    in.master_addr = round_.master_addr;
+    in.master_port = master_port;
+    in.restart_count = round_.restart_count;
+    in.max_restarts = config_.max_restarts;
+    in.run_id = config_.rdzv_id;
+    in.error_file = error_file(local);
+    in.set_omp_threads = r.local_world_size > 1;
+    fs::remove(in.error_file);
+
+    WorkerLaunch w;
+    w.local_rank = local;
+    w.rank = r.global_rank(local);
+    w.argv = substitute_local_rank(config_.argv, local);
+    w.env = to_env_strings(build_worker_env(ctx_.base_env, in));
+    const auto redirect = config_.redirects.for_rank(local);
+    const auto tee = config_.tee.for_rank(local);
+    const bool shown = !config_.local_ranks_filter ||
+                       std::count(config_.local_ranks_filter->begin(),
+                                  config_.local_ranks_filter->end(), local) > 0;
+    auto& o = w.output;
+    o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
+    o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
+    if (has(redirect, Std::kOut) || has(tee, Std::kOut)) o.stdout_file = (dir / "stdout.log").string();
+    if (has(redirect, Std::kErr) || has(tee, Std::kErr)) o.stderr_file = (dir / "stderr.log").string();
+    o.prefix = render_prefix(config_.log_line_prefix, w.rank, local, r.group_rank, ctx_.host,
+                             config_.role);
+    o.raw = config_.raw_output;
+    launches.push_back(std::move(w));
+  }
+  return launches;
+}
+
+std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
+  // Signals are for whatever round runs; everything else belongs to one round.
+  if (event.kind == AgentEvent::Kind::kSignal) return on_signal(event.signal);
+  if (event.round != round_.id) return std::nullopt;
+  switch (event.kind) {
+    case AgentEvent::Kind::kWorkerExited:
+      return on_worker_exited(event.exit);
+    case AgentEvent::Kind::kOutcome:
+      return on_outcome(event.text);
+    case AgentEvent::Kind::kStoreLost:
+      return on_store_lost(event.text);
+    case AgentEvent::Kind::kNodeLost:
+      return on_node_lost(event.node);
+    case AgentEvent::Kind::kSignal:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) {
+  --running_;
+  emit_("worker_exited",
+        {{"attempt", round_.id}, {"rank", exit.rank}, {"local_rank", exit.local_rank},
+         {"pid", exit.pid}, {"exit_code", exit.exit_code}, {"signal", exit.signal},
+         {"exit_mono", std::chrono::duration<double>(exit.when.time_since_epoch()).count()}});
+  if (exit.succeeded()) {
+    spdlog::debug("rank {} (local {}) exited 0", exit.rank, exit.local_rank);
+    if (running_ == 0 && !published_) {
+      published_ = true;
+      channel_.report_success();
+      // The agent serving the store stays until the others are done: leaving would take the
+      // store away from nodes that are still training.
+      if (!ctx_.hosts_store) barrier_ = Deadline::after(config_.exit_barrier_timeout);
+    }
+    return std::nullopt;
+  }
+  spdlog::error("rank {} (local rank {}, pid {}) on {} {}", exit.rank, exit.local_rank, exit.pid,
+                ctx_.host,
+                exit.signal ? "was killed by " + signal_name(exit.signal)
+                            : fmt::format("exited with code {}", exit.exit_code));
+  auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host, round_.ranks.group_rank,
+                          round_.restart_count);
+  channel_.record_failure(f);
+  if (published_) return std::nullopt;
+  published_ = true;
+  return publish(f);
+}
+
+std::optional<AttemptOutcome> Attempt::on_outcome(const std::string& value) {
+  return decide(value);
+}
+
+std::optional<AttemptOutcome> Attempt::on_signal(int signal) {
+  spdlog::warn("received {}: stopping workers", signal_name(signal));
+  announce_stop(ctx_, round_, signal);
+  auto f = failure(Failure::Kind::kSignal, 128 + signal,
+                   fmt::format("the agent on {} received {}", ctx_.host, signal_name(signal)));
+  f.signal = signal;
+  return AttemptOutcome{false, f, false};
+}
+
+std::optional<AttemptOutcome> Attempt::on_store_lost(const std::string& message) {
+  return AttemptOutcome{
+      false, failure(Failure::Kind::kAgent, kExitRendezvous, "lost the rendezvous store: " + message),
+      true};
+}
+
+std::optional<AttemptOutcome> Attempt::on_node_lost(int group_rank) {
+  // Elastic: the others re-form without it. Static: the node count is fixed, so the job cannot
+  // go on; every node stops now instead of hanging in a collective.
+  auto f = failure(ctx_.rendezvous->can_reform() ? Failure::Kind::kMembership
+                                                 : Failure::Kind::kAgent,
+                   kExitRendezvous,
+                   fmt::format("node {} ({}) stopped sending heartbeats", group_rank,
+                               round_.host_of(group_rank)));
+  f.lost_node = group_rank;
+  return publish(f);
+}
+
+std::optional<AttemptOutcome> Attempt::on_barrier_expired() {
+  spdlog::warn("exit barrier: other nodes still running after {}; leaving with success",
+               format_duration(config_.exit_barrier_timeout));
+  keep_alive_.reset();
+  ctx_.rendezvous->leave_early(round_);
+  return AttemptOutcome{true, {}, false};
+}
+
+// Forwards the signal that stopped us, else SIGTERM; SIGKILL after the shutdown timeout.
+void Attempt::stop_workers() {
+  const int stop_signal = signal_ != 0 ? signal_.load() : SIGTERM;
+  if (running_ > 0) {
+    spdlog::info("stopping {} local worker(s) with {}", running_, signal_name(stop_signal));
+  }
+  ctx_.runner->stop(stop_signal, config_.shutdown_timeout);
+  emit_("workers_stopped", {{"attempt", round_.id}});
+  collect_late_failures(stop_signal);
+}
+
+// Workers that failed on their own while the round was stopping are candidates for the root
+// cause too; the ones our own signal ended are not.
+void Attempt::collect_late_failures(int stop_signal) {
+  while (auto late = events_.pop(Deadline::after(0s))) {
+    if (late->kind == AgentEvent::Kind::kSignal) {
+      events_.push(*late);  // still to be acted on by the caller
+      break;
+    }
+    if (late->kind != AgentEvent::Kind::kWorkerExited || late->round != round_.id) continue;
+    const auto& exit = late->exit;
+    if (exit.succeeded()) continue;
+    // One that our signal ended counts only if it had already failed on its own (it wrote its
+    // error file): it may have been busy exiting when the stop came.
+    const bool stopped_by_us = exit.signal == stop_signal || exit.signal == SIGKILL;
+    if (stopped_by_us && !fs::exists(error_file(exit.local_rank))) continue;
+    channel_.record_failure(worker_failure(exit, error_file(exit.local_rank), ctx_.host,
+                                           round_.ranks.group_rank, round_.restart_count));
+  }
+}
+
+void announce_stop(AgentContext& ctx, const Round& round, int sig) {
+  const bool reform = ctx.rendezvous->can_reform();
+  if (round.ranks.group_world_size < 2 && !reform) return;
+  auto f = agent_failure(ctx.host, round.ranks.group_rank, round.restart_count,
+                         reform ? Failure::Kind::kMembership : Failure::Kind::kSignal, 128 + sig,
+                         reform ? fmt::format("node {} left ({})", ctx.host, signal_name(sig))
+                                : fmt::format("the agent on {} received {}", ctx.host,
+                                              signal_name(sig)));
+  f.signal = sig;
+  try {
+    auto store = ctx.open_store(Deadline::after(2s));
+    RoundChannel(*store, round, std::chrono::milliseconds(2000)).publish_outcome(f.to_json());
+  } catch (const std::exception& e) {
+    spdlog::warn("could not tell the other nodes about {}: {}", signal_name(sig), e.what());
+  }
+}
+
+}  // namespace ddprun

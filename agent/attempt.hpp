@@ -1,0 +1,104 @@
+#pragma once
+// One attempt of the job's workers on this node, within one round: agree on the workers'
+// master port, start the workers, react to what happens (a worker exits, the round's outcome
+// is decided elsewhere, a member is lost, the store is lost, a signal), wait at most the exit
+// barrier once this node is done, stop the workers, and settle the root cause with the other
+// nodes. Everything it starts (outcome watcher, keep-alive) stops when it returns.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "agent/event_queue.hpp"
+#include "agent/outcome_watcher.hpp"
+#include "agent/process_runner.hpp"
+#include "agent/round_channel.hpp"
+#include "agent/worker_env.hpp"
+#include "common/failure_record.hpp"
+#include "common/launch_config.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
+
+namespace ddprun {
+
+class EventLog;
+
+// What the agent runs on: the store, the rendezvous, the runner, and where things go.
+struct AgentContext {
+  std::string host;        // this node's name, for messages and the root cause
+  Store* store = nullptr;  // the agent's own connection (rendezvous and coordination)
+  StoreOpener open_store;  // more connections, for threads that block on their own
+  RendezvousHandler* rendezvous = nullptr;
+  ProcessRunner* runner = nullptr;
+  // A port free on the given address now, for the workers' own store (group rank 0 only).
+  std::function<int(const std::string& address)> reserve_master_port;
+  std::string log_dir;         // this run's log directory (attempt_<round>/<local_rank>/...)
+  EnvMap base_env;             // the environment workers inherit
+  EventLog* events = nullptr;  // --events-file, optional
+  bool hosts_store = false;    // this agent's process serves the store: it leaves last
+};
+
+struct AttemptOutcome {
+  bool success = false;
+  Failure failure;          // when !success: the root cause, or why the round ended
+  bool store_lost = false;  // the store is gone: nobody is left to say goodbye to
+};
+
+class Attempt {
+ public:
+  using Emit = std::function<void(const std::string& name, nlohmann::json fields)>;
+
+  Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round, EventQueue& events,
+          const std::atomic<int>& signal, Emit emit);
+  ~Attempt();
+
+  AttemptOutcome run();
+
+ private:
+  // Each returns the round's outcome once it is decided, nullopt while it is not.
+  std::optional<AttemptOutcome> start_workers();
+  std::optional<AttemptOutcome> on_worker_exited(const WorkerExit& exit);
+  std::optional<AttemptOutcome> on_outcome(const std::string& value);
+  std::optional<AttemptOutcome> on_signal(int signal);
+  std::optional<AttemptOutcome> on_store_lost(const std::string& message);
+  std::optional<AttemptOutcome> on_node_lost(int group_rank);
+  std::optional<AttemptOutcome> on_barrier_expired();
+  std::optional<AttemptOutcome> handle(const AgentEvent& event);
+
+  std::optional<int> agree_master_port(AttemptOutcome& failed);
+  std::vector<WorkerLaunch> make_launches(int master_port);
+  AttemptOutcome publish(const Failure& failure);
+  AttemptOutcome decide(const std::string& value) const;
+  Failure failure(Failure::Kind kind, int exit_code, const std::string& message) const;
+  void stop_workers();
+  void collect_late_failures(int stop_signal);
+  std::string error_file(int local_rank) const;
+  void teardown();
+
+  const LaunchConfig& config_;
+  AgentContext& ctx_;
+  const Round& round_;
+  EventQueue& events_;
+  const std::atomic<int>& signal_;
+  Emit emit_;
+  RoundChannel channel_;
+  std::string dir_;  // attempt_<round>/ under the log dir
+
+  std::unique_ptr<OutcomeWatcher> watcher_;
+  std::unique_ptr<KeepAlive> keep_alive_;
+  int running_ = 0;            // local workers not yet exited
+  bool published_ = false;     // this node has said how its workers ended
+  bool outcome_mine_ = false;  // this node's failure decided the round
+  std::optional<Deadline> barrier_;  // once this node's workers all succeeded
+};
+
+// Tells the other nodes of `round`, quickly and on a connection of its own, that this agent
+// stops on signal `sig`: a fixed membership stops everywhere, an elastic one re-forms without
+// this node. Logged, not thrown, when the store cannot be reached.
+void announce_stop(AgentContext& ctx, const Round& round, int sig);
+
+// Renders a --log-line-prefix template for one worker ("{time}" is left for per-line use).
+std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
+                          const std::string& host, const std::string& role);
+
+}  // namespace ddprun

@@ -1,0 +1,29 @@
+#pragma once
+// Blocks in the store (a server-side wait, on a connection of its own) until a round's outcome
+// is decided by any node, and reports it to the agent's event queue at once: a failure
+// anywhere reaches every agent the moment it is published. Reports kStoreLost when the store
+// goes away. Destroying the watcher interrupts its wait and joins its thread.
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "agent/event_queue.hpp"
+#include "rendezvous/store.hpp"
+
+namespace ddprun {
+
+class OutcomeWatcher {
+ public:
+  OutcomeWatcher(std::unique_ptr<Store> store, std::string outcome_key, int round,
+                 EventQueue& events);
+  ~OutcomeWatcher();
+  OutcomeWatcher(const OutcomeWatcher&) = delete;
+  OutcomeWatcher& operator=(const OutcomeWatcher&) = delete;
+
+ private:
+  std::unique_ptr<Store> store_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,94 @@
+#include "agent/round_channel.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+RoundChannel::RoundChannel(Store& store, const Round& round,
+                           std::chrono::milliseconds read_timeout)
+    : store_(round.prefix, store), round_(round), read_timeout_(read_timeout) {}
+
+std::string RoundChannel::outcome_key() const { return round_.prefix + "/outcome"; }
+
+void RoundChannel::publish_master_port(int port) {
+  store_.set("master_port", std::to_string(port), op());
+}
+
+int RoundChannel::master_port(Deadline deadline) {
+  return static_cast<int>(parse_counter(store_.get("master_port", deadline), "master_port"));
+}
+
+std::string RoundChannel::publish_outcome(const std::string& value) {
+  return store_.compare_set("outcome", "", value, op());
+}
+
+bool RoundChannel::report_success() {
+  const auto done = store_.add("succeeded", 1, op());
+  if (done != round_.ranks.group_world_size) return false;
+  store_.compare_set("outcome", "", kRoundSucceeded, op());
+  return true;
+}
+
+// Every local worker failure of the round goes on a list in the store; the root cause is the
+// earliest of them, not merely the first one published (a peer of a crashed rank often fails
+// within milliseconds, and its agent may win the race to the store).
+void RoundChannel::record_failure(const Failure& failure) {
+  try {
+    const auto n = store_.add("failures", 1, op());
+    store_.set(fmt::format("failure/{}", n), failure.to_json(), op());
+  } catch (const Error& e) {
+    spdlog::warn("could not record the failure of rank {}: {}", failure.rank, e.what());
+  }
+}
+
+Failure RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
+                                         std::chrono::milliseconds settle_time) {
+  const auto deadline = Deadline::after(settle_time);
+  try {
+    const auto settled = store_.add("settled", 1, op());
+    if (settled == round_.ranks.group_world_size) store_.set("all_settled", "1", op());
+    if (!chooser) {
+      // A little longer than the chooser may wait, so that its answer is not missed.
+      return Failure::from_json(
+          store_.get("root_cause", Deadline::at(deadline.when() + std::chrono::seconds(5))));
+    }
+    try {
+      store_.wait({"all_settled"}, deadline);
+    } catch (const TimeoutError&) {
+      spdlog::warn("not every node reported its failures within {}; choosing among those that did",
+                   format_duration(settle_time));
+    }
+    Failure earliest = first;
+    const auto n = store_.add("failures", 0, op());
+    for (std::int64_t i = 1; i <= n; ++i) {
+      auto text = store_.try_get(fmt::format("failure/{}", i), op());
+      if (!text) continue;
+      auto f = Failure::from_json(*text);
+      if (f.unix_time < earliest.unix_time) earliest = f;
+    }
+    store_.set("root_cause", earliest.to_json(), op());
+    return earliest;
+  } catch (const Error& e) {
+    spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",
+                 e.what());
+    return first;
+  }
+}
+
+void RoundChannel::say_goodbye(int lost_nodes, bool wait_for_all,
+                               std::chrono::milliseconds close_timeout) {
+  try {
+    const auto deadline = Deadline::after(close_timeout);
+    // A node declared dead will not come to say goodbye: do not wait for it.
+    const auto left = store_.add("left", 1, deadline);
+    if (left == round_.ranks.group_world_size - lost_nodes) store_.set("all_left", "1", deadline);
+    if (wait_for_all) store_.wait({"all_left"}, deadline);
+  } catch (const Error& e) {
+    spdlog::warn("leaving the rendezvous: {}", e.what());
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,55 @@
+#pragma once
+// What the agents of one round tell each other through the store, under the round's prefix:
+// the workers' master port, the round's outcome (the first writer wins), every worker failure
+// and the root cause chosen among them, and the goodbyes at the end of the job.
+
+#include <chrono>
+#include <string>
+
+#include "common/failure_record.hpp"
+#include "rendezvous/prefix_store.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
+
+namespace ddprun {
+
+class RoundChannel {
+ public:
+  // Does not own `store`; every call gets a fresh deadline of `read_timeout`.
+  RoundChannel(Store& store, const Round& round, std::chrono::milliseconds read_timeout);
+
+  // The key that holds the round's outcome, in the unprefixed store (for a watcher that has a
+  // connection of its own).
+  std::string outcome_key() const;
+
+  // Group rank 0 publishes the port of the workers' store; the others wait for it.
+  void publish_master_port(int port);
+  int master_port(Deadline deadline);
+
+  // Writes `value` as the round's outcome unless one was written already; returns the outcome.
+  std::string publish_outcome(const std::string& value);
+  // This node's workers all exited 0. Returns true when it was the last node to say so: then
+  // the round's outcome is success.
+  bool report_success();
+
+  // Adds a worker failure to the round's list (logged, not thrown, when the store fails).
+  void record_failure(const Failure& failure);
+  // The root cause: the earliest recorded failure, once every node has stopped and recorded
+  // its own (or `settle_time` passed). The chooser (whose failure ended the round) picks it
+  // and publishes it; the others read it. Falls back to `first` when the store fails.
+  Failure resolve_root_cause(const Failure& first, bool chooser,
+                             std::chrono::milliseconds settle_time);
+
+  // The end of the job for this node. The node serving the store (`wait_for_all`) waits,
+  // bounded by `close_timeout`, until every node that is not known dead has left, so that the
+  // store does not vanish under them. Logged, not thrown, when the store fails.
+  void say_goodbye(int lost_nodes, bool wait_for_all, std::chrono::milliseconds close_timeout);
+
+ private:
+  Deadline op() const { return Deadline::after(read_timeout_); }
+
+  PrefixStore store_;
+  Round round_;
+  std::chrono::milliseconds read_timeout_;
+};
+
+}  // namespace ddprun

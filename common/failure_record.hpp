@@ -1,0 +1,49 @@
+#pragma once
+// Why a round or a job ended, as every agent of the job shares it through the store (JSON).
+// A round ends with the first value written to its outcome key: "success", or one of these.
+// The agent writes worker, signal and agent failures; the rendezvous writes membership changes
+// (a node joined late, left or died) that make the round re-form.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// The value of a round's outcome key once every node's workers exited 0.
+inline constexpr const char* kRoundSucceeded = "success";
+
+struct Failure {
+  // kMembership: the round must re-form (a node joined, left or died); not a failure of the job.
+  enum class Kind : std::uint8_t { kWorker, kSignal, kAgent, kMembership };
+  Kind kind = Kind::kWorker;
+  std::string host;
+  int node = 0;        // group rank
+  int rank = -1;       // global rank, -1 when not a worker
+  int local_rank = -1;
+  int pid = 0;
+  int exit_code = 0;   // shell-style: 128+N for signal N
+  int signal = 0;
+  int attempt = 0;
+  double unix_time = 0;
+  std::string message;     // error file message, or the agent's reason
+  std::string traceback;   // error file py_callstack
+  std::vector<std::string> stderr_tail;
+  int lost_node = -1;  // a node declared dead (it will not say goodbye), -1: none
+
+  std::string to_json() const;
+  // Throws Error on malformed JSON.
+  static Failure from_json(const std::string& text);
+};
+
+// A failure of the agent itself (not of a worker) on `host`, stamped now.
+Failure agent_failure(const std::string& host, int node, int attempt, Failure::Kind kind,
+                      int exit_code, const std::string& message);
+
+// Wall-clock seconds since the epoch, the time base of Failure::unix_time.
+double unix_seconds();
+
+// "SIGSEGV" for 11; "signal 64" for unknown numbers.
+std::string signal_name(int signal);
+
+}  // namespace ddprun

@@ -1,0 +1,138 @@
+#include "rendezvous/backend.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
+#include "rendezvous/static_rendezvous.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr std::uint16_t kC10dDefaultPort = 29400;
+
+// True when `host` names an address of this machine (it can be bound).
+bool is_local_address(const std::string& host) {
+  asio::io_context io;
+  boost::system::error_code ec;
+  asio::ip::tcp::resolver resolver(io);
+  auto results = resolver.resolve(host, "0", ec);
+  if (ec) return false;
+  for (const auto& entry : results) {
+    asio::ip::tcp::acceptor probe(io);
+    auto endpoint = asio::ip::tcp::endpoint(entry.endpoint().address(), 0);
+    probe.open(endpoint.protocol(), ec);
+    if (!ec) probe.bind(endpoint, ec);
+    if (!ec) return true;
+  }
+  return false;
+}
+
+KeepAliveTiming keep_alive_timing(const RdzvConf& conf) {
+  return KeepAliveTiming{conf.keep_alive_interval, conf.keep_alive_max_attempt,
+                         conf.read_timeout};
+}
+
+}  // namespace
+
+int reserve_port(const std::string& host) {
+  asio::io_context io;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) {
+    asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(host, "0", ec);
+    if (ec || results.empty()) {
+      throw ConnectionError(fmt::format("cannot resolve master address '{}': {}", host,
+                                        ec ? ec.message() : "no addresses"));
+    }
+    address = results.begin()->endpoint().address();
+  }
+  asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(address, 0));
+  return acceptor.local_endpoint().port();
+}
+
+RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::string& host,
+                                     Deadline deadline) {
+  client_options_.run_id = config.rdzv_id;
+  auto serve = [&](const std::string& addr, std::uint16_t port) {
+    StoreServerOptions options;
+    options.host = addr;
+    options.port = port;
+    options.read_timeout = config.rdzv_conf.read_timeout;
+    server_ = std::make_unique<TcpStoreServer>(options);
+    server_->start();
+    client_options_.port = server_->port();
+  };
+
+  if (config.is_static()) {
+    client_options_.host = config.master_addr;
+    client_options_.port = config.master_port;
+    if (config.node_rank == 0) serve(config.master_addr, config.master_port);
+  } else {
+    auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
+    client_options_.host = endpoint.host;
+    client_options_.port = endpoint.port.value_or(kC10dDefaultPort);
+    if (config.rdzv_conf.is_host.value_or(is_local_address(endpoint.host))) {
+      try {
+        serve(endpoint.host, client_options_.port);
+      } catch (const ConnectionError& e) {
+        if (config.rdzv_conf.is_host.value_or(false)) throw;
+        spdlog::info("store at {} is served by another process; joining it as a client",
+                     format_host_port(client_options_.host, client_options_.port));
+      }
+    }
+  }
+  client_ = std::make_unique<TcpStoreClient>(client_options_, deadline);
+
+  const auto timing = keep_alive_timing(config.rdzv_conf);
+  if (config.is_static()) {
+    StaticRendezvousOptions o;
+    o.nnodes = config.max_nodes;
+    o.node_rank = config.node_rank;
+    o.self = NodeInfo{host, config.nproc_per_node, static_cast<int>(getpid())};
+    o.join_timeout = config.rdzv_conf.join_timeout;
+    handler_ = std::make_unique<StaticRendezvous>(*client_, opener(), o, config.master_addr,
+                                                  timing);
+  } else {
+    ElasticRendezvousOptions o;
+    o.min_nodes = config.min_nodes;
+    o.max_nodes = config.max_nodes;
+    o.join_timeout = config.rdzv_conf.join_timeout;
+    o.last_call_timeout = config.rdzv_conf.last_call_timeout;
+    o.read_timeout = config.rdzv_conf.read_timeout;
+    ElasticNode self;
+    self.id = fmt::format("{}:{}", host, getpid());
+    self.host = host;
+    self.nproc = config.nproc_per_node;
+    handler_ = std::make_unique<ElasticRendezvous>(*client_, opener(), o, self, timing,
+                                                   config.max_restarts);
+  }
+}
+
+RendezvousBackend::~RendezvousBackend() {
+  handler_.reset();
+  client_.reset();
+  server_.reset();
+}
+
+StoreOpener RendezvousBackend::opener() const {
+  return [options = client_options_](Deadline deadline) -> std::unique_ptr<Store> {
+    return std::make_unique<TcpStoreClient>(options, deadline);
+  };
+}
+
+std::string RendezvousBackend::describe() const {
+  return fmt::format("store {}, {}", format_host_port(client_options_.host, client_options_.port),
+                     server_ ? "served by this agent" : "joined as a client");
+}
+
+}  // namespace ddprun

@@ -1,0 +1,49 @@
+#pragma once
+// The rendezvous backend a LaunchConfig asks for, chosen in one place: which store (served by
+// this agent, or joined), and which RendezvousHandler runs over it (static or c10d; etcd later).
+//
+//   static  the store is node 0's, at --master-addr:--master-port (port 0: a free one, for
+//           --standalone); node 0 serves it.
+//   c10d    the store is at --rdzv-endpoint; the agent on the endpoint's host serves it
+//           (is_host forces the choice); when several agents share that host, the first to
+//           bind serves and the others join it.
+
+#include <memory>
+#include <string>
+
+#include "common/launch_config.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
+#include "rendezvous/store.hpp"
+#include "rendezvous/tcp_store_client.hpp"
+#include "rendezvous/tcp_store_server.hpp"
+
+namespace ddprun {
+
+class RendezvousBackend {
+ public:
+  // Binds the store's port now when this agent serves it (a taken port is reported before
+  // anything else starts: ConnectionError), then connects this agent's client by `deadline`.
+  RendezvousBackend(const LaunchConfig& config, const std::string& host, Deadline deadline);
+  ~RendezvousBackend();
+  RendezvousBackend(const RendezvousBackend&) = delete;
+  RendezvousBackend& operator=(const RendezvousBackend&) = delete;
+
+  Store& store() { return *client_; }
+  StoreOpener opener() const;
+  RendezvousHandler& handler() { return *handler_; }
+  bool serves_store() const { return server_ != nullptr; }
+  // "store 127.0.0.1:29500, served by this agent", for the startup log.
+  std::string describe() const;
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+  StoreClientOptions client_options_;
+  std::unique_ptr<TcpStoreClient> client_;
+  std::unique_ptr<RendezvousHandler> handler_;
+};
+
+// A TCP port that is free on `address` now (the workers' store binds it moments later).
+// Throws ConnectionError when the address cannot be resolved.
+int reserve_port(const std::string& address);
+
+}  // namespace ddprun

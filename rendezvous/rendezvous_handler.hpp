@@ -1,0 +1,97 @@
+#pragma once
+// The rendezvous as the agent sees it: a sequence of rounds. Each round fixes who takes part,
+// every node's ranks and the workers' master address; the agent runs one attempt of the job's
+// workers per round. Implementations: StaticRendezvous (fixed nodes and node ranks, a round per
+// attempt) and ElasticRendezvous (the c10d backend: nodes join, leave and die between rounds).
+// An etcd backend is a third implementation of the same interface.
+//
+// The agent never asks which implementation it has; where behaviour differs (a lost node ends
+// the job, or the others re-form without it), it asks can_reform().
+//
+// A round ends with the first value written to "<prefix>/outcome" in the store (compare_set
+// from ""): "success" (kRoundSucceeded), or a Failure record (common/failure_record.hpp). The
+// rendezvous itself writes membership records there (a late joiner asking the members to
+// re-form); the agent writes the rest.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/rank_assignment.hpp"
+
+namespace ddprun {
+
+struct Round {
+  int id = 0;              // the attempt (static) or round (elastic): the log dir attempt_<id>
+  std::string prefix;      // this round's keys in the store live under "<prefix>/"
+  NodeRanks ranks;         // this node's place in the round
+  int restart_count = 0;   // worker-failure restarts before this round (TORCHELASTIC_RESTART_COUNT)
+  std::string master_addr; // group rank 0's address, the workers' MASTER_ADDR
+  std::vector<std::string> hosts;  // by group rank; "" where this node does not know the host
+
+  // The host of a group rank, "?" when unknown.
+  std::string host_of(int group_rank) const;
+};
+
+// What next_round() yields: a round this node is a member of, or, when the job ended without
+// this node (it waited as a spare, or came after the end), the job's final outcome value.
+struct NextRound {
+  std::optional<Round> round;
+  std::string job_outcome;  // without a round: "success" or a Failure record
+};
+
+// Watches the round's members for as long as it lives; stopping it (destroying it) is
+// immediate, interrupting any store call in progress.
+class KeepAlive {
+ public:
+  virtual ~KeepAlive() = default;
+};
+
+class RendezvousHandler {
+ public:
+  using LostCallback = std::function<void(int group_rank)>;
+  using ErrorCallback = std::function<void(std::string message)>;
+  // Receives the rendezvous's steps for --events-file ("rendezvous_started", ...).
+  using EventSink = std::function<void(const std::string& name, nlohmann::json fields)>;
+
+  virtual ~RendezvousHandler() = default;
+
+  void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
+
+  // Blocks until this node is a member of the next round, or until the job is over without it.
+  // `restart_count` is the number of worker-failure restarts so far. Throws TimeoutError or
+  // RendezvousError naming what is missing, ConnectionError, or InterruptedError when the
+  // store was interrupted (a signal); an interrupted rendezvous gives back what it claimed.
+  virtual NextRound next_round(int restart_count) = 0;
+
+  // This node is done with `round` and will ask for the next one.
+  virtual void round_ended(const Round& round) = 0;
+
+  // Starts watching the round's members: `on_lost(group_rank)` at most once when a member
+  // stops answering, `on_error` when the store cannot be reached. Both come from another thread.
+  // Returns nullptr when there is nobody to watch.
+  virtual std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
+                                                ErrorCallback on_error) = 0;
+
+  // This node's workers are done and it stops taking part in the keep-alive before the other
+  // members: tells them it left on purpose, so that its silence is not taken for death.
+  virtual void leave_early(const Round& round) = 0;
+
+  // True when the job goes on without a node that leaves or dies (the others re-form); false
+  // when the membership is fixed and losing a node ends the job.
+  virtual bool can_reform() const = 0;
+
+ protected:
+  void emit(const std::string& name, nlohmann::json fields) const {
+    if (sink_) sink_(name, std::move(fields));
+  }
+
+ private:
+  EventSink sink_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,75 @@
+#pragma once
+// Static rendezvous over the store: a fixed number of nodes, each with the node rank it was
+// given. Every node claims its rank (a duplicate is reported, not a hang), checks that all nodes
+// agree on the node count, publishes its worker count, and waits for the others until the join
+// timeout. Ranks are then assigned from what every node published.
+//
+// As a RendezvousHandler (StaticRendezvous): the membership is formed once; each attempt is a
+// round ("attempt/<restart count>") that opens when every node has come back to it (a start
+// barrier). Losing a node ends the job: the node count is fixed.
+
+#include <string>
+#include <vector>
+
+#include "rendezvous/heartbeat.hpp"
+#include "rendezvous/rank_assignment.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
+#include "rendezvous/store.hpp"
+
+namespace ddprun {
+
+struct NodeInfo {
+  std::string host;
+  int local_world_size = 0;
+  int pid = 0;
+};
+
+struct RendezvousResult {
+  NodeRanks ranks;
+  std::vector<NodeInfo> nodes;  // by group rank
+};
+
+struct StaticRendezvousOptions {
+  int nnodes = 1;
+  int node_rank = 0;
+  NodeInfo self;
+  std::chrono::milliseconds join_timeout{600'000};
+  std::string token;  // claims the node rank; unique per agent (see make_claim_token)
+};
+
+// A token unique to this agent, for claiming its node rank.
+std::string make_claim_token(const NodeInfo& self);
+// The key holding the claim on a node rank.
+std::string owner_key(int node_rank);
+
+// Throws RendezvousError (duplicate rank, mismatched node counts), TimeoutError naming the
+// missing node ranks, or the store's ConnectionError / InterruptedError.
+RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& options);
+
+class StaticRendezvous final : public RendezvousHandler {
+ public:
+  // `store` is the agent's own connection (used from its thread only); `master_addr` is node 0's
+  // address, the workers' MASTER_ADDR.
+  StaticRendezvous(Store& store, StoreOpener open_store, StaticRendezvousOptions options,
+                   std::string master_addr, KeepAliveTiming keep_alive);
+
+  NextRound next_round(int restart_count) override;
+  void round_ended(const Round&) override {}
+  std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
+                                        ErrorCallback on_error) override;
+  void leave_early(const Round& round) override;
+  bool can_reform() const override { return false; }
+
+ private:
+  void join();
+  void start_barrier(const std::string& prefix, int attempt);
+
+  Store& store_;
+  StoreOpener open_store_;
+  StaticRendezvousOptions options_;
+  std::string master_addr_;
+  KeepAliveTiming keep_alive_;
+  std::optional<RendezvousResult> joined_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,425 @@
+// The agent on the in-memory store with a fake runner, in both rendezvous modes: no sockets, no
+// processes. Every wait is for an event (a start of the fake runner, a key in the store), with a
+// deadline that only catches hangs.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <future>
+#include <thread>
+
+#include "agent/agent.hpp"
+#include "common/error.hpp"
+#include "common/exit_codes.hpp"
+#include "launcher/job_report.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
+#include "rendezvous/memory_store.hpp"
+#include "rendezvous/static_rendezvous.hpp"
+#include "support/fake_runner.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+using test::FakeRunner;
+
+namespace {
+
+constexpr auto kHang = 30s;  // only catches hangs
+
+LaunchConfig config_for(int nnodes, int node_rank, int nproc, int max_restarts = 0) {
+  LaunchConfig c;
+  c.min_nodes = c.max_nodes = nnodes;
+  c.node_rank = node_rank;
+  c.nproc_per_node = nproc;
+  c.max_restarts = max_restarts;
+  c.argv = {"worker", "--rank=${local_rank}"};
+  c.rdzv_conf.join_timeout = 20s;
+  c.rdzv_conf.close_timeout = 5s;
+  c.rdzv_conf.read_timeout = 5s;
+  c.shutdown_timeout = 1s;
+  return c;
+}
+
+LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_restarts = 0) {
+  auto c = config_for(max_nodes, 0, nproc, max_restarts);
+  c.rdzv_backend = "c10d";
+  c.min_nodes = min_nodes;
+  // Long enough that a second node started right after the first is in its round even on a
+  // busy machine; it only delays rounds that close below MAX.
+  c.rdzv_conf.last_call_timeout = 2s;
+  c.rdzv_conf.keep_alive_interval = 100ms;
+  c.rdzv_conf.keep_alive_max_attempt = 5;
+  return c;
+}
+
+std::unique_ptr<RendezvousHandler> make_handler(const LaunchConfig& c, Store& store,
+                                                StoreOpener open, const std::string& host) {
+  const KeepAliveTiming timing{c.rdzv_conf.keep_alive_interval, c.rdzv_conf.keep_alive_max_attempt,
+                               c.rdzv_conf.read_timeout};
+  if (c.is_static()) {
+    StaticRendezvousOptions o;
+    o.nnodes = c.max_nodes;
+    o.node_rank = c.node_rank;
+    o.self = NodeInfo{host, c.nproc_per_node, 1};
+    o.join_timeout = c.rdzv_conf.join_timeout;
+    return std::make_unique<StaticRendezvous>(store, std::move(open), o, "10.0.0.1", timing);
+  }
+  ElasticRendezvousOptions o;
+  o.min_nodes = c.min_nodes;
+  o.max_nodes = c.max_nodes;
+  o.join_timeout = c.rdzv_conf.join_timeout;
+  o.last_call_timeout = c.rdzv_conf.last_call_timeout;
+  o.read_timeout = c.rdzv_conf.read_timeout;
+  ElasticNode self;
+  self.id = host + ":1";
+  self.host = host;
+  self.nproc = c.nproc_per_node;
+  return std::make_unique<ElasticRendezvous>(store, std::move(open), o, self, timing,
+                                             c.max_restarts);
+}
+
+// One node's agent running on its own thread.
+struct Node {
+  Node(MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir)
+      : config(std::move(c)), store(shared.connect()) {
+    StoreOpener open = [&shared](Deadline) { return std::unique_ptr<Store>(shared.connect()); };
+    rendezvous = make_handler(config, *store, open, host);
+    AgentContext ctx;
+    ctx.host = host;
+    ctx.store = store.get();
+    ctx.open_store = open;
+    ctx.rendezvous = rendezvous.get();
+    ctx.runner = &runner;
+    ctx.reserve_master_port = [](const std::string&) { return 23456; };
+    ctx.log_dir = log_dir;
+    ctx.base_env = {{"HOME", "/home/test"}};
+    agent = std::make_unique<Agent>(config, std::move(ctx));
+    result = std::async(std::launch::async, [this] { return agent->run(); });
+  }
+  RunResult finish() {
+    REQUIRE(result.wait_for(kHang) == std::future_status::ready);
+    return result.get();
+  }
+  int exit_code() { return exit_code_of(finish()); }
+
+  LaunchConfig config;
+  std::unique_ptr<MemoryStore> store;
+  std::unique_ptr<RendezvousHandler> rendezvous;
+  FakeRunner runner;
+  std::unique_ptr<Agent> agent;
+  std::future<RunResult> result;
+};
+
+std::map<std::string, std::string> env_of(const WorkerLaunch& w) {
+  std::map<std::string, std::string> env;
+  for (const auto& kv : w.env) env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  return env;
+}
+
+// True once the latest start of `runner` gave its workers WORLD_SIZE `world_size`.
+bool latest_world_size_is(FakeRunner& runner, int world_size) {
+  auto launches = runner.launches();
+  return !launches.empty() &&
+         env_of(launches.back().at(0))["WORLD_SIZE"] == std::to_string(world_size);
+}
+
+std::string env_of_start(FakeRunner& runner, int start, int local_rank, const std::string& key) {
+  return env_of(runner.launches().at(static_cast<std::size_t>(start))
+                    .at(static_cast<std::size_t>(local_rank)))[key];
+}
+
+}  // namespace
+
+TEST_CASE("agent: all workers succeed, the job exits 0", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 2), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  auto launches = node.runner.launches()[0];
+  REQUIRE(launches.size() == 2);
+  CHECK(launches[1].argv == std::vector<std::string>{"worker", "--rank=1"});
+  auto env = env_of(launches[1]);
+  CHECK(env["RANK"] == "1");
+  CHECK(env["WORLD_SIZE"] == "2");
+  CHECK(env["MASTER_ADDR"] == "10.0.0.1");
+  CHECK(env["MASTER_PORT"] == "23456");
+  CHECK(env["HOME"] == "/home/test");
+  CHECK(launches[0].output.prefix == "[default0]:");
+  node.runner.exit_all(0);
+  auto r = node.finish();
+  CHECK(r.end == RunResult::End::kSucceeded);
+  CHECK(exit_code_of(r) == 0);
+  CHECK(r.restarts == 0);
+  CHECK_FALSE(r.root_cause);
+}
+
+TEST_CASE("agent: a failure is retried with a higher restart count", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 2, 1), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  node.runner.exit_worker(1, 3);
+  REQUIRE(node.runner.wait_for_start(2));
+  // The survivor of attempt 0 was stopped with SIGTERM before attempt 1 started.
+  CHECK(node.runner.stop_signals().at(0) == SIGTERM);
+  CHECK(env_of_start(node.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
+  node.runner.exit_all(0);
+  auto r = node.finish();
+  CHECK(exit_code_of(r) == 0);
+  CHECK(r.restarts == 1);
+}
+
+TEST_CASE("agent: restarts exhausted, the root cause's code and rank", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 3), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  node.runner.exit_worker(2, 0, SIGSEGV);
+  auto r = node.finish();
+  CHECK(r.end == RunResult::End::kFailed);
+  CHECK(exit_code_of(r) == 128 + SIGSEGV);
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->rank == 2);
+  CHECK(r.root_cause->host == "hostA");
+  CHECK(r.root_cause->signal == SIGSEGV);
+  CHECK(r.root_cause->stderr_tail == std::vector<std::string>{"fake stderr of local rank 2"});
+  CHECK(r.world_size == 3);
+  CHECK(node.runner.starts() == 1);
+}
+
+TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node n0(shared, config_for(2, 0, 2, 1), "hostA", dir.file("n0"));
+  Node n1(shared, config_for(2, 1, 1, 1), "hostB", dir.file("n1"));
+  REQUIRE(n0.runner.wait_for_start(1));
+  REQUIRE(n1.runner.wait_for_start(1));
+  CHECK(env_of_start(n1.runner, 0, 0, "RANK") == "2");
+  CHECK(env_of_start(n1.runner, 0, 0, "WORLD_SIZE") == "3");
+  n1.runner.exit_worker(0, 7);
+  // Node 0's workers were healthy; they are restarted together with node 1's.
+  REQUIRE(n0.runner.wait_for_start(2));
+  REQUIRE(n1.runner.wait_for_start(2));
+  CHECK(n0.runner.stop_signals().at(0) == SIGTERM);
+  n1.runner.exit_all(7);
+  auto r0 = n0.finish();
+  auto r1 = n1.finish();
+  CHECK(exit_code_of(r0) == 7);
+  CHECK(exit_code_of(r1) == 7);
+  REQUIRE(r0.root_cause);
+  CHECK(r0.root_cause->host == "hostB");
+  CHECK(r0.root_cause->node == 1);
+  CHECK(r0.root_cause->attempt == 1);
+}
+
+TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node n0(shared, config_for(2, 0, 1), "hostA", dir.file("n0"));
+  Node n1(shared, config_for(2, 1, 1), "hostB", dir.file("n1"));
+  REQUIRE(n0.runner.wait_for_start(1));
+  REQUIRE(n1.runner.wait_for_start(1));
+  n0.runner.exit_worker(0, 5);
+  auto r0 = n0.finish();
+  auto r1 = n1.finish();
+  CHECK(exit_code_of(r0) == 5);
+  CHECK(exit_code_of(r1) == 5);
+  CHECK(r1.root_cause->host == "hostA");
+}
+
+TEST_CASE("agent: a signal stops the workers with that signal and exits 128+N", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 2, 3), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  node.agent->on_signal(SIGINT);
+  CHECK(node.exit_code() == 128 + SIGINT);
+  CHECK(node.runner.stop_signals().at(0) == SIGINT);
+  CHECK(node.runner.starts() == 1);  // a signal is not retried
+}
+
+TEST_CASE("agent: a signal during the rendezvous ends it at once", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(2, 0, 1), "hostA", dir.path());  // node 1 never comes
+  // The agent has claimed node rank 0: it is inside the rendezvous.
+  shared.wait({"static/node/0/owner"}, Deadline::after(kHang));
+  node.agent->on_signal(SIGTERM);
+  auto r = node.finish();
+  CHECK(r.end == RunResult::End::kStopped);
+  CHECK(exit_code_of(r) == 128 + SIGTERM);
+  CHECK(node.runner.starts() == 0);
+  // It gave its node rank back: the node can be started again on the same store.
+  CHECK(shared.get("static/node/0/owner", Deadline::after(kHang)) == "");
+}
+
+TEST_CASE("agent: a rendezvous timeout names the missing nodes and exits 124", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  auto c = config_for(3, 0, 1);
+  c.rdzv_conf.join_timeout = 200ms;
+  Node node(shared, c, "hostA", dir.path());
+  auto r = node.finish();
+  CHECK(r.end == RunResult::End::kRendezvousFailed);
+  CHECK(exit_code_of(r) == kExitRendezvous);
+  CHECK_THAT(r.reason, Catch::Contains("1/3 nodes joined"));
+  CHECK_THAT(r.reason, Catch::Contains("missing node ranks [1, 2]"));
+}
+
+TEST_CASE("agent: mismatched --nnodes is refused", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  auto c0 = config_for(2, 0, 1);
+  c0.rdzv_conf.join_timeout = 2s;
+  Node n0(shared, c0, "hostA", dir.file("n0"));
+  // Node 0 records its node count first, so node 1 is the one that disagrees.
+  shared.wait({"static/nnodes"}, Deadline::after(kHang));
+  auto c1 = config_for(3, 1, 1);
+  c1.rdzv_conf.join_timeout = 2s;
+  Node n1(shared, c1, "hostB", dir.file("n1"));
+  auto r1 = n1.finish();
+  CHECK(exit_code_of(r1) == kExitRendezvous);
+  CHECK_THAT(r1.reason, Catch::Contains("--nnodes=3"));
+  CHECK_THAT(r1.reason, Catch::Contains("--nnodes=2"));
+  CHECK(n0.exit_code() == kExitRendezvous);
+}
+
+TEST_CASE("agent: a worker whose stderr is not UTF-8 is still reported", "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 1), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  node.runner.set_stderr_tail({"bad bytes \xff\xfe and a cut \xE2\x96"});
+  node.runner.exit_worker(0, 6);
+  auto r = node.finish();
+  CHECK(exit_code_of(r) == 6);
+  REQUIRE(r.root_cause);
+  CHECK(r.root_cause->stderr_tail.size() == 1);
+}
+
+// Elastic mode: the same agent over the c10d rendezvous.
+
+TEST_CASE("agent, elastic: two nodes form a round, ranks follow the join order", "[agent][elastic]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node a(shared, elastic_config(2, 2, 2), "hostA", dir.file("a"));
+  // a has its join slot before b comes, so a is group rank 0 and the master.
+  shared.wait({"r/0/node/0"}, Deadline::after(kHang));
+  Node b(shared, elastic_config(2, 2, 1), "hostB", dir.file("b"));
+  REQUIRE(a.runner.wait_for_start(1));
+  REQUIRE(b.runner.wait_for_start(1));
+  CHECK(env_of_start(b.runner, 0, 0, "RANK") == "2");
+  CHECK(env_of_start(b.runner, 0, 0, "WORLD_SIZE") == "3");
+  CHECK(env_of_start(b.runner, 0, 0, "GROUP_RANK") == "1");
+  CHECK(env_of_start(b.runner, 0, 0, "MASTER_ADDR") == "hostA");
+  a.runner.exit_all(0);
+  b.runner.exit_all(0);
+  CHECK(a.exit_code() == 0);
+  CHECK(b.exit_code() == 0);
+}
+
+TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next round",
+          "[agent][elastic]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node a(shared, elastic_config(2, 2, 1, 1), "hostA", dir.file("a"));
+  shared.wait({"r/0/node/0"}, Deadline::after(kHang));
+  Node b(shared, elastic_config(2, 2, 1, 1), "hostB", dir.file("b"));
+  REQUIRE(a.runner.wait_for_start(1));
+  REQUIRE(b.runner.wait_for_start(1));
+  b.runner.exit_worker(0, 9);
+  REQUIRE(a.runner.wait_for_start(2));
+  REQUIRE(b.runner.wait_for_start(2));
+  CHECK(env_of_start(a.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(env_of_start(b.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
+  // The members keep their order in the new round.
+  CHECK(env_of_start(a.runner, 1, 0, "GROUP_RANK") == "0");
+  CHECK(shared.check({"r/1/closed"}, Deadline::after(kHang)));
+  b.runner.exit_all(9);
+  auto ra = a.finish();
+  CHECK(exit_code_of(ra) == 9);
+  CHECK(ra.restarts == 1);
+  REQUIRE(ra.root_cause);
+  CHECK(ra.root_cause->host == "hostB");
+  CHECK(b.exit_code() == 9);
+}
+
+TEST_CASE("agent, elastic: a late node makes the round re-form without spending a restart",
+          "[agent][elastic]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node a(shared, elastic_config(1, 2, 1), "hostA", dir.file("a"));
+  REQUIRE(a.runner.wait_for_start(1));  // round 0 closed with a alone after the last call
+  CHECK(env_of_start(a.runner, 0, 0, "WORLD_SIZE") == "1");
+  Node b(shared, elastic_config(1, 2, 1), "hostB", dir.file("b"));
+  // b asks a to re-form: a's worker is stopped and both start in a round of two.
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(a.runner, 2); }, kHang));
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(b.runner, 2); }, kHang));
+  CHECK(a.runner.stop_signals().at(0) == SIGTERM);
+  const auto last_a = a.runner.starts() - 1;
+  const auto last_b = b.runner.starts() - 1;
+  CHECK(env_of_start(a.runner, last_a, 0, "GROUP_RANK") == "0");  // the stayer comes first
+  CHECK(env_of_start(b.runner, last_b, 0, "GROUP_RANK") == "1");
+  CHECK(env_of_start(a.runner, last_a, 0, "TORCHELASTIC_RESTART_COUNT") == "0");
+  a.runner.exit_all(0);
+  b.runner.exit_all(0);
+  auto ra = a.finish();
+  CHECK(exit_code_of(ra) == 0);
+  CHECK(ra.restarts == 0);
+  CHECK(b.exit_code() == 0);
+}
+
+TEST_CASE("agent, elastic: a node that stops answering is dropped and the others re-form",
+          "[agent][elastic]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  // A member that joins round 0 first (so it is group rank 0, the master), publishes the
+  // workers' master port, and then falls silent: it never heartbeats.
+  auto ghost_store = shared.connect();
+  auto ghost = std::async(std::launch::async, [&] {
+    ElasticRendezvousOptions o;
+    o.min_nodes = 1;
+    o.max_nodes = 2;
+    o.last_call_timeout = kHang;  // the round closes when a joins (MAX)
+    o.join_timeout = kHang;
+    auto joined = join_round(*ghost_store, 0, ElasticNode{"ghost:1", "ghost", 1, -1, 0}, o);
+    if (joined.member) ghost_store->set("r/0/master_port", "23456", Deadline::after(kHang));
+    return joined.member;
+  });
+  shared.wait({"r/0/node/0"}, Deadline::after(kHang));
+  Node a(shared, elastic_config(1, 2, 1), "hostA", dir.file("a"));
+  REQUIRE(ghost.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(ghost.get());
+  REQUIRE(a.runner.wait_for_start(1));
+  CHECK(env_of_start(a.runner, 0, 0, "WORLD_SIZE") == "2");
+  CHECK(env_of_start(a.runner, 0, 0, "MASTER_ADDR") == "ghost");
+  // a's keep-alive declares the ghost dead, and a goes on alone in the next round.
+  REQUIRE(a.runner.wait_for_start(2));
+  CHECK(env_of_start(a.runner, 1, 0, "WORLD_SIZE") == "1");
+  auto outcome = Failure::from_json(shared.get("r/0/outcome", Deadline::after(kHang)));
+  CHECK(outcome.kind == Failure::Kind::kMembership);
+  CHECK(outcome.lost_node == 0);
+  CHECK_THAT(outcome.message, Catch::Contains("ghost"));
+  a.runner.exit_all(0);
+  auto ra = a.finish();
+  CHECK(exit_code_of(ra) == 0);
+  CHECK(ra.restarts == 0);
+}
+
+TEST_CASE("agent, elastic: a node stopped by a signal leaves, the others re-form",
+          "[agent][elastic]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  Node a(shared, elastic_config(1, 2, 1), "hostA", dir.file("a"));
+  shared.wait({"r/0/node/0"}, Deadline::after(kHang));
+  Node b(shared, elastic_config(1, 2, 1), "hostB", dir.file("b"));
+  REQUIRE(a.runner.wait_for_start(1));
+  REQUIRE(b.runner.wait_for_start(1));
+  b.agent->on_signal(SIGTERM);
+  CHECK(b.exit_code() == 128 + SIGTERM);
+  REQUIRE(a.runner.wait_for_start(2));
+  CHECK(env_of_start(a.runner, 1, 0, "WORLD_SIZE") == "1");
+  a.runner.exit_all(0);
+  CHECK(a.exit_code() == 0);
+}

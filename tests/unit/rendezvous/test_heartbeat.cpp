@@ -1,0 +1,111 @@
+// The ring keep-alive on the in-memory store. Nothing here sleeps: "nothing happened" is
+// asserted only after the heartbeat has shown progress past the point where it would have
+// happened (its own counter, bumped once per check), and liveness gets a silence allowance
+// that a busy machine cannot starve.
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+
+#include "rendezvous/heartbeat.hpp"
+#include "rendezvous/memory_store.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kHang = 30s;  // only catches hangs
+
+HeartbeatOptions options(int group_rank, int members, std::chrono::milliseconds interval,
+                         int max_attempts) {
+  HeartbeatOptions o;
+  o.prefix = "r/0";
+  o.group_rank = group_rank;
+  o.members = members;
+  o.timing = KeepAliveTiming{interval, max_attempts, 5s};
+  return o;
+}
+
+// How many times member `g` has beaten (each beat is followed by one check of its successor).
+std::int64_t beats(MemoryStore& store, int g) {
+  auto v = store.try_get("r/0/hb/" + std::to_string(g), Deadline::after(kHang));
+  return v && *v != kHeartbeatDone ? parse_counter(*v, "hb") : 0;
+}
+
+// Waits until member `g` has beaten `n` more times than now.
+bool beats_more(MemoryStore& store, int g, int n) {
+  const auto target = beats(store, g) + n;
+  return test::wait_until([&] { return beats(store, g) >= target; }, kHang);
+}
+
+}  // namespace
+
+TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") {
+  MemoryStore store;
+  std::atomic<int> dead{-1};
+  std::atomic<int> calls{0};
+  Heartbeat hb(store.connect(), options(2, 3, 20ms, 3), [&](int g) { dead = g; ++calls; },
+               [](std::string) {});
+  REQUIRE(test::wait_until([&] { return dead.load() == 0; }, kHang));  // 2 watches 0
+  // Ten more checks of the silent successor: still reported only once.
+  REQUIRE(beats_more(store, 2, 10));
+  CHECK(calls == 1);
+}
+
+TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {
+  MemoryStore store;
+  std::atomic<int> calls{0};
+  // 40 checks of silence before death (2 s): far beyond what a busy machine starves a thread.
+  Heartbeat a(store.connect(), options(0, 2, 50ms, 40), [&](int) { ++calls; }, [](std::string) {});
+  Heartbeat b(store.connect(), options(1, 2, 50ms, 40), [&](int) { ++calls; }, [](std::string) {});
+  // More checks than the death threshold on both sides.
+  REQUIRE(beats_more(store, 0, 60));
+  REQUIRE(beats_more(store, 1, 1));
+  CHECK(calls == 0);
+}
+
+TEST_CASE("heartbeat: a member that left on purpose is not dead", "[heartbeat]") {
+  MemoryStore store;
+  store.set("r/0/hb/1", kHeartbeatDone, Deadline::after(kHang));
+  std::atomic<int> calls{0};
+  Heartbeat a(store.connect(), options(0, 2, 20ms, 3), [&](int) { ++calls; }, [](std::string) {});
+  REQUIRE(beats_more(store, 0, 10));  // more than 3 checks of the departed member
+  CHECK(calls == 0);
+}
+
+TEST_CASE("heartbeat: a store error is reported once, with the store's message",
+          "[heartbeat]") {
+  MemoryStore store;
+  store.set("r/0/hb/0", "not a counter", Deadline::after(kHang));  // its own beat fails
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  Heartbeat a(store.connect(), options(0, 2, 20ms, 3), [](int) {}, [&](std::string message) {
+    std::lock_guard lock(mutex);
+    errors.push_back(std::move(message));
+  });
+  REQUIRE(test::wait_until([&] {
+    std::lock_guard lock(mutex);
+    return !errors.empty();
+  }, kHang));
+  std::lock_guard lock(mutex);
+  CHECK(errors.size() == 1);
+  CHECK_THAT(errors[0], Catch::Contains("r/0/hb/0") && Catch::Contains("not an integer"));
+}
+
+TEST_CASE("heartbeat: an interrupted store stops it quietly, and destruction does not hang",
+          "[heartbeat]") {
+  MemoryStore store;
+  auto handle = store.connect();
+  handle->interrupt();  // every call on it now throws InterruptedError, as on stop
+  std::atomic<int> errors{0};
+  {
+    Heartbeat a(std::move(handle), options(0, 2, 20ms, 3), [](int) {},
+                [&](std::string) { ++errors; });
+  }
+  // An interrupted store means "stop", not "error": the heartbeat ended without reporting.
+  CHECK(errors == 0);
+  CHECK(beats(store, 0) == 0);
+}

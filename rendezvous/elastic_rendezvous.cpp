@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
+#include "rendezvous/prefix_store.hpp"
 
 namespace ddprun {
 
@@ -41,8 +42,10 @@ int to_int(const std::string& text, const char* what) {
 
 }  // namespace
 
+std::string round_prefix(int round) { return fmt::format("r/{}", round); }
+
 std::string round_key(int round, const std::string& name) {
-  return fmt::format("r/{}/{}", round, name);
+  return round_prefix(round) + "/" + name;
 }
 
 int current_round(Store& store, Deadline deadline) {
@@ -81,31 +84,32 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
                        const ElasticRendezvousOptions& o) {
   const auto start = Clock::now();
   const auto op = [&] { return Deadline::after(o.read_timeout); };
+  PrefixStore rs(round_prefix(round), store);  // this round's keys
   RoundResult result;
   result.round = round;
-  result.slot = static_cast<int>(store.add(round_key(round, "join"), 1, op())) - 1;
-  store.set(round_key(round, fmt::format("node/{}", result.slot)), to_json(self), op());
+  result.slot = static_cast<int>(rs.add("join", 1, op())) - 1;
+  rs.set(fmt::format("node/{}", result.slot), to_json(self), op());
   spdlog::info("rendezvous: joined round {} as node slot {} (need {}..{} nodes)", round,
                result.slot, o.min_nodes, o.max_nodes);
 
-  const auto closed_key = round_key(round, "closed");
+  const std::string closed_key = "closed";
   // The closer (one node, chosen by compare_set on "closing") reads every descriptor once,
   // computes the order and the ranks, writes each member its own assignment, and only then
   // publishes "closed". Every other node reads two small keys: O(n) traffic in all, not O(n^2).
   // Members are the slots that had published a descriptor, so a joiner that died half-way is
   // left out instead of stalling everyone.
   auto close_with = [&](int joined) {
-    if (store.compare_set(round_key(round, "closing"), "", self.id, op()) != self.id) return;
+    if (rs.compare_set("closing", "", self.id, op()) != self.id) return;
     const int slots = std::min(joined, o.max_nodes);
     std::vector<std::string> keys;
-    for (int s = 0; s < slots; ++s) keys.push_back(round_key(round, fmt::format("node/{}", s)));
+    for (int s = 0; s < slots; ++s) keys.push_back(fmt::format("node/{}", s));
     std::vector<std::optional<std::string>> records(keys.size());
     try {
-      auto values = store.multi_get(keys, Deadline::after(std::min<std::chrono::milliseconds>(
+      auto values = rs.multi_get(keys, Deadline::after(std::min<std::chrono::milliseconds>(
                                               o.read_timeout, std::chrono::seconds(5))));
       for (std::size_t i = 0; i < values.size(); ++i) records[i] = std::move(values[i]);
     } catch (const TimeoutError&) {
-      for (std::size_t i = 0; i < keys.size(); ++i) records[i] = store.try_get(keys[i], op());
+      for (std::size_t i = 0; i < keys.size(); ++i) records[i] = rs.try_get(keys[i], op());
     }
     std::vector<RoundCandidate> candidates;
     int failures = 0;
@@ -123,14 +127,14 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
     std::vector<std::string> assign_keys;
     std::vector<std::string> assignments;
     for (const auto& m : members) {
-      assign_keys.push_back(round_key(round, fmt::format("assign/{}", m.slot)));
+      assign_keys.push_back(fmt::format("assign/{}", m.slot));
       assignments.push_back(json{{"group_rank", m.ranks.group_rank},
                                  {"base_rank", m.ranks.base_rank},
                                  {"successor_host", m.successor_host}}
                                 .dump());
     }
-    if (n > 0) store.multi_set(assign_keys, assignments, op());
-    store.set(closed_key,
+    if (n > 0) rs.multi_set(assign_keys, assignments, op());
+    rs.set(closed_key,
               json{{"members", n}, {"world_size", world_size}, {"failures", failures},
                    {"master_host", n > 0 ? members.front().host : std::string()}}
                   .dump(),
@@ -140,17 +144,17 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
     close_with(o.max_nodes);  // full: no reason to wait for anyone
   } else if (result.slot + 1 >= o.min_nodes && result.slot + 1 < o.max_nodes) {
     try {
-      store.wait({closed_key}, Deadline::after(o.last_call_timeout));
+      rs.wait({closed_key}, Deadline::after(o.last_call_timeout));
     } catch (const TimeoutError&) {
-      close_with(static_cast<int>(store.add(round_key(round, "join"), 0, op())));
+      close_with(static_cast<int>(rs.add("join", 0, op())));
     }
   }
 
   std::string closed;
   try {
-    closed = store.get(closed_key, Deadline::at(start + o.join_timeout));
+    closed = rs.get(closed_key, Deadline::at(start + o.join_timeout));
   } catch (const TimeoutError&) {
-    auto joined = store.add(round_key(round, "join"), 0, op());
+    auto joined = rs.add("join", 0, op());
     throw TimeoutError(fmt::format(
         "rendezvous timed out after {}: {} node(s) joined round {}, at least {} needed "
         "(store at {})",
@@ -167,7 +171,7 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
     throw RendezvousError(fmt::format("malformed round record '{}': {}", closed, e.what()));
   }
   // Assignments are written before "closed": no assignment now means not a member.
-  auto assignment = store.try_get(round_key(round, fmt::format("assign/{}", result.slot)), op());
+  auto assignment = rs.try_get(fmt::format("assign/{}", result.slot), op());
   result.member = assignment.has_value();
   if (!result.member) return result;
   int group_rank = 0;
@@ -215,7 +219,7 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
     }
     Round round;
     round.id = joined.round;
-    round.prefix = fmt::format("r/{}", joined.round);
+    round.prefix = round_prefix(joined.round);
     round.ranks = joined.ranks;
     round.restart_count = joined.failures;
     round.master_addr = joined.master_host;

@@ -90,6 +90,8 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
 // Moves the job on from round `round`; returns the round to join next (later than `round`).
 int advance_round(Store& store, int round, Deadline deadline);
 
+// "r/<round>": where round `round`'s keys live.
+std::string round_prefix(int round);
 std::string round_key(int round, const std::string& name);
 
 class ElasticRendezvous final : public RendezvousHandler {

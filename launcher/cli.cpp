@@ -45,7 +45,7 @@ constexpr OptionSpec kOptions[] = {
      "Rendezvous settings (seconds): join_timeout [600],\nlast_call_timeout [30], "
      "close_timeout [30], read_timeout [60],\nkeep_alive_interval [5]; also "
      "keep_alive_max_attempt [3], is_host"},
-    {"standalone", "", "", kNodes, "One node: c10d on localhost, free port, random run id"},
+    {"standalone", "", "", kNodes, "One node: store on a free local port, random run id"},
     {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]"},
 
     {"nproc-per-node", "", "N|cpu|gpu|auto", kWorkers, "Workers on this node [1]"},

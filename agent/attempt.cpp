@@ -94,21 +94,22 @@ AttemptOutcome Attempt::run() {
       }(),
       channel_.outcome_key(), round_.id, events_);
   const int round = round_.id;
+  auto& events = events_;  // the agent's, which outlives this attempt
   keep_alive_ = ctx_.rendezvous->keep_alive(
       round_,
-      [this, round](int group_rank) {
+      [&events, round](int group_rank) {
         AgentEvent e;
         e.kind = AgentEvent::Kind::kNodeLost;
         e.round = round;
         e.node = group_rank;
-        events_.push(e);
+        events.push(e);
       },
-      [this, round](std::string message) {
+      [&events, round](std::string message) {
         AgentEvent e;
         e.kind = AgentEvent::Kind::kStoreLost;
         e.round = round;
         e.text = std::move(message);
-        events_.push(e);
+        events.push(e);
       });
 
   std::optional<AttemptOutcome> outcome = start_workers();
@@ -169,12 +170,14 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
                *master_port);
   const int round = round_.id;
   try {
-    auto pids = ctx_.runner->start(launches, [this, round](const WorkerExit& exit) {
+    // The runner may report a straggler after this attempt is over: the exit goes to the
+    // agent's queue (which outlives the attempt), tagged with its round.
+    auto pids = ctx_.runner->start(launches, [&events = events_, round](const WorkerExit& exit) {
       AgentEvent e;
       e.kind = AgentEvent::Kind::kWorkerExited;
       e.round = round;
       e.exit = exit;
-      events_.push(e);
+      events.push(e);
     });
     running_ = r.local_world_size;
     emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});

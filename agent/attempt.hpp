@@ -48,6 +48,8 @@ class Attempt {
  public:
   using Emit = std::function<void(const std::string& name, nlohmann::json fields)>;
 
+  // `events` is the agent's queue: it must outlive the attempt (the runner and the keep-alive
+  // report into it).
   Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round, EventQueue& events,
           const std::atomic<int>& signal, Emit emit);
   ~Attempt();

@@ -49,6 +49,11 @@ RunResult Agent::result(RunResult::End end, std::string reason) const {
   r.end = end;
   r.restarts = restarts_;
   r.reason = std::move(reason);
+  r.host = ctx_.host;
+  r.max_restarts = config_.max_restarts;
+  r.membership_changes = membership_changes_;
+  r.attempts = attempts_;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
   if (round_) {
     r.world_size = round_->ranks.world_size;
     r.group_rank = round_->ranks.group_rank;
@@ -98,15 +103,20 @@ RunResult Agent::run_rounds() {
     if (!next.round) return finished_without_this_node(next.job_outcome);
     round_ = std::move(next.round);
     restarts_ = round_->restart_count;
+    const auto started = Clock::now();
     const auto outcome =
         Attempt(config_, ctx_, *round_, events_, signal_,
                 [this](const std::string& name, nlohmann::json fields) {
                   emit(name, std::move(fields));
                 })
             .run();
+    attempts_.push_back(AttemptRecord{
+        round_->id, round_->restart_count, round_->ranks, how_it_ended(outcome),
+        std::chrono::duration<double>(Clock::now() - started).count()});
     if (outcome.success) return finish_success();
     const auto& f = outcome.failure;
     if (f.kind == Failure::Kind::kMembership) {
+      ++membership_changes_;
       spdlog::warn("round {} ends: {}; re-forming without spending a restart", round_->id,
                    f.message);
     } else if (f.kind == Failure::Kind::kWorker && restarts_ < config_.max_restarts &&
@@ -119,6 +129,23 @@ RunResult Agent::run_rounds() {
     }
     rdzv.round_ended(*round_);
   }
+}
+
+std::string Agent::how_it_ended(const AttemptOutcome& outcome) {
+  if (outcome.success) return "succeeded";
+  const auto& f = outcome.failure;
+  switch (f.kind) {
+    case Failure::Kind::kWorker:
+      return fmt::format("failed: rank {} on {} {}", f.rank, f.host,
+                         f.signal ? "killed by " + signal_name(f.signal)
+                                  : fmt::format("exited with {}", f.exit_code));
+    case Failure::Kind::kMembership:
+      return "re-formed: " + f.message;
+    case Failure::Kind::kSignal:
+    case Failure::Kind::kAgent:
+      return "stopped: " + f.message;
+  }
+  return "ended";
 }
 
 // A spare, or a node that came after the end: the job's outcome was decided without it.

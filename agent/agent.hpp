@@ -12,6 +12,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agent/attempt.hpp"
 #include "agent/event_log.hpp"
@@ -20,6 +21,15 @@
 #include "common/launch_config.hpp"
 
 namespace ddprun {
+
+// One attempt of this node's workers, for the summary at the end.
+struct AttemptRecord {
+  int round = 0;          // the round (static: the attempt) it ran in
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of its workers
+  NodeRanks ranks;
+  std::string ended;      // "succeeded", or how it ended: "failed: ...", "re-formed: ...", ...
+  double seconds = 0;     // from its start to its end
+};
 
 struct RunResult {
   enum class End {
@@ -36,6 +46,12 @@ struct RunResult {
   int group_rank = -1;
   std::optional<Failure> root_cause;
   std::string reason;  // a one-line summary of how the run ended
+  // For the summary: who this node is, what it ran, and for how long.
+  std::string host;
+  int max_restarts = 0;
+  int membership_changes = 0;  // rounds that ended because a node joined, left or died
+  std::vector<AttemptRecord> attempts;
+  double seconds = 0;  // the whole run, rendezvous included
 };
 
 class Agent {
@@ -54,6 +70,7 @@ class Agent {
  private:
   RunResult run_rounds();
   RunResult finished_without_this_node(const std::string& outcome) const;
+  static std::string how_it_ended(const AttemptOutcome& outcome);
   RunResult finish_success();
   RunResult finish_failure(const Failure& failure, bool store_lost);
   RunResult result(RunResult::End end, std::string reason) const;
@@ -65,6 +82,9 @@ class Agent {
   AgentContext ctx_;
   EventQueue events_;
   std::optional<Round> round_;  // the round this node is (or last was) a member of
+  std::vector<AttemptRecord> attempts_;
+  int membership_changes_ = 0;
+  Clock::time_point start_ = Clock::now();
   int restarts_ = 0;            // worker-failure restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::atomic<int> signal_{0};
 };

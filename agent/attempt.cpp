@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
@@ -114,12 +115,17 @@ AttemptOutcome Attempt::run() {
 
   std::optional<AttemptOutcome> outcome = start_workers();
   while (!outcome) {
-    // Once this node's workers all succeeded, it waits for the others at most the exit barrier.
-    auto event = events_.pop(barrier_ ? *barrier_ : Deadline::after(1h));
+    // Once this node's workers all succeeded, it waits for the others at most the exit
+    // barrier, saying now and then which nodes it waits for.
+    auto wait = barrier_ ? *barrier_ : Deadline::after(1h);
+    if (barrier_progress_) wait = barrier_progress_->slice(wait);
+    auto event = events_.pop(wait);
     if (event) {
       outcome = handle(*event);
-    } else if (barrier_) {
+    } else if (barrier_ && barrier_->expired()) {
       outcome = on_barrier_expired();
+    } else if (barrier_progress_ && barrier_progress_->due()) {
+      barrier_progress();
     }
   }
   emit_("attempt_decided",
@@ -181,6 +187,11 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
     });
     running_ = r.local_world_size;
     emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});
+  } catch (const CannotStartError& e) {
+    spdlog::error("{}", e.what());
+    auto decided = publish(failure(Failure::Kind::kAgent, e.exit_code(), e.what()));
+    ctx_.runner->stop(SIGKILL, 0s);  // the ranks that did start
+    return decided;
   } catch (const Error& e) {
     auto decided = publish(failure(Failure::Kind::kAgent, kExitCannotStart, e.what()));
     ctx_.runner->stop(SIGKILL, 0s);  // the ranks that did start
@@ -264,6 +275,7 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
       // The agent serving the store stays until the others are done: leaving would take the
       // store away from nodes that are still training.
       if (!ctx_.hosts_store) barrier_ = Deadline::after(config_.exit_barrier_timeout);
+      barrier_progress_.emplace(config_.progress_interval);
     }
     return std::nullopt;
   }
@@ -308,6 +320,25 @@ std::optional<AttemptOutcome> Attempt::on_node_lost(int group_rank) {
                                round_.host_of(group_rank)));
   f.lost_node = group_rank;
   return publish(f);
+}
+
+void Attempt::barrier_progress() {
+  std::vector<std::string> running;
+  try {
+    for (int g : channel_.nodes_still_running()) {
+      running.push_back(round_.host_of(g) == "?" ? fmt::format("node {}", g)
+                                                 : fmt::format("node {} ({})", g, round_.host_of(g)));
+    }
+  } catch (const Error& e) {
+    spdlog::warn("exit barrier: cannot ask which nodes still run: {}", e.what());
+    return;
+  }
+  const auto waited = barrier_ ? barrier_progress_->elapsed_of(config_.exit_barrier_timeout)
+                               : fmt::format("{}s", std::chrono::duration_cast<std::chrono::seconds>(
+                                                        barrier_progress_->elapsed())
+                                                        .count());
+  spdlog::info("exit barrier: this node's workers are done; waiting for {} still running; {}",
+               fmt::join(running, ", "), waited);
 }
 
 std::optional<AttemptOutcome> Attempt::on_barrier_expired() {

@@ -17,6 +17,7 @@
 #include "agent/worker_env.hpp"
 #include "common/failure_record.hpp"
 #include "common/launch_config.hpp"
+#include "common/progress.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 
 namespace ddprun {
@@ -65,6 +66,7 @@ class Attempt {
   std::optional<AttemptOutcome> on_store_lost(const std::string& message);
   std::optional<AttemptOutcome> on_node_lost(int group_rank);
   std::optional<AttemptOutcome> on_barrier_expired();
+  void barrier_progress();
   std::optional<AttemptOutcome> handle(const AgentEvent& event);
 
   std::optional<int> agree_master_port(AttemptOutcome& failed);
@@ -92,6 +94,7 @@ class Attempt {
   bool published_ = false;     // this node has said how its workers ended
   bool outcome_mine_ = false;  // this node's failure decided the round
   std::optional<Deadline> barrier_;  // once this node's workers all succeeded
+  std::optional<ProgressClock> barrier_progress_;
 };
 
 // Tells the other nodes of `round`, quickly and on a connection of its own, that this agent

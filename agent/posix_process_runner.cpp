@@ -12,12 +12,17 @@
 #include "agent/boost_process.hpp"
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/line_splitter.hpp"
 #include "agent/orphan_guard.hpp"
+#include "agent/program_check.hpp"
 #include "agent/worker_output.hpp"
 #include "common/error.hpp"
+#include "common/exit_codes.hpp"
+#include "common/failure_record.hpp"
+#include "common/progress.hpp"
 
 namespace ddprun {
 
@@ -59,20 +64,39 @@ struct WorkerExecSetup {
   }
 };
 
-std::filesystem::path resolve_program(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  auto found = bp::environment::find_executable(program);
-  if (found.empty()) {
-    throw Error(fmt::format("cannot start worker: '{}' was not found on PATH", program));
+// A failure to start a worker in the user's words: the system's reason, without the names of
+// library internals (Boost.Process prefixes "default_launcher: " and appends "[system:N]").
+std::string plain_reason(const WorkerLaunch& launch, const std::exception& e) {
+  if (const auto* se = dynamic_cast<const boost::system::system_error*>(&e)) {
+    return fmt::format("cannot run {}: {}", launch.argv.empty() ? "" : launch.argv[0],
+                       se->code().message());
   }
-  return found;
+  std::string text = e.what();
+  if (auto colon = text.find("default_launcher: "); colon != std::string::npos) {
+    text.erase(colon, std::string("default_launcher: ").size());
+  }
+  if (auto bracket = text.find(" [system:"); bracket != std::string::npos) text.resize(bracket);
+  return text;
+}
+
+// The file to execute, looked up on the PATH the worker gets (as execvp would).
+std::filesystem::path resolve_program(const std::string& program,
+                                      const std::vector<std::string>& env) {
+  std::string path_env;
+  for (const auto& kv : env) {
+    if (kv.starts_with("PATH=")) path_env = kv.substr(5);
+  }
+  auto check = check_program(program, path_env);
+  if (check.exit_code != 0) throw CannotStartError(check.exit_code, check.message);
+  return check.path;
 }
 
 }  // namespace
 
 class PosixProcessRunner::Impl {
  public:
-  explicit Impl(OrphanGuard* guard) : guard_(guard), work_(asio::make_work_guard(io_)) {
+  Impl(OrphanGuard* guard, std::chrono::milliseconds progress_interval)
+      : guard_(guard), progress_interval_(progress_interval), work_(asio::make_work_guard(io_)) {
     thread_ = std::thread([this] { io_.run(); });
   }
 
@@ -101,10 +125,39 @@ class PosixProcessRunner::Impl {
     asio::post(io_, [this, signal, grace, done] { begin_stop(signal, grace, done); });
     // Grace, then SIGKILL, then reaping: a SIGKILLed process is gone within milliseconds, so
     // a few seconds beyond the grace is already generous.
-    if (future.wait_for(grace + std::chrono::seconds(10)) != std::future_status::ready) {
-      throw Error(fmt::format("workers still not reaped {} after the stop signal",
-                              format_duration(grace + std::chrono::seconds(10))));
+    const auto limit = grace + std::chrono::seconds(10);
+    const auto deadline = Deadline::after(limit);
+    ProgressClock progress(progress_interval_);
+    while (future.wait_until(progress.slice(deadline).when()) != std::future_status::ready) {
+      if (deadline.expired()) {
+        throw Error(fmt::format("workers still not reaped {} after the stop signal",
+                                format_duration(limit)));
+      }
+      if (!progress.due()) continue;
+      const auto waited = progress.elapsed();
+      spdlog::info("stopping workers: rank(s) {} have not exited {}s after {}{}",
+                   fmt::join(running_ranks(), ", "),
+                   std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
+                   signal_name(signal),
+                   signal != SIGKILL && waited < grace
+                       ? fmt::format(" (SIGKILL in {})", format_duration(grace - waited))
+                       : std::string());
     }
+  }
+
+  // The global ranks of the workers that have not exited (asked on the runner thread).
+  std::vector<int> running_ranks() {
+    auto task = std::make_shared<std::packaged_task<std::vector<int>()>>([this] {
+      std::vector<int> ranks;
+      for (const auto& w : workers_) {
+        if (!w->exited) ranks.push_back(w->launch.rank);
+      }
+      return ranks;
+    });
+    auto result = task->get_future();
+    asio::post(io_, [task] { (*task)(); });
+    if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {};
+    return result.get();
   }
 
  private:
@@ -144,8 +197,10 @@ class PosixProcessRunner::Impl {
         for (auto& w : workers_) {
           if (!w->exited) kill(-w->pid, SIGKILL);
         }
-        throw Error(fmt::format("cannot start worker local rank {} ({}): {}", launch.local_rank,
-                                launch.argv.empty() ? "" : launch.argv[0], e.what()));
+        const auto* cannot = dynamic_cast<const CannotStartError*>(&e);
+        throw CannotStartError(cannot ? cannot->exit_code() : kExitCannotStart,
+                               fmt::format("worker local rank {}: {}", launch.local_rank,
+                                           cannot ? e.what() : plain_reason(launch, e)));
       }
     }
     return pids;
@@ -156,7 +211,7 @@ class PosixProcessRunner::Impl {
     auto worker = std::make_unique<Worker>();
     worker->launch = launch;
     worker->on_exit = on_exit;
-    auto exe = resolve_program(launch.argv[0]);
+    auto exe = resolve_program(launch.argv[0], launch.env);
     std::vector<std::string> args(launch.argv.begin() + 1, launch.argv.end());
 
     const auto& o = launch.output;
@@ -298,6 +353,7 @@ class PosixProcessRunner::Impl {
   }
 
   OrphanGuard* guard_;
+  std::chrono::milliseconds progress_interval_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer kill_timer_{io_};
@@ -307,8 +363,9 @@ class PosixProcessRunner::Impl {
   std::thread thread_;
 };
 
-PosixProcessRunner::PosixProcessRunner(OrphanGuard* guard)
-    : impl_(std::make_unique<Impl>(guard)) {}
+PosixProcessRunner::PosixProcessRunner(OrphanGuard* guard,
+                                       std::chrono::milliseconds progress_interval)
+    : impl_(std::make_unique<Impl>(guard, progress_interval)) {}
 PosixProcessRunner::~PosixProcessRunner() = default;
 
 std::vector<int> PosixProcessRunner::start(const std::vector<WorkerLaunch>& workers,

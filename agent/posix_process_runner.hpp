@@ -13,8 +13,10 @@ class OrphanGuard;
 
 class PosixProcessRunner final : public ProcessRunner {
  public:
-  // `guard` (optional, not owned) learns every worker process group.
-  explicit PosixProcessRunner(OrphanGuard* guard = nullptr);
+  // `guard` (optional, not owned) learns every worker process group. A stop() that takes long
+  // says which ranks have not exited, first after `progress_interval` (common/progress.hpp).
+  explicit PosixProcessRunner(OrphanGuard* guard = nullptr,
+                              std::chrono::milliseconds progress_interval = std::chrono::seconds(10));
   // Stops every worker (SIGKILL after a short grace) and joins the runner thread.
   ~PosixProcessRunner() override;
 

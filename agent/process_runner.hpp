@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/deadline.hpp"
+#include "common/error.hpp"
 
 namespace ddprun {
 
@@ -49,6 +50,18 @@ struct WorkerExit {
   int shell_code() const { return signal != 0 ? 128 + signal : exit_code; }
 };
 
+// A worker program that cannot be started: exit_code is the shell's 127 (not found) or 126
+// (not executable), and what() says which file, where it was looked for and why.
+class CannotStartError : public Error {
+ public:
+  CannotStartError(int exit_code, const std::string& message)
+      : Error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
 class ProcessRunner {
  public:
   using ExitCallback = std::function<void(const WorkerExit&)>;
@@ -57,8 +70,9 @@ class ProcessRunner {
 
   // Starts every worker, each in its own process group. `on_exit` is called once per worker,
   // from the runner's own thread, as soon as the worker has exited and its output is drained.
-  // Throws Error (naming the program and the local rank) if a worker cannot be started; the
-  // ones already started are stopped first. Returns the pids in launch order.
+  // Throws CannotStartError (naming the program, the local rank and the reason) if a worker
+  // cannot be started, Error for other failures; the ones already started are stopped first.
+  // Returns the pids in launch order.
   virtual std::vector<int> start(const std::vector<WorkerLaunch>& workers,
                                  ExitCallback on_exit) = 0;
 

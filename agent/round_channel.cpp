@@ -26,10 +26,19 @@ std::string RoundChannel::publish_outcome(const std::string& value) {
 }
 
 bool RoundChannel::report_success() {
+  store_.set(fmt::format("done/{}", round_.ranks.group_rank), "1", op());
   const auto done = store_.add("succeeded", 1, op());
   if (done != round_.ranks.group_world_size) return false;
   store_.compare_set("outcome", "", kRoundSucceeded, op());
   return true;
+}
+
+std::vector<int> RoundChannel::nodes_still_running() {
+  std::vector<int> running;
+  for (int g = 0; g < round_.ranks.group_world_size; ++g) {
+    if (!store_.check({fmt::format("done/{}", g)}, op())) running.push_back(g);
+  }
+  return running;
 }
 
 // Every local worker failure of the round goes on a list in the store; the root cause is the

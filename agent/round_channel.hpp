@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "common/failure_record.hpp"
 #include "rendezvous/prefix_store.hpp"
@@ -30,6 +31,8 @@ class RoundChannel {
   // This node's workers all exited 0. Returns true when it was the last node to say so: then
   // the round's outcome is success.
   bool report_success();
+  // The group ranks whose workers have not all succeeded yet (one check per node).
+  std::vector<int> nodes_still_running();
 
   // Adds a worker failure to the round's list (logged, not thrown, when the store fails).
   void record_failure(const Failure& failure);

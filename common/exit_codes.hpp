@@ -8,6 +8,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;         // invalid flag, value or combination
 inline constexpr int kExitRendezvous = 124;  // rendezvous timed out or failed, store lost
 inline constexpr int kExitInternal = 125;    // a bug or an unexpected system error
-inline constexpr int kExitCannotStart = 126; // a worker program could not be started
+inline constexpr int kExitCannotStart = 126; // a worker program is not executable
+inline constexpr int kExitNotFound = 127;    // a worker program does not exist
 
 }  // namespace ddprun

@@ -72,6 +72,9 @@ struct LaunchConfig {
   std::string events_file;  // JSON lines of agent events, empty: none
 
   std::string log_level = "info";
+  // A long wait's first progress line comes after this, then at doubling intervals up to a
+  // minute; zero: none.
+  std::chrono::milliseconds progress_interval{10'000};
 
   bool is_static() const { return rdzv_backend == "static"; }
 };

@@ -77,6 +77,8 @@ constexpr OptionSpec kOptions[] = {
     {"raw-output", "", "", kOutput, "Workers write straight to the console, no prefix"},
     {"events-file", "", "PATH", kOutput, "Append agent events as JSON lines (monotonic times)"},
     {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
+    {"progress-interval", "", "SECONDS", kOutput,
+     "A long wait says how far it got after this, then\nat doubling intervals up to a minute; 0: never [10]"},
 };
 
 // CLI11 reads "--log-dir=" (an empty value, typical of a script expanding an unset variable)

@@ -257,6 +257,9 @@ void build_workers_and_output(const Options& options,
   if (auto* v = options.find("exit-barrier-timeout")) {
     config.exit_barrier_timeout = parse_seconds(v->text, v->label);
   }
+  if (auto* v = options.find("progress-interval")) {
+    config.progress_interval = parse_seconds(v->text, v->label);
+  }
 
   if (auto* v = options.find("log-dir")) config.log_dir = std::string(trim(v->text));
   if (auto* v = options.find("redirects")) config.redirects = parse_std_spec(v->text, v->label);

@@ -1,13 +1,27 @@
 #include "launcher/job_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
 #include "common/exit_codes.hpp"
 
 namespace ddprun {
+
+namespace {
+
+std::string ranks_text(const NodeRanks& r) {
+  const int last = r.base_rank + r.local_world_size - 1;
+  return r.local_world_size == 1 ? fmt::format("{} of {}", r.base_rank, r.world_size)
+                                 : fmt::format("{}..{} of {}", r.base_rank, last, r.world_size);
+}
+
+std::string seconds_text(double s) { return s < 10 ? fmt::format("{:.2f}s", s) : fmt::format("{:.0f}s", s); }
+
+}  // namespace
 
 int exit_code_of(const RunResult& r) {
   switch (r.end) {
@@ -26,9 +40,63 @@ int exit_code_of(const RunResult& r) {
   return kExitInternal;
 }
 
+std::string format_summary(const RunResult& r) {
+  std::string out = fmt::format("Job summary for node {}{}:\n", r.host,
+                                r.group_rank >= 0 ? fmt::format(" (group rank {})", r.group_rank)
+                                                  : std::string());
+  if (r.attempts.empty()) {
+    out += "  no worker was started on this node\n";
+  } else {
+    std::vector<std::string> ranks;
+    std::size_t width = std::string_view("ranks").size();
+    for (const auto& a : r.attempts) {
+      ranks.push_back(ranks_text(a.ranks));
+      width = std::max(width, ranks.back().size());
+    }
+    out += fmt::format("  {:<7} {:<8} {:<{}} {:<5} {:>7}  {}\n", "round", "restart", "ranks", width,
+                       "nodes", "time", "ended");
+    for (std::size_t i = 0; i < r.attempts.size(); ++i) {
+      const auto& a = r.attempts[i];
+      out += fmt::format("  {:<7} {:<8} {:<{}} {:<5} {:>7}  {}\n", a.round, a.restart_count,
+                         ranks[i], width, a.ranks.group_world_size, seconds_text(a.seconds),
+                         a.ended);
+    }
+  }
+  out += fmt::format("  restarts {} of {}, membership changes {}, total {}\n", r.restarts,
+                     r.max_restarts, r.membership_changes, seconds_text(r.seconds));
+  return out;
+}
+
+nlohmann::json summary_json(const RunResult& r) {
+  auto attempts = nlohmann::json::array();
+  for (const auto& a : r.attempts) {
+    attempts.push_back({{"round", a.round},
+                        {"restart_count", a.restart_count},
+                        {"group_rank", a.ranks.group_rank},
+                        {"nodes", a.ranks.group_world_size},
+                        {"base_rank", a.ranks.base_rank},
+                        {"local_world_size", a.ranks.local_world_size},
+                        {"world_size", a.ranks.world_size},
+                        {"ended", a.ended},
+                        {"seconds", a.seconds}});
+  }
+  return {{"host", r.host},
+          {"group_rank", r.group_rank},
+          {"attempts", attempts},
+          {"restarts", r.restarts},
+          {"max_restarts", r.max_restarts},
+          {"membership_changes", r.membership_changes},
+          {"seconds", r.seconds},
+          {"exit_code", exit_code_of(r)}};
+}
+
 void report(const RunResult& r) {
-  if (r.root_cause) std::fputs(format_root_cause(*r.root_cause, r.world_size).c_str(), stderr);
   const int code = exit_code_of(r);
+  // A quiet log (--log-level warn) keeps the summary of a job that went well to itself.
+  if (code != 0 || spdlog::default_logger()->should_log(spdlog::level::info)) {
+    std::fputs(format_summary(r).c_str(), stderr);
+  }
+  if (r.root_cause) std::fputs(format_root_cause(*r.root_cause, r.world_size).c_str(), stderr);
   if (code == 0) {
     spdlog::info("job finished: {} ({} restart{})", r.reason, r.restarts,
                  r.restarts == 1 ? "" : "s");

@@ -1,6 +1,10 @@
 #pragma once
 // The end of a run as the person at the terminal sees it: one exit code for the agent's result,
-// and the root-cause block and the closing line, printed once.
+// a summary of the node's attempts, the root-cause block, and the closing line, printed once.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "agent/agent.hpp"
 
@@ -10,7 +14,14 @@ namespace ddprun {
 // stopped by signal N; 124 when the rendezvous or the store failed; 125 for an internal error.
 int exit_code_of(const RunResult& result);
 
-// Prints the root-cause block (when there is one) to stderr, then one line with the outcome.
+// The summary block: this node's attempts (round, ranks, nodes, how each ended, how long) and
+// the totals (restarts spent of the maximum, membership changes, total time).
+std::string format_summary(const RunResult& result);
+// The same data for --events-file.
+nlohmann::json summary_json(const RunResult& result);
+
+// Prints the summary, then the root-cause block when there is one (stderr), then one line with
+// the outcome.
 void report(const RunResult& result);
 
 }  // namespace ddprun

@@ -15,6 +15,7 @@
 #include "agent/agent.hpp"
 #include "agent/orphan_guard.hpp"
 #include "agent/posix_process_runner.hpp"
+#include "agent/program_check.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "common/limits.hpp"
@@ -73,10 +74,23 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
                  "overloading the node; tune it for best performance");
   }
 
+  // One node: nobody else waits for this agent, so a program that cannot run is reported
+  // before a store is served or anything starts. (With several nodes the failure goes through
+  // the rendezvous, so that the other nodes learn of it at once instead of waiting for a node
+  // that left.)
+  if (config.is_static() && config.max_nodes == 1) {
+    const char* path = std::getenv("PATH");
+    auto check = check_program(config.argv.at(0), path ? path : "");
+    if (check.exit_code != 0) {
+      std::fprintf(stderr, "ddprun: %s\n", check.message.c_str());
+      return check.exit_code;
+    }
+  }
+
   const auto host = this_host(config);
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
-  PosixProcessRunner runner(&guard);
+  PosixProcessRunner runner(&guard, config.progress_interval);
   AgentContext ctx;
   ctx.host = host;
   ctx.store = &backend.store();
@@ -105,7 +119,8 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
   const int code = exit_code_of(result);
   events.write("job_finished", {{"exit_code", code}, {"restarts", result.restarts},
                                 {"reason", result.reason},
-                                {"node", std::max(0, result.group_rank)}});
+                                {"node", std::max(0, result.group_rank)},
+                                {"summary", summary_json(result)}});
   report(result);
   return code;
 }

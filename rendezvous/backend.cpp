@@ -100,6 +100,7 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     o.node_rank = config.node_rank;
     o.self = NodeInfo{host, config.nproc_per_node, static_cast<int>(getpid())};
     o.join_timeout = config.rdzv_conf.join_timeout;
+    o.progress_interval = config.progress_interval;
     handler_ = std::make_unique<StaticRendezvous>(*client_, opener(), o, config.master_addr,
                                                   timing);
   } else {
@@ -109,6 +110,7 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     o.join_timeout = config.rdzv_conf.join_timeout;
     o.last_call_timeout = config.rdzv_conf.last_call_timeout;
     o.read_timeout = config.rdzv_conf.read_timeout;
+    o.progress_interval = config.progress_interval;
     ElasticNode self;
     self.id = fmt::format("{}:{}", host, getpid());
     self.host = host;

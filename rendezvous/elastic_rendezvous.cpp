@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
+#include "common/progress.hpp"
 #include "rendezvous/prefix_store.hpp"
 
 namespace ddprun {
@@ -135,31 +136,52 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
     }
     if (n > 0) rs.multi_set(assign_keys, assignments, op());
     rs.set(closed_key,
-              json{{"members", n}, {"world_size", world_size}, {"failures", failures},
-                   {"master_host", n > 0 ? members.front().host : std::string()}}
-                  .dump(),
-              op());
+           json{{"members", n}, {"world_size", world_size}, {"failures", failures},
+                {"master_host", n > 0 ? members.front().host : std::string()}}
+               .dump(),
+           op());
+  };
+  // Waits for the round to close until `deadline`, saying how far it got now and then.
+  // Returns the round record, or nullopt when the deadline passed.
+  ProgressClock progress(o.progress_interval);
+  auto await_closed = [&](Deadline deadline, bool last_call) -> std::optional<std::string> {
+    while (true) {
+      try {
+        return rs.get(closed_key, progress.slice(deadline));
+      } catch (const TimeoutError&) {
+        if (deadline.expired()) return std::nullopt;
+      }
+      if (!progress.due()) continue;
+      const auto joined = rs.add("join", 0, op());
+      if (last_call) {
+        spdlog::info("rendezvous: round {}: {} node(s) joined ({}..{} wanted); closing in {} "
+                     "unless {} more join",
+                     round, joined, o.min_nodes, o.max_nodes, format_duration(deadline.remaining()),
+                     o.max_nodes - joined);
+      } else {
+        spdlog::info("rendezvous: round {}: {} node(s) joined, at least {} needed; {} (store at {})",
+                     round, joined, o.min_nodes, progress.elapsed_of(o.join_timeout),
+                     store.describe());
+      }
+    }
   };
   if (result.slot + 1 == o.max_nodes) {
     close_with(o.max_nodes);  // full: no reason to wait for anyone
   } else if (result.slot + 1 >= o.min_nodes && result.slot + 1 < o.max_nodes) {
-    try {
-      rs.wait({closed_key}, Deadline::after(o.last_call_timeout));
-    } catch (const TimeoutError&) {
+    if (!await_closed(Deadline::after(o.last_call_timeout), true)) {
       close_with(static_cast<int>(rs.add("join", 0, op())));
     }
   }
 
-  std::string closed;
-  try {
-    closed = rs.get(closed_key, Deadline::at(start + o.join_timeout));
-  } catch (const TimeoutError&) {
+  auto closed_record = await_closed(Deadline::at(start + o.join_timeout), false);
+  if (!closed_record) {
     auto joined = rs.add("join", 0, op());
     throw TimeoutError(fmt::format(
         "rendezvous timed out after {}: {} node(s) joined round {}, at least {} needed "
         "(store at {})",
         format_duration(Clock::now() - start), joined, round, o.min_nodes, store.describe()));
   }
+  const std::string& closed = *closed_record;
   int world_size = 0;
   try {
     auto j = json::parse(closed);

@@ -47,6 +47,7 @@ struct ElasticRendezvousOptions {
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds read_timeout{60'000};
+  std::chrono::milliseconds progress_interval{10'000};  // see common/progress.hpp
 };
 
 struct RoundResult {

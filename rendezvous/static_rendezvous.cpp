@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 #include "rendezvous/prefix_store.hpp"
 
 namespace ddprun {
@@ -54,19 +55,35 @@ RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& 
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
   spdlog::info("rendezvous: node {} of {} joined; waiting for the others (store at {})",
                o.node_rank, o.nnodes, store.describe());
-  try {
-    store.wait(keys, deadline);
-  } catch (const TimeoutError&) {
+  auto missing_ranks = [&] {
     std::vector<int> missing;
     for (int g = 0; g < o.nnodes; ++g) {
       if (!store.check({info_key(g)}, Deadline::after(std::chrono::seconds(5)))) {
         missing.push_back(g);
       }
     }
-    throw TimeoutError(fmt::format(
-        "rendezvous timed out after {}: {}/{} nodes joined (missing node ranks {}); store at {}",
-        format_duration(Clock::now() - start), o.nnodes - static_cast<int>(missing.size()),
-        o.nnodes, missing, store.describe()));
+    return missing;
+  };
+  ProgressClock progress(o.progress_interval);
+  while (true) {
+    try {
+      store.wait(keys, progress.slice(deadline));
+      break;
+    } catch (const TimeoutError&) {
+      if (deadline.expired()) {
+        const auto missing = missing_ranks();
+        throw TimeoutError(fmt::format(
+            "rendezvous timed out after {}: {}/{} nodes joined (missing node ranks {}); store at {}",
+            format_duration(Clock::now() - start), o.nnodes - static_cast<int>(missing.size()),
+            o.nnodes, missing, store.describe()));
+      }
+    }
+    if (progress.due()) {
+      const auto missing = missing_ranks();
+      spdlog::info("rendezvous: {}/{} nodes joined, missing node ranks {}; {} (store at {})",
+                   o.nnodes - static_cast<int>(missing.size()), o.nnodes, missing,
+                   progress.elapsed_of(o.join_timeout), store.describe());
+    }
   }
 
   RendezvousResult result;
@@ -126,13 +143,26 @@ void StaticRendezvous::join() {
 void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   PrefixStore round(prefix, store_);
   const auto op = [&] { return Deadline::after(options_.join_timeout); };
+  const int nodes = joined_->ranks.group_world_size;
   auto arrived = round.add("arrived", 1, op());
-  if (arrived == joined_->ranks.group_world_size) round.set("go", "1", op());
-  try {
-    round.wait({"go"}, op());
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("attempt {}: not every node came back to start workers: {}",
-                                   attempt, e.what()));
+  if (arrived == nodes) round.set("go", "1", op());
+  const auto deadline = op();
+  ProgressClock progress(options_.progress_interval);
+  while (true) {
+    try {
+      round.wait({"go"}, progress.slice(deadline));
+      return;
+    } catch (const TimeoutError& e) {
+      if (deadline.expired()) {
+        throw TimeoutError(fmt::format(
+            "attempt {}: not every node came back to start workers: {}", attempt, e.what()));
+      }
+    }
+    if (progress.due()) {
+      spdlog::info("attempt {}: {}/{} nodes are back to start workers; {}", attempt,
+                   round.add("arrived", 0, op()), nodes,
+                   progress.elapsed_of(options_.join_timeout));
+    }
   }
 }
 

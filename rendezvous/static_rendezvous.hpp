@@ -34,6 +34,7 @@ struct StaticRendezvousOptions {
   int node_rank = 0;
   NodeInfo self;
   std::chrono::milliseconds join_timeout{600'000};
+  std::chrono::milliseconds progress_interval{10'000};  // see common/progress.hpp
   std::string token;  // claims the node rank; unique per agent (see make_claim_token)
 };
 

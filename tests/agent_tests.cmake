@@ -7,7 +7,9 @@ target_link_libraries(fake_worker PRIVATE ddprun_flags)
 
 add_executable(agent_unit_tests
   unit/agent/test_agent.cpp
+  unit/agent/test_job_report.cpp
   unit/agent/test_line_splitter.cpp
+  unit/agent/test_program_check.cpp
   unit/agent/test_worker_env.cpp)
 target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_agent
   ddprun_launcher_lib)

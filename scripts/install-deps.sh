@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs ddprun's build and test dependencies from Debian 12's archive.
 # Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
+# A run with every required package present calls no apt-get, even when an optional package
+# is missing because it could not be installed on an earlier run (see optional_failed below).
 set -euo pipefail
 
 packages=(
@@ -17,26 +19,57 @@ optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec
 )
 
+installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
+
+# An optional package that could not be installed is remembered here, so that later runs do not
+# call apt-get for it again and again: with every required package present, optional ones that
+# failed before are skipped. Delete the file to try them again (a run that installs required
+# packages tries them again anyway, since it calls apt-get in any case).
+state_dir=${DDPRUN_STATE_DIR:-/var/lib/ddprun}
+optional_failed="$state_dir/optional-packages-unavailable"
+tried_before=" "
+if [[ -r $optional_failed ]]; then tried_before+="$(tr '\n' ' ' <"$optional_failed") "; fi
+
 missing=()
-for p in "${packages[@]}" "${optional[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+for p in "${packages[@]}"; do
+  installed "$p" || missing+=("$p")
+done
+missing_optional=()
+skipped_optional=()
+for p in "${optional[@]}"; do
+  installed "$p" && continue
+  if [[ $tried_before == *" $p "* ]]; then skipped_optional+=("$p"); else missing_optional+=("$p"); fi
 done
 
-if ((${#missing[@]} == 0)); then
+if ((${#missing[@]} == 0 && ${#missing_optional[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} required packages present"
+  if ((${#skipped_optional[@]} > 0)); then
+    echo "install-deps: optional ${skipped_optional[*]} could not be installed before; not retried" \
+      "(delete $optional_failed to retry)"
+  fi
   exit 0
 fi
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
 
-echo "install-deps: installing ${missing[*]}"
+to_install=("${missing[@]}" "${missing_optional[@]}")
+echo "install-deps: installing ${to_install[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+if ((${#missing[@]} > 0)); then
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
 # The fuzzer toolchain is optional: the build skips the fuzz target without it.
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null ||
+if ! "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then
   echo "install-deps: optional ${optional[*]} not installed; the fuzz target will be skipped"
+  unavailable=()
+  for p in "${optional[@]}"; do installed "$p" || unavailable+=("$p"); done
+  if "${sudo_cmd[@]}" mkdir -p "$state_dir" &&
+     printf '%s\n' "${unavailable[@]}" | "${sudo_cmd[@]}" tee "$optional_failed" >/dev/null; then
+    echo "install-deps: remembered in $optional_failed; later runs will not retry them"
+  fi
+else
+  "${sudo_cmd[@]}" rm -f "$optional_failed"
+fi
 echo "install-deps: done"

@@ -21,8 +21,11 @@
 //   sleep:MS             sleep MS milliseconds, exit 0
 //   error_file:N         write torchrun's error-file JSON to $TORCHELASTIC_ERROR_FILE, exit N
 //   error_file_slow:N:MS like error_file (a timestamp with milliseconds), but take MS milliseconds
-//                        to exit, as a worker with a slow teardown does
+//                        to exit, as a worker with a slow teardown does; with FAKE_TOUCH_DIR set,
+//                        $FAKE_TOUCH_DIR/error_file_<RANK> is created once the error file is written
 //   sleep_exit:MS:N      sleep MS milliseconds, then exit N (a knock-on failure, a little later)
+//   after_file:NAME:MS:N wait until $FAKE_TOUCH_DIR/NAME exists, sleep MS milliseconds, then exit
+//                        N (a knock-on failure, a little after another worker's, whatever the load)
 // In every mode, when FAKE_TOUCH_DIR is set, $FAKE_TOUCH_DIR/started_<RANK>_<RESTART_COUNT> is
 // created first. Files that tests read are written under a temporary name and renamed, so a
 // reader never sees a partial file.
@@ -110,15 +113,17 @@ void write_file_atomically(const std::string& path, const std::string& content) 
   }
 }
 
-void touch_started() {
+// Creates $FAKE_TOUCH_DIR/<name> (empty) when FAKE_TOUCH_DIR is set.
+void touch(const std::string& name) {
   const char* dir = std::getenv("FAKE_TOUCH_DIR");
   if (dir == nullptr) return;
-  const std::string path =
-      std::string(dir) + "/started_" + rank() + "_" + restart_count();
+  const std::string path = std::string(dir) + "/" + name;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail(kSideFileFailed, "cannot create " + path + ": " + std::strerror(errno));
   ::close(fd);
 }
+
+void touch_started() { touch("started_" + rank() + "_" + restart_count()); }
 
 [[noreturn]] void sleep_forever() {
   while (true) pause();
@@ -204,6 +209,18 @@ void write_error_file(const std::string& timestamp) {
   std::snprintf(stamp, sizeof(stamp), "%lld.%03ld", static_cast<long long>(now.tv_sec),
                 now.tv_nsec / 1'000'000);
   write_error_file(stamp);
+  touch("error_file_" + rank());
+  sleep_ms(ms);
+  std::_Exit(code);
+}
+
+// Waits for $FAKE_TOUCH_DIR/<name> with a short poll (the agent ends a worker that waits too
+// long), then sleeps `ms` and exits with `code`.
+[[noreturn]] void after_file_mode(std::string_view mode, const std::string& name, int ms, int code) {
+  const char* dir = std::getenv("FAKE_TOUCH_DIR");
+  if (dir == nullptr) fail(kUnknownMode, std::string(mode) + " needs FAKE_TOUCH_DIR");
+  const std::string path = std::string(dir) + "/" + name;
+  while (::access(path.c_str(), F_OK) != 0) sleep_ms(5);
   sleep_ms(ms);
   std::_Exit(code);
 }
@@ -263,6 +280,9 @@ int number(std::string_view mode, std::string_view text) {
   if (name == "error_file" && args == 1) error_file_mode(number(mode, parts[1]));
   if (name == "error_file_slow" && args == 2) {
     error_file_slow_mode(number(mode, parts[1]), number(mode, parts[2]));
+  }
+  if (name == "after_file" && args == 3) {
+    after_file_mode(mode, std::string(parts[1]), number(mode, parts[2]), number(mode, parts[3]));
   }
   if (name == "sleep_exit" && args == 2) {
     sleep_ms(number(mode, parts[1]));

@@ -60,6 +60,14 @@ std::string DdprunProcess::output() const {
   return ss.str();
 }
 
+bool DdprunProcess::wait_for_output(const std::string& text,
+                                    std::chrono::milliseconds timeout) const {
+  auto printed = [&] { return output().find(text) != std::string::npos; };
+  // An exited process prints nothing more: check once more and stop waiting.
+  wait_until([&] { return printed() || reaped_ || !process_alive(pid_); }, timeout);
+  return printed();
+}
+
 std::map<std::string, std::string> read_env_file(const std::string& path) {
   std::map<std::string, std::string> env;
   for (const auto& line : read_lines(path)) {

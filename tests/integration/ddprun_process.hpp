@@ -23,6 +23,8 @@ class DdprunProcess {
   int wait(std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // Everything it printed (stdout and stderr, interleaved as written).
   std::string output() const;
+  // Waits until its output contains `text`; false when it exited or the timeout passed first.
+  bool wait_for_output(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
  private:
   pid_t pid_ = -1;

@@ -6,8 +6,6 @@
 
 #include <signal.h>
 
-#include <thread>
-
 #include <nlohmann/json.hpp>
 
 #include "common/deadline.hpp"
@@ -20,15 +18,15 @@ using nlohmann::json;
 
 namespace {
 
-// A worker that runs for `ms` milliseconds, then succeeds.
-const char* kWorker = "exec sleep \"$WORKER_SECONDS\"";
+// A worker that waits at the cluster's gate, then succeeds: a job's workers run until the test
+// has seen the rounds it waits for and opens the gate, however slow the machine is.
+const char* kWorker = "exec flock -s \"$DDPRUN_TEST_GATE\" true";
 
 struct Cluster {
   explicit Cluster(std::string nnodes, std::string extra_conf = "")
       : nnodes_(std::move(nnodes)), port_(free_port()), conf_(std::move(extra_conf)) {}
 
-  std::unique_ptr<DdprunProcess> start(const std::string& name, double worker_seconds = 3,
-                                       std::string run_id = "elastic") {
+  std::unique_ptr<DdprunProcess> start(const std::string& name, std::string run_id = "elastic") {
     std::vector<std::string> args{
         "--nnodes=" + nnodes_, "--rdzv-backend=c10d",
         "--rdzv-endpoint=127.0.0.1:" + std::to_string(port_), "--rdzv-id=" + run_id,
@@ -38,8 +36,11 @@ struct Cluster {
         "--shutdown-timeout=2", "--events-file", events(name), "--no-python", "sh", "-c",
         kWorker};
     return std::make_unique<DdprunProcess>(
-        args, std::map<std::string, std::string>{{"WORKER_SECONDS", std::to_string(worker_seconds)}});
+        args, std::map<std::string, std::string>{{"DDPRUN_TEST_GATE", gate_.path()}});
   }
+
+  // Lets every worker, running or still to start, finish with exit 0.
+  void release_workers() { gate_.open(); }
 
   std::string events(const std::string& name) const { return dir_.file(name + ".jsonl"); }
 
@@ -52,15 +53,22 @@ struct Cluster {
     return out;
   }
 
-  // Waits until `name` has completed a rendezvous into a round of `world_size` workers.
+  // Waits until `name` has completed a rendezvous into a round of `world_size` workers (one
+  // later than round `after`, when given).
   bool wait_for_round(const std::string& name, int world_size,
-                      std::chrono::milliseconds timeout = 40s) const {
+                      std::chrono::milliseconds timeout = 40s, int after = -1) const {
     return wait_until([&] {
       for (const auto& e : read(name, "rendezvous_completed")) {
-        if (e.at("world_size") == world_size) return true;
+        if (e.at("world_size") == world_size && e.at("round").get<int>() > after) return true;
       }
       return false;
     }, timeout);
+  }
+
+  // The round of `name`'s latest completed rendezvous (-1 before the first).
+  int last_round(const std::string& name) const {
+    auto rounds = read(name, "rendezvous_completed");
+    return rounds.empty() ? -1 : rounds.back().at("round").get<int>();
   }
 
   std::uint16_t port() const { return port_; }
@@ -70,18 +78,21 @@ struct Cluster {
   std::uint16_t port_;
   std::string conf_;
   TempDir dir_;
+  Gate gate_;
 };
 
 }  // namespace
 
 TEST_CASE("elastic: a third node joins a running 2-node job", "[elastic]") {
   Cluster c("2:3");
-  auto a = c.start("a", 4);
+  auto a = c.start("a");
   REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
-  auto b = c.start("b", 4);
+  auto b = c.start("b");
   REQUIRE(c.wait_for_round("a", 2));
-  auto joiner = c.start("c", 4);
+  auto joiner = c.start("c");
   REQUIRE(c.wait_for_round("c", 3));
+  // (c completed the round of 3, so a and b are in it and their workers of 2 are gone.)
+  c.release_workers();
   CHECK(a->wait() == 0);
   CHECK(b->wait() == 0);
   CHECK(joiner->wait() == 0);
@@ -97,16 +108,19 @@ TEST_CASE("elastic: a third node joins a running 2-node job", "[elastic]") {
 
 TEST_CASE("elastic: SIGKILL of one of three nodes, the others go on with two", "[elastic]") {
   Cluster c("2:3");
-  auto a = c.start("a", 6);  // a serves the store (it binds first)
+  auto a = c.start("a");  // a serves the store (it binds first)
   REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
-  auto b = c.start("b", 6);
-  auto victim = c.start("c", 6);
+  auto b = c.start("b");
+  auto victim = c.start("c");
   REQUIRE(c.wait_for_round("c", 3));
+  const int round_of_3 = c.last_round("c");
   const auto killed = ddprun::Clock::now();
   kill(victim->pid(), SIGKILL);
-  REQUIRE(c.wait_for_round("a", 2));
+  // (a and b may have run a round of 2 before c came: only a later one counts.)
+  REQUIRE(c.wait_for_round("a", 2, 40s, round_of_3));
   // Keep-alive deadline 1.5 s, plus the 1 s last call; the bound only catches a hang.
   CHECK(ddprun::Clock::now() - killed < 20s);
+  c.release_workers();
   CHECK(a->wait() == 0);
   CHECK(b->wait() == 0);
   CHECK(c.wait_for_round("b", 2, 1s));
@@ -114,16 +128,18 @@ TEST_CASE("elastic: SIGKILL of one of three nodes, the others go on with two", "
 
 TEST_CASE("elastic: a hot spare is promoted when a member leaves", "[elastic]") {
   Cluster c("1:2");
-  auto a = c.start("a", 6);
+  auto a = c.start("a");
   REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
-  auto b = c.start("b", 6);
+  auto b = c.start("b");
   REQUIRE(c.wait_for_round("b", 2));
-  auto spare = c.start("spare", 6);
-  // The spare waits: the round is full.
-  std::this_thread::sleep_for(1500ms);
+  auto spare = c.start("spare");
+  // The spare waits: the round is full. It says so once it has looked at the round, the point
+  // where it would otherwise have joined.
+  REQUIRE(spare->wait_for_output("waiting as a hot spare"));
   CHECK(c.read("spare", "rendezvous_completed").empty());
   kill(b->pid(), SIGKILL);
   REQUIRE(c.wait_for_round("spare", 2));
+  c.release_workers();
   CHECK(a->wait() == 0);
   CHECK(spare->wait() == 0);
 }
@@ -140,17 +156,19 @@ TEST_CASE("elastic: MIN never reached fails after the join timeout, saying how m
 
 TEST_CASE("elastic: a paused node finds out the round moved on and rejoins", "[elastic]") {
   Cluster c("2:3");
-  auto a = c.start("a", 5);
+  auto a = c.start("a");
   REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
-  auto b = c.start("b", 5);
-  auto paused = c.start("c", 5);
+  auto b = c.start("b");
+  auto paused = c.start("c");
   REQUIRE(c.wait_for_round("c", 3));
+  const int round_of_3 = c.last_round("c");
   kill(paused->pid(), SIGSTOP);
-  REQUIRE(c.wait_for_round("a", 2));  // the others dropped it
+  REQUIRE(c.wait_for_round("a", 2, 40s, round_of_3));  // the others dropped it
   kill(paused->pid(), SIGCONT);
   // It stops its stale workers and comes back: the job re-forms with three.
   REQUIRE(wait_until([&] { return c.read("c", "rendezvous_completed").size() >= 2; }, 40s));
   CHECK(c.read("c", "rendezvous_completed").back().at("world_size") == 3);
+  c.release_workers();
   CHECK(a->wait() == 0);
   CHECK(b->wait() == 0);
   CHECK(paused->wait() == 0);
@@ -159,14 +177,16 @@ TEST_CASE("elastic: a paused node finds out the round moved on and rejoins", "[e
 TEST_CASE("elastic: SIGTERM on one node does not stop the others from re-forming",
           "[elastic]") {
   Cluster c("2:3");
-  auto a = c.start("a", 5);
+  auto a = c.start("a");
   REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
-  auto b = c.start("b", 5);
-  auto leaver = c.start("c", 5);
+  auto b = c.start("b");
+  auto leaver = c.start("c");
   REQUIRE(c.wait_for_round("c", 3));
+  const int round_of_3 = c.last_round("c");
   kill(leaver->pid(), SIGTERM);
   CHECK(leaver->wait(30s) == 143);
-  REQUIRE(c.wait_for_round("a", 2));
+  REQUIRE(c.wait_for_round("a", 2, 40s, round_of_3));
+  c.release_workers();
   CHECK(a->wait() == 0);
   CHECK(b->wait() == 0);
 }

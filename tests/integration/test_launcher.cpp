@@ -6,8 +6,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include <nlohmann/json.hpp>
 
 #include "integration/ddprun_process.hpp"
@@ -261,7 +259,8 @@ TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]")
   };
   DdprunProcess node0(with("--node-rank=0"), {{"FAKE_MODE", "hang"}});
   DdprunProcess first(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
-  std::this_thread::sleep_for(300ms);
+  // The second one starts once the first holds node rank 1 (it says so when it has joined).
+  REQUIRE(first.wait_for_output("node 1 of 3 joined"));
   DdprunProcess second(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
   CHECK(second.wait(30s) == 124);
   CHECK_THAT(second.output(), Catch::Contains("node rank 1 is already taken"));
@@ -307,15 +306,17 @@ TEST_CASE("ddprun: static mode notices a dead node and stops instead of hanging"
 
 TEST_CASE("ddprun: the root cause is the earliest failure and not the first reported",
           "[launcher]") {
-  // Rank 1 fails first but takes 2 s to exit (a slow teardown); rank 0 fails 300 ms later as a
-  // knock-on and exits at once, so its agent reports first. Both agents must blame rank 1.
+  // Rank 1 fails first but takes 2 s to exit (a slow teardown); rank 0 fails 300 ms after rank
+  // 1 wrote its error file (it waits for the file that says so) as a knock-on and exits at once,
+  // so its agent reports first. Both agents must blame rank 1.
+  TempDir dir;
   auto port = port_arg(free_port());
   DdprunProcess node0(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=0", port,
                             "--shutdown-timeout=5"}),
-                      {{"FAKE_MODE", "sleep_exit:300:1"}});
+                      {{"FAKE_MODE", "after_file:error_file_1:300:1"}, {"FAKE_TOUCH_DIR", dir.path()}});
   DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
                             "--shutdown-timeout=5"}),
-                      {{"FAKE_MODE", "error_file_slow:9:2000"}});
+                      {{"FAKE_MODE", "error_file_slow:9:2000"}, {"FAKE_TOUCH_DIR", dir.path()}});
   CHECK(node0.wait() != 0);
   CHECK(node1.wait() != 0);
   for (auto* p : {&node0, &node1}) {

@@ -108,16 +108,17 @@ TEST_CASE("tcp store: 16 threads x 1000 adds give the exact total", "[tcp_store]
 TEST_CASE("tcp store: wait wakes on a set from another client", "[tcp_store]") {
   TcpStoreServer server(local());
   server.start();
+  auto c = connect_to(server);
+  const pid_t waiter = test::this_thread_id();
   std::atomic<Clock::rep> before_last_set{0};
   std::thread writer([&] {
     auto w = connect_to(server);
-    std::this_thread::sleep_for(100ms);
+    // The keys are written while the waiter is blocked in its wait (this thread sees it asleep).
+    test::wait_until([&] { return test::thread_sleeping(waiter); }, 20s);
     w.set("k1", "a", Deadline::after(5s));
-    std::this_thread::sleep_for(50ms);
     before_last_set = Clock::now().time_since_epoch().count();
     w.set("k2", "b", Deadline::after(5s));
   });
-  auto c = connect_to(server);
   c.wait({"k1", "k2"}, Deadline::after(20s));
   auto returned = Clock::now().time_since_epoch().count();
   writer.join();
@@ -166,8 +167,10 @@ TEST_CASE("tcp store: run ids never see each other's keys", "[tcp_store]") {
 TEST_CASE("tcp store: a client connects to a server that starts later", "[tcp_store]") {
   auto port = test::free_port();
   std::unique_ptr<TcpStoreServer> server;
+  const pid_t client = test::this_thread_id();
   std::thread starter([&] {
-    std::this_thread::sleep_for(300ms);
+    // The server starts once the client pauses between refused connection attempts.
+    test::wait_until([&] { return test::thread_sleeping(client); }, 20s);
     auto o = local();
     o.port = port;
     server = std::make_unique<TcpStoreServer>(o);
@@ -201,8 +204,9 @@ TEST_CASE("tcp store: interrupt() ends a blocked call from another thread", "[tc
   TcpStoreServer server(local());
   server.start();
   auto c = connect_to(server);
+  const pid_t caller = test::this_thread_id();
   std::thread stopper([&] {
-    std::this_thread::sleep_for(100ms);
+    test::wait_until([&] { return test::thread_sleeping(caller); }, 20s);  // blocked in get()
     c.interrupt();
   });
   auto start = Clock::now();
@@ -228,7 +232,11 @@ TEST_CASE("tcp store: IPv6 loopback", "[tcp_store]") {
 }
 
 TEST_CASE("tcp store: bad input closes only the offending connection", "[tcp_store]") {
-  TcpStoreServer server(local());
+  // A read timeout well above the 100 ms during which a stalled half frame must survive, so that
+  // a test thread that the machine keeps waiting cannot see the close early.
+  auto options = local();
+  options.read_timeout = 2s;
+  TcpStoreServer server(options);
   server.start();
   auto bystander = connect_to(server);
   bystander.set("before", "1", Deadline::after(2s));
@@ -283,8 +291,9 @@ TEST_CASE("tcp store: a client whose server dies mid-request gets an error, not 
   o.port = port;
   TcpStoreClient c(o, Deadline::after(10s));
   c.set("x", "1", Deadline::after(2s));
+  const pid_t caller = test::this_thread_id();
   std::thread killer([&] {
-    std::this_thread::sleep_for(200ms);
+    test::wait_until([&] { return test::thread_sleeping(caller); }, 20s);  // blocked in get()
     kill(pid, SIGKILL);
   });
   auto start = Clock::now();

@@ -17,27 +17,32 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 scenario() {
-  local endpoint="$NODE_1_ADDR:29400" pids=()
-  agent() {  # agent I WORKER_SECONDS
-    "$cluster" exec "$NETNS_TAG" "$1" env WORKER_SECONDS="$2" "$ddprun" \
+  local endpoint="$NODE_1_ADDR:29400" pids=() gate_fd
+  # Workers wait at a gate (a file this shell holds an exclusive lock on) instead of running for
+  # a fixed time: they stay up until the survivors have re-formed, however slow the machine is.
+  exec {gate_fd}>"$work/gate"
+  flock -x "$gate_fd"
+  agent() {  # agent I
+    "$cluster" exec "$NETNS_TAG" "$1" env GATE="$work/gate" "$ddprun" \
       --nnodes=2:3 --rdzv-backend=c10d --rdzv-endpoint="$endpoint" --rdzv-id=netns \
       --local-addr="$(eval echo "\$NODE_$1_ADDR")" \
       --rdzv-conf=last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,read_timeout=5,join_timeout=60 \
       --shutdown-timeout=2 --events-file "$work/node$1.jsonl" \
-      --no-python sh -c 'exec sleep "$WORKER_SECONDS"' >"$work/node$1.log" 2>&1
+      --no-python sh -c 'exec flock -s "$GATE" true' >"$work/node$1.log" 2>&1 {gate_fd}>&-
   }
   wait_for() {  # wait_for FILE PATTERN SECONDS [COUNT]: COUNT lines match (default 1)
-    for _ in $(seq 1 $((10 * $3))); do
-      [[ $(grep -c "$2" "$1" 2>/dev/null || true) -ge ${4:-1} ]] && return 0
-      sleep 0.1
-    done
+    # tail -F follows the file (created or not yet) as it grows; grep stops at the COUNTth match
+    # and tail ends with it; timeout only catches a hang.
+    local found
+    found=$(timeout "$3" tail -n +1 -F "$1" 2>/dev/null | grep -c -m "${4:-1}" -e "$2" || true)
+    [[ ${found:-0} -ge ${4:-1} ]] && return 0
     echo "FAIL: '$2' not ${4:-1} times in $1 within $3 s"; cat "$work"/node*.log; return 1
   }
-  agent 1 6 & pids+=($!)
+  agent 1 & pids+=($!)
   wait_for "$work/node1.jsonl" '"event":"rendezvous_started"' 20
-  agent 2 6 & pids+=($!)
+  agent 2 & pids+=($!)
   wait_for "$work/node1.jsonl" '"world_size":2' 30
-  agent 3 6 & local third=$!
+  agent 3 & local third=$!
   wait_for "$work/node3.jsonl" '"world_size":3' 30
   echo "ok: the job grew to 3 nodes across namespaces"
   "$cluster" cut "$NETNS_TAG" 3
@@ -47,6 +52,7 @@ scenario() {
   tail -n 20 "$work/node1.jsonl" | grep '"event":"rendezvous_completed"' | tail -1 | grep -q '"world_size":2' ||
     { echo "FAIL: the last round of node 1 is not 2 nodes"; return 1; }
   echo "ok: survivors re-formed with 2 nodes $(awk -v a="$cut_at" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s after the cut"
+  flock -u "$gate_fd"  # the workers may finish now
   local status=0
   for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
   wait "$third" || true  # cut off: it fails on its own (store unreachable)

@@ -4,6 +4,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,6 +123,39 @@ bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds tim
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+pid_t this_thread_id() { return ::gettid(); }
+
+bool thread_sleeping(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string content;
+  if (!std::getline(stat, content)) return false;
+  // "tid (comm) S ...": the command may contain spaces and parentheses, the state follows the
+  // last ')'.
+  auto close = content.rfind(')');
+  return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'S';
+}
+
+Gate::Gate() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-test-gate-XXXXXX";
+  fd_ = ::mkostemp(pattern.data(), O_CLOEXEC);  // children get no copy of the lock
+  if (fd_ < 0) throw std::runtime_error("cannot create a gate file from " + pattern);
+  path_ = pattern;
+  if (::flock(fd_, LOCK_EX) != 0) throw std::runtime_error("cannot lock the gate " + path_);
+}
+
+Gate::~Gate() {
+  open();
+  ::unlink(path_.c_str());
+}
+
+void Gate::open() {
+  if (fd_ < 0) return;
+  ::flock(fd_, LOCK_UN);
+  ::close(fd_);
+  fd_ = -1;
 }
 
 std::vector<std::string> read_lines(const std::string& path) {

@@ -42,6 +42,33 @@ std::uint16_t free_port();
 // Polls `done` (every few milliseconds) until it returns true or the timeout passes; returns its
 // last answer. For tests only, where a hard deadline keeps a short poll harmless.
 bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+// The kernel's id of the calling thread, for thread_sleeping().
+pid_t this_thread_id();
+// True when thread `tid` of this process is asleep in the kernel (state S in
+// /proc/self/task/TID/stat): blocked in a system call such as poll, recv or a timed wait. A test
+// waits for this to know that another thread has made its blocking call (a store get, a
+// connection attempt's backoff) before it acts on that call, instead of sleeping and hoping.
+bool thread_sleeping(pid_t tid);
+
+// A gate that other processes wait at, for as long as the test wants: `flock -s PATH true`
+// blocks while the gate is closed and returns at once after open(). Workers that wait at a gate
+// instead of running for a fixed time stay up until the test has seen what it was waiting for,
+// however slow the machine is. The gate is closed from construction until open() or destruction.
+class Gate {
+ public:
+  Gate();
+  ~Gate();
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  const std::string& path() const { return path_; }
+  void open();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 // The lines of a text file without their '\n' (empty if the file cannot be read).
 std::vector<std::string> read_lines(const std::string& path);
 // True when the path exists.

@@ -1,6 +1,10 @@
 #pragma once
 // Runs N ranks of a Gloo process group as N threads of this process, over one c10d::HashStore;
 // the devices bind to 127.0.0.1. Exceptions in a rank are rethrown in the caller (the first).
+// The ranks share everything that is global to a process, unlike real ranks: torch's default
+// random generator (manual_seed, rand, module initialization), the environment, the working
+// directory, torch's thread settings. A body must not touch them: build models and data on the
+// calling thread before run_ranks (or give each rank its own torch::Generator).
 
 #include <exception>
 #include <functional>

@@ -1,7 +1,8 @@
 // The DDP engine against the definition of data parallelism: W ranks with batch b on their
 // shards take the same steps as 1 rank with batch W*b on the union (for a model without batch
 // norm, whose loss is a mean over the batch). Ranks run as threads; Catch2's assertions are not
-// thread-safe, so the ranks record and the test thread checks.
+// thread-safe, so the ranks record and the test thread checks. Models and data are made on the
+// test thread, before the ranks start: threads share torch's one global generator.
 
 #include <catch2/catch.hpp>
 
@@ -170,10 +171,10 @@ TEST_CASE("ddp engine: a parameter without gradient counts as zero", "[workers][
 
 TEST_CASE("ddp engine: a second backward without finish_backward is an error", "[workers][ddp]") {
   std::string error;
+  Net net = make_net(0);  // on the test thread: the rank's thread draws from no generator
+  const auto x = torch::rand({2, 3, 16, 16});
   run_ranks(1, [&](Distributed& dist) {
-    Net net = make_net(0);
     DdpEngine engine(*net, dist.data(), small_buckets());
-    auto x = torch::rand({2, 3, 16, 16});
     net->forward(x).sum().backward();
     try {
       net->forward(x).sum().backward();
@@ -186,9 +187,9 @@ TEST_CASE("ddp engine: a second backward without finish_backward is an error", "
 
 TEST_CASE("ddp engine: buffers follow rank 0 before every forward", "[workers][ddp]") {
   std::vector<bool> follows(2);
+  std::vector<nn::BatchNorm2d> bns{nn::BatchNorm2d(3), nn::BatchNorm2d(3)};
   run_ranks(2, [&](Distributed& dist) {
-    torch::manual_seed(0);
-    nn::BatchNorm2d bn(3);
+    nn::BatchNorm2d bn = bns[static_cast<std::size_t>(dist.rank())];
     DdpEngine engine(*bn, dist.data());
     bn->running_mean.fill_(static_cast<float>(dist.rank() + 1));  // diverge
     engine.before_forward();

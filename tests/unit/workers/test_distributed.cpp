@@ -45,10 +45,16 @@ TEST_CASE("verify_sync: equal replicas pass and one changed weight is caught", "
   std::vector<ParamFingerprint> prints(2);
   std::vector<std::string> errors(2);
   std::vector<double> sums(2);
+  // Both replicas are built here, from the same seed, one after the other: ranks that are
+  // threads would otherwise draw from torch's one global generator at the same time.
+  std::vector<torch::nn::Linear> nets;
+  for (int r = 0; r < 2; ++r) {
+    torch::manual_seed(0);
+    nets.emplace_back(4, 3);
+  }
   run_ranks(2, [&](Distributed& dist) {
     const auto r = static_cast<std::size_t>(dist.rank());
-    torch::manual_seed(0);
-    torch::nn::Linear net(4, 3);
+    torch::nn::Linear net = nets[r];
     prints[r] = verify_in_sync(*net, dist);
     sums[r] = net->weight.to(torch::kDouble).sum().item<double>() +
               net->bias.to(torch::kDouble).sum().item<double>();

@@ -10,7 +10,8 @@ catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 
 add_executable(launcher_tests
   integration/ddprun_process.cpp
-  integration/test_launcher.cpp)
+  integration/test_launcher.cpp
+  integration/test_progress.cpp)
 target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support
   nlohmann_json::nlohmann_json)
 target_compile_definitions(launcher_tests PRIVATE

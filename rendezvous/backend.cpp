@@ -93,6 +93,12 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
   }
   client_ = std::make_unique<TcpStoreClient>(client_options_, deadline);
 
+  handler_ = make_rendezvous_handler(config, *client_, opener(), host);
+}
+
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config,
+                                                           Store& store, StoreOpener open_store,
+                                                           const std::string& host) {
   const auto timing = keep_alive_timing(config.rdzv_conf);
   if (config.is_static()) {
     StaticRendezvousOptions o;
@@ -101,23 +107,22 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     o.self = NodeInfo{host, config.nproc_per_node, static_cast<int>(getpid())};
     o.join_timeout = config.rdzv_conf.join_timeout;
     o.progress_interval = config.progress_interval;
-    handler_ = std::make_unique<StaticRendezvous>(*client_, opener(), o, config.master_addr,
-                                                  timing);
-  } else {
-    ElasticRendezvousOptions o;
-    o.min_nodes = config.min_nodes;
-    o.max_nodes = config.max_nodes;
-    o.join_timeout = config.rdzv_conf.join_timeout;
-    o.last_call_timeout = config.rdzv_conf.last_call_timeout;
-    o.read_timeout = config.rdzv_conf.read_timeout;
-    o.progress_interval = config.progress_interval;
-    ElasticNode self;
-    self.id = fmt::format("{}:{}", host, getpid());
-    self.host = host;
-    self.nproc = config.nproc_per_node;
-    handler_ = std::make_unique<ElasticRendezvous>(*client_, opener(), o, self, timing,
-                                                   config.max_restarts);
+    return std::make_unique<StaticRendezvous>(store, std::move(open_store), o, config.master_addr,
+                                              timing);
   }
+  ElasticRendezvousOptions o;
+  o.min_nodes = config.min_nodes;
+  o.max_nodes = config.max_nodes;
+  o.join_timeout = config.rdzv_conf.join_timeout;
+  o.last_call_timeout = config.rdzv_conf.last_call_timeout;
+  o.read_timeout = config.rdzv_conf.read_timeout;
+  o.progress_interval = config.progress_interval;
+  ElasticNode self;
+  self.id = fmt::format("{}:{}", host, getpid());
+  self.host = host;
+  self.nproc = config.nproc_per_node;
+  return std::make_unique<ElasticRendezvous>(store, std::move(open_store), o, self, timing,
+                                             config.max_restarts);
 }
 
 RendezvousBackend::~RendezvousBackend() {

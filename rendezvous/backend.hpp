@@ -42,6 +42,12 @@ class RendezvousBackend {
   std::unique_ptr<RendezvousHandler> handler_;
 };
 
+// The handler `config` asks for, over `store` (this agent's connection) and `open_store` (more
+// connections); `host` is this node's address as the others reach it.
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config,
+                                                           Store& store, StoreOpener open_store,
+                                                           const std::string& host);
+
 // A TCP port that is free on `address` now (the workers' store binds it moments later).
 // Throws ConnectionError when the address cannot be resolved.
 int reserve_port(const std::string& address);

@@ -13,9 +13,9 @@
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/job_report.hpp"
+#include "rendezvous/backend.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "rendezvous/memory_store.hpp"
-#include "rendezvous/static_rendezvous.hpp"
 #include "support/fake_runner.hpp"
 #include "support/test_util.hpp"
 
@@ -34,6 +34,7 @@ LaunchConfig config_for(int nnodes, int node_rank, int nproc, int max_restarts =
   c.nproc_per_node = nproc;
   c.max_restarts = max_restarts;
   c.argv = {"worker", "--rank=${local_rank}"};
+  c.master_addr = "10.0.0.1";
   c.rdzv_conf.join_timeout = 20s;
   c.rdzv_conf.close_timeout = 5s;
   c.rdzv_conf.read_timeout = 5s;
@@ -53,38 +54,12 @@ LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_res
   return c;
 }
 
-std::unique_ptr<RendezvousHandler> make_handler(const LaunchConfig& c, Store& store,
-                                                StoreOpener open, const std::string& host) {
-  const KeepAliveTiming timing{c.rdzv_conf.keep_alive_interval, c.rdzv_conf.keep_alive_max_attempt,
-                               c.rdzv_conf.read_timeout};
-  if (c.is_static()) {
-    StaticRendezvousOptions o;
-    o.nnodes = c.max_nodes;
-    o.node_rank = c.node_rank;
-    o.self = NodeInfo{host, c.nproc_per_node, 1};
-    o.join_timeout = c.rdzv_conf.join_timeout;
-    return std::make_unique<StaticRendezvous>(store, std::move(open), o, "10.0.0.1", timing);
-  }
-  ElasticRendezvousOptions o;
-  o.min_nodes = c.min_nodes;
-  o.max_nodes = c.max_nodes;
-  o.join_timeout = c.rdzv_conf.join_timeout;
-  o.last_call_timeout = c.rdzv_conf.last_call_timeout;
-  o.read_timeout = c.rdzv_conf.read_timeout;
-  ElasticNode self;
-  self.id = host + ":1";
-  self.host = host;
-  self.nproc = c.nproc_per_node;
-  return std::make_unique<ElasticRendezvous>(store, std::move(open), o, self, timing,
-                                             c.max_restarts);
-}
-
 // One node's agent running on its own thread.
 struct Node {
   Node(MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir)
       : config(std::move(c)), store(shared.connect()) {
     StoreOpener open = [&shared](Deadline) { return std::unique_ptr<Store>(shared.connect()); };
-    rendezvous = make_handler(config, *store, open, host);
+    rendezvous = make_rendezvous_handler(config, *store, open, host);
     AgentContext ctx;
     ctx.host = host;
     ctx.store = store.get();

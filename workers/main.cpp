@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     return kExitWorkerError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_resnet: error on %s: %s\n", error_context().c_str(), describe(e).c_str());
-    write_error_file("Error", error_context() + ": " + describe(e), unix_seconds());
+    write_error_file("Error", error_context() + ": " + describe(e), ddprun::unix_seconds());
     return kExitWorkerError;
   }
 }

@@ -355,7 +355,12 @@ void Attempt::stop_workers() {
   if (running_ > 0) {
     spdlog::info("stopping {} local worker(s) with {}", running_, signal_name(stop_signal));
   }
-  ctx_.runner->stop(stop_signal, config_.shutdown_timeout);
+  // A worker that wrote its error file is failing on its own: let it end with its own code.
+  std::vector<int> failing;
+  for (int local = 0; local < round_.ranks.local_world_size; ++local) {
+    if (fs::exists(error_file(local))) failing.push_back(local);
+  }
+  ctx_.runner->stop(stop_signal, config_.shutdown_timeout, failing);
   emit_("workers_stopped", {{"attempt", round_.id}});
   collect_late_failures(stop_signal);
 }

@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <future>
 #include <thread>
@@ -119,10 +120,10 @@ class PosixProcessRunner::Impl {
     return result.get();
   }
 
-  void stop(int signal, Clock::duration grace) {
+  void stop(int signal, Clock::duration grace, const std::vector<int>& spared = {}) {
     auto done = std::make_shared<std::promise<void>>();
     auto future = done->get_future();
-    asio::post(io_, [this, signal, grace, done] { begin_stop(signal, grace, done); });
+    asio::post(io_, [this, signal, grace, spared, done] { begin_stop(signal, grace, spared, done); });
     // Grace, then SIGKILL, then reaping: a SIGKILLed process is gone within milliseconds, so
     // a few seconds beyond the grace is already generous.
     const auto limit = grace + std::chrono::seconds(10);
@@ -313,10 +314,18 @@ class PosixProcessRunner::Impl {
     check_stopped();
   }
 
-  void begin_stop(int signal, Clock::duration grace, std::shared_ptr<std::promise<void>> done) {
+  void begin_stop(int signal, Clock::duration grace, const std::vector<int>& spared,
+                  std::shared_ptr<std::promise<void>> done) {
     stop_waiters_.push_back(std::move(done));
     for (auto& w : workers_) {
-      if (!w->exited) kill(-w->pid, signal);
+      if (w->exited) continue;
+      if (std::find(spared.begin(), spared.end(), w->launch.local_rank) != spared.end()) {
+        spdlog::info("rank {} is already exiting on its own: not "
+                     "sending it {}, it has {} to exit", w->launch.rank, signal_name(signal),
+                     format_duration(grace));
+        continue;
+      }
+      kill(-w->pid, signal);
     }
     if (!check_stopped()) {
       kill_timer_.expires_after(grace);
@@ -373,6 +382,9 @@ std::vector<int> PosixProcessRunner::start(const std::vector<WorkerLaunch>& work
   return impl_->start(workers, std::move(on_exit));
 }
 
-void PosixProcessRunner::stop(int signal, Clock::duration grace) { impl_->stop(signal, grace); }
+void PosixProcessRunner::stop(int signal, Clock::duration grace,
+                              const std::vector<int>& spared) {
+  impl_->stop(signal, grace, spared);
+}
 
 }  // namespace ddprun

@@ -21,7 +21,8 @@ class PosixProcessRunner final : public ProcessRunner {
   ~PosixProcessRunner() override;
 
   std::vector<int> start(const std::vector<WorkerLaunch>& workers, ExitCallback on_exit) override;
-  void stop(int signal, Clock::duration grace) override;
+  using ProcessRunner::stop;
+  void stop(int signal, Clock::duration grace, const std::vector<int>& spared) override;
 
  private:
   class Impl;

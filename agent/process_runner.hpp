@@ -80,7 +80,12 @@ class ProcessRunner {
   // then SIGKILLs what remains (whole process groups, so grandchildren too). Blocks until every
   // worker of the last start() was reaped, or grace plus a few seconds passed. Exits that happen
   // during stop() are still reported through on_exit.
-  virtual void stop(int signal, Clock::duration grace) = 0;
+  //
+  // Workers in `spared` (local ranks) are already failing on their own (they wrote their error
+  // file): they are not sent `signal`, so that they end with their own exit code, but get the
+  // same grace before SIGKILL.
+  virtual void stop(int signal, Clock::duration grace, const std::vector<int>& spared) = 0;
+  void stop(int signal, Clock::duration grace) { stop(signal, grace, {}); }
 };
 
 }  // namespace ddprun

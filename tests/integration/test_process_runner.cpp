@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <iterator>
 #include <mutex>
@@ -285,6 +286,33 @@ TEST_CASE("a worker that ignores SIGTERM is SIGKILLed after the grace period", "
   REQUIRE(log.exits().size() == 1);
   CHECK(log.exits()[0].signal == SIGKILL);
   CHECK_FALSE(process_alive(pids[0]));
+}
+
+TEST_CASE("stop() spares a worker that is failing on its own: it ends with its own code",
+          "[runner]") {
+  TempDir dir;
+  ExitLog log;
+  PosixProcessRunner runner;
+  // Rank 0 is "failing": it waits for a file the test writes after stop() began, then exits 7.
+  // Rank 1 hangs and gets the signal.
+  runner.start({Fake("after_file:go:0:7").rank(0, 2).env("FAKE_TOUCH_DIR", dir.path()).launch(),
+                Fake("hang").rank(1, 2).env("FAKE_TOUCH_DIR", dir.path()).launch()},
+               log.callback());
+  REQUIRE(wait_until([&] {
+    return ddprun::test::file_exists(dir.file("started_0_0")) &&
+           ddprun::test::file_exists(dir.file("started_1_0"));
+  }, kBound));
+  auto stopping = std::async(std::launch::async, [&] { runner.stop(SIGTERM, 30s, {0}); });
+  REQUIRE(log.wait_for(1));  // rank 1, by the signal; rank 0 is still waiting for its file
+  CHECK(log.exits().at(0).local_rank == 1);
+  CHECK(log.exits().at(0).signal == SIGTERM);
+  std::ofstream(dir.file("go")) << "\n";
+  stopping.get();
+  const auto exits = log.exits();  // by local rank
+  REQUIRE(exits.size() == 2);
+  CHECK(exits.at(0).signal == 0);
+  CHECK(exits.at(0).exit_code == 7);
+  CHECK(exits.at(1).signal == SIGTERM);
 }
 
 TEST_CASE("stop() removes the worker's whole process group, grandchildren too", "[runner]") {

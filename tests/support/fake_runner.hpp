@@ -26,7 +26,8 @@ class FakeRunner final : public ProcessRunner {
   }
 
   // Like the real runner: whatever still runs is "killed" by the signal and reported.
-  void stop(int signal, Clock::duration) override {
+  using ProcessRunner::stop;
+  void stop(int signal, Clock::duration, const std::vector<int>&) override {
     std::unique_lock lock(mutex_);
     stop_signals_.push_back(signal);
     for (std::size_t i = 0; i < running_.size(); ++i) {

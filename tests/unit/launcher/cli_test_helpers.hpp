@@ -34,6 +34,11 @@ inline void expect_usage_error(const Args& args, const std::vector<std::string>&
   CHECK_THAT(outcome.message, Catch::StartsWith("ddprun: "));
   CHECK(outcome.message.find('\n') == std::string::npos);
   for (const auto& needle : needles) CHECK_THAT(outcome.message, Catch::Contains(needle));
+  // The user's language: no names of the libraries or types inside ddprun.
+  for (const char* internal : {"CLI11", "CLI::", "std::", "boost", "nlohmann", "what()",
+                               "default_launcher", "[system:", "basic_string"}) {
+    CHECK_THAT(outcome.message, !Catch::Contains(internal, Catch::CaseSensitive::No));
+  }
 }
 
 }  // namespace ddprun::test

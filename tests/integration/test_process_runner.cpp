@@ -103,6 +103,15 @@ class Fake {
   ddprun::EnvMap extra_env_;
 };
 
+// Waits until fake workers of local ranks 0 and 1 (FAKE_TOUCH_DIR=dir) are past exec and in
+// their own code.
+bool both_started(const TempDir& dir) {
+  return wait_until([&] {
+    return ddprun::test::file_exists(dir.file("started_0_0")) &&
+           ddprun::test::file_exists(dir.file("started_1_0"));
+  }, kBound);
+}
+
 // Exits reported by the runner (from its own thread).
 class ExitLog {
  public:
@@ -253,10 +262,7 @@ TEST_CASE("stop(SIGTERM) ends hanging workers and reports signal 15", "[runner]"
                     Fake("hang").rank(1, 2).env("FAKE_TOUCH_DIR", dir.path()).launch()},
                    log.callback());
   // Both are past exec and in their own code before the signal goes out.
-  REQUIRE(wait_until([&] {
-    return ddprun::test::file_exists(dir.file("started_0_0")) &&
-           ddprun::test::file_exists(dir.file("started_1_0"));
-  }, kBound));
+  REQUIRE(both_started(dir));
 
   runner.stop(SIGTERM, 30s);
   // stop() returns only after every worker was reported.
@@ -298,10 +304,7 @@ TEST_CASE("stop() spares a worker that is failing on its own: it ends with its o
   runner.start({Fake("after_file:go:0:7").rank(0, 2).env("FAKE_TOUCH_DIR", dir.path()).launch(),
                 Fake("hang").rank(1, 2).env("FAKE_TOUCH_DIR", dir.path()).launch()},
                log.callback());
-  REQUIRE(wait_until([&] {
-    return ddprun::test::file_exists(dir.file("started_0_0")) &&
-           ddprun::test::file_exists(dir.file("started_1_0"));
-  }, kBound));
+  REQUIRE(both_started(dir));
   auto stopping = std::async(std::launch::async, [&] { runner.stop(SIGTERM, 30s, {0}); });
   REQUIRE(log.wait_for(1));  // rank 1, by the signal; rank 0 is still waiting for its file
   CHECK(log.exits().at(0).local_rank == 1);

@@ -84,18 +84,36 @@ AttemptOutcome Attempt::publish(const Failure& f) {
 }
 
 AttemptOutcome Attempt::run() {
-  watcher_ = std::make_unique<OutcomeWatcher>(
-      [&] {
-        try {
-          return ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
-        } catch (const Error& e) {
-          throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
-                                e.what());
-        }
-      }(),
-      channel_.outcome_key(), round_.id, events_);
+  start_watching();
+  auto outcome = wait_for_outcome(start_workers());
+  emit_("attempt_decided",
+        {{"attempt", round_.id},
+         {"success", outcome.success},
+         {"root_cause", outcome.success ? nlohmann::json()
+                                        : nlohmann::json::parse(outcome.failure.to_json())}});
+  stop_workers();
+  teardown();
+  if (!outcome.success && outcome.failure.kind == Failure::Kind::kWorker) {
+    outcome.failure = channel_.resolve_root_cause(outcome.failure, outcome_mine_,
+                                                  config_.shutdown_timeout + 10s);
+  }
+  return outcome;
+}
+
+// The outcome watcher and the keep-alive report into the agent's queue, which outlives this
+// attempt, tagged with the round.
+void Attempt::start_watching() {
+  std::unique_ptr<Store> store;
+  try {
+    store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
+  } catch (const Error& e) {
+    throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
+                          e.what());
+  }
+  watcher_ = std::make_unique<OutcomeWatcher>(std::move(store), channel_.outcome_key(), round_.id,
+                                              events_);
   const int round = round_.id;
-  auto& events = events_;  // the agent's, which outlives this attempt
+  auto& events = events_;
   keep_alive_ = ctx_.rendezvous->keep_alive(
       round_,
       [&events, round](int group_rank) {
@@ -112,11 +130,12 @@ AttemptOutcome Attempt::run() {
         e.text = std::move(message);
         events.push(e);
       });
+}
 
-  std::optional<AttemptOutcome> outcome = start_workers();
+// Handles events until the round's outcome is decided. Once this node's workers all succeeded,
+// it waits for the others at most the exit barrier, saying now and then which nodes it waits for.
+AttemptOutcome Attempt::wait_for_outcome(std::optional<AttemptOutcome> outcome) {
   while (!outcome) {
-    // Once this node's workers all succeeded, it waits for the others at most the exit
-    // barrier, saying now and then which nodes it waits for.
     auto wait = barrier_ ? *barrier_ : Deadline::after(1h);
     if (barrier_progress_) wait = barrier_progress_->slice(wait);
     auto event = events_.pop(wait);
@@ -127,17 +146,6 @@ AttemptOutcome Attempt::run() {
     } else if (barrier_progress_ && barrier_progress_->due()) {
       barrier_progress();
     }
-  }
-  emit_("attempt_decided",
-        {{"attempt", round},
-         {"success", outcome->success},
-         {"root_cause", outcome->success ? nlohmann::json()
-                                         : nlohmann::json::parse(outcome->failure.to_json())}});
-  stop_workers();
-  teardown();
-  if (!outcome->success && outcome->failure.kind == Failure::Kind::kWorker) {
-    outcome->failure = channel_.resolve_root_cause(outcome->failure, outcome_mine_,
-                                                   config_.shutdown_timeout + 10s);
   }
   return *outcome;
 }

@@ -58,6 +58,8 @@ class Attempt {
   AttemptOutcome run();
 
  private:
+  void start_watching();
+  AttemptOutcome wait_for_outcome(std::optional<AttemptOutcome> outcome);
   // Each returns the round's outcome once it is decided, nullopt while it is not.
   std::optional<AttemptOutcome> start_workers();
   std::optional<AttemptOutcome> on_worker_exited(const WorkerExit& exit);

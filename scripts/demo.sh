@@ -5,7 +5,7 @@
 # (on node 1) fails at step 7 of the first attempt, ddprun restarts all three workers, they resume
 # from the checkpoint of step 6 and finish in sync: the output ends with a summary (the failure,
 # the resumptions, the last epoch's throughput, the final parameter checksum, identical on every
-# rank) and the run's duration. 10-15 s on 2 cores, after the build (about 5 minutes the first
+# rank) and the run's duration. 10-20 s on 2 cores, after the build (5-10 minutes the first
 # time, for ddp_resnet).
 # Without libtorch (no ddp_resnet target), it runs the previous demo: a PyTorch gloo all_reduce,
 # or a shell worker, with the same failure and restart.

@@ -29,9 +29,7 @@ std::string render_time_prefix(const std::string& prefix) {
   return out;
 }
 
-namespace {
-
-void write_all(int fd, const std::string& data) {
+void write_all(int fd, std::string_view data) {
   std::size_t done = 0;
   while (done < data.size()) {
     auto n = ::write(fd, data.data() + done, data.size() - done);
@@ -40,8 +38,6 @@ void write_all(int fd, const std::string& data) {
     done += static_cast<std::size_t>(n);
   }
 }
-
-}  // namespace
 
 struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   State(asio::readable_pipe p, OutputTarget t) : pipe(std::move(p)), target(std::move(t)) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/readable_pipe.hpp>
@@ -37,6 +38,10 @@ class WorkerOutput {
   struct State;
   std::shared_ptr<State> state_;
 };
+
+// Writes all of `data` to `fd`, retrying short writes; gives up silently when the fd is gone
+// (a closed console must not hold up the writer).
+void write_all(int fd, std::string_view data);
 
 // Renders "{time}" in a prefix for the current local time (HH:MM:SS.mmm).
 std::string render_time_prefix(const std::string& prefix);

@@ -31,6 +31,34 @@ struct RdzvConf {
   std::optional<bool> is_host;
 };
 
+// One host of a one-command job (--hosts, --hostfile).
+struct HostSpec {
+  std::string host;          // as written, without IPv6 brackets: "10.0.0.1", "gpu01", "::1"
+  std::optional<int> slots;  // workers on that host; nullopt: --nproc-per-node decides there
+
+  bool operator==(const HostSpec&) const = default;
+};
+
+// Cluster mode: this command starts an agent on every host (over ssh) instead of being one.
+struct ClusterConfig {
+  std::vector<HostSpec> hosts;  // in node-rank order
+  // The program and options that reach a host; the host and the remote command are appended.
+  std::vector<std::string> ssh_command{"ssh", "-o", "BatchMode=yes"};
+  std::vector<std::string> forward;  // -x: "NAME" or "NAME=VALUE"
+  std::string remote_ddprun;         // ddprun's path on the hosts; empty: this executable's
+  // Every host must be reached and pass its checks within this.
+  std::chrono::milliseconds connect_timeout{30'000};
+  // A remote agent that hears nothing from this command for this long stops its workers.
+  std::chrono::milliseconds hangup_timeout{10'000};
+  int fanout = 32;  // connections being opened at once
+  // What every remote agent gets: the flags (as "--name=value") that do not depend on the host,
+  // --nproc-per-node's text for hosts without slots (empty: the agent's default), the program
+  // and its arguments as the user gave them.
+  std::vector<std::string> agent_flags;
+  std::string nproc_per_node;
+  std::vector<std::string> program_and_args;
+};
+
 struct LaunchConfig {
   // Membership.
   int min_nodes = 1;
@@ -75,6 +103,10 @@ struct LaunchConfig {
   // A long wait's first progress line comes after this, then at doubling intervals up to a
   // minute; zero: none.
   std::chrono::milliseconds progress_interval{10'000};
+
+  // Set when --hosts or --hostfile was given: the membership fields above describe the job the
+  // remote agents form (min/max nodes, master address and port, rendezvous endpoint and id).
+  std::optional<ClusterConfig> cluster;
 
   bool is_static() const { return rdzv_backend == "static"; }
 };

@@ -31,6 +31,49 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
+std::vector<std::string> split_words(std::string_view text, std::string_view what) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote == '\'') {
+      if (c == '\'') {
+        quote = 0;
+      } else {
+        word += c;
+      }
+    } else if (c == '\\' && i + 1 < text.size() &&
+               (quote == 0 || text[i + 1] == '"' || text[i + 1] == '\\')) {
+      word += text[++i];
+      in_word = true;
+    } else if (quote == '"') {
+      if (c == '"') {
+        quote = 0;
+      } else {
+        word += c;
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote != 0) {
+    throw ConfigError(fmt::format("{}={}: unterminated {} quote", what, text,
+                                  quote == '"' ? "double" : "single"));
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
 std::optional<std::int64_t> parse_int(std::string_view text) {
   text = trim(text);
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);

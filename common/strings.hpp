@@ -11,6 +11,10 @@ namespace ddprun {
 
 std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
+// Words as a POSIX shell splits them: whitespace separates, '...' and "..." group (backslash
+// escapes inside "..." and outside quotes). No expansion. Throws ConfigError naming `what` for
+// an unterminated quote.
+std::vector<std::string> split_words(std::string_view text, std::string_view what);
 
 // Strict integer parsing: the whole text must be a number in range, else nullopt.
 std::optional<std::int64_t> parse_int(std::string_view text);

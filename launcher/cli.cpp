@@ -9,11 +9,9 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "common/version.hpp"
 #include "launcher/config_builder.hpp"
 
-#ifndef DDPRUN_VERSION
-#define DDPRUN_VERSION "0.1.0"
-#endif
 
 namespace ddprun {
 namespace {
@@ -22,6 +20,7 @@ constexpr std::string_view kNodes = "Nodes and rendezvous";
 constexpr std::string_view kWorkers = "Workers";
 constexpr std::string_view kFailures = "Failures and restarts";
 constexpr std::string_view kOutput = "Output and logs";
+constexpr std::string_view kHosts = "Several hosts from one command";
 
 struct OptionSpec {
   std::string_view name;        // long name with dashes, without "--"
@@ -79,6 +78,17 @@ constexpr OptionSpec kOptions[] = {
     {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
     {"progress-interval", "", "SECONDS", kOutput,
      "A long wait says how far it got after this, then\nat doubling intervals up to a minute; 0: never [10]"},
+
+    {"hosts", "", "HOST[:SLOTS],...", kHosts,
+     "Start an agent on every host over ssh; SLOTS\nworkers there [--nproc-per-node]; the first is the master"},
+    {"hostfile", "", "FILE", kHosts, "Hosts one per line: host, host slots=N or host:N"},
+    {"ssh-command", "", "CMD", kHosts,
+     "How to reach a host; the host is appended\n[\"ssh -o BatchMode=yes\"]"},
+    {"remote-ddprun", "", "PATH", kHosts, "ddprun on the hosts [this ddprun's absolute path]"},
+    {"connect-timeout", "", "SECONDS", kHosts, "Every host reached and checked within this [30]"},
+    {"hangup-timeout", "", "SECONDS", kHosts,
+     "A remote agent that hears nothing from this\ncommand for this long stops its workers [10]"},
+    {"fanout", "", "N", kHosts, "Connections opened at once [32]"},
 };
 
 // CLI11 reads "--log-dir=" (an empty value, typical of a script expanding an unset variable)
@@ -154,12 +164,13 @@ struct Parser {
   // the same message from the command line as from PET_*.
   std::map<std::string, std::string> values;
   std::map<std::string, CLI::Option*> options;
+  std::vector<std::string> forward;  // -x, repeatable
 
   Parser() {
     app.formatter(std::make_shared<HelpFormatter>());
     // Stop at the first positional: it is the program, and the rest is its own.
     app.prefix_command();
-    app.set_version_flag("--version", fmt::format("ddprun {}", DDPRUN_VERSION),
+    app.set_version_flag("--version", fmt::format("ddprun {}", ddprun_version()),
                          "Print the version and exit");
     app.footer(
         "Every flag also accepts torchrun's underscore spelling (--nproc_per_node) and can be\n"
@@ -175,6 +186,12 @@ struct Parser {
       opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(std::string(spec.group));
       options[key] = opt;
     }
+    app.add_option("-x", forward,
+                   "NAME or NAME=VALUE: environment for every worker\non every host (repeatable)")
+        ->type_name("NAME[=VALUE]")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->group(std::string(kHosts));
   }
 
   // Command-line values, then PET_* for the flags the command line left out.
@@ -239,7 +256,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
   }
 
   try {
-    BuiltConfig built = build_launch_config(parser.collect(env), rest, env);
+    BuiltConfig built = build_launch_config(parser.collect(env), rest, env, parser.forward);
     return CliOutcome{std::move(built.config), kExitOk, {}, std::move(built.notes)};
   } catch (const ConfigError& e) {
     return usage_error(e.what());

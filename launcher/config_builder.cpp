@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <span>
+
+#include "cluster/host_list.hpp"
+#include "cluster/session_protocol.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "launcher/cpu_count.hpp"
@@ -64,6 +69,19 @@ std::string parse_address(const RawValue& value) {
 std::string parse_nonempty(const RawValue& value) {
   std::string text(trim(value.text));
   if (text.empty()) throw ConfigError(fmt::format("{} must not be empty", value.label));
+  return text;
+}
+
+// --nproc-per-node's value checked without resolving it (with --hosts, each host resolves
+// cpu/gpu/auto itself).
+std::string check_nproc_per_node_text(const RawValue& value) {
+  std::string text(trim(value.text));
+  if (text == "cpu" || text == "gpu" || text == "auto") return text;
+  auto count = parse_int(text);
+  if (!count || *count <= 0 || *count > 1'000'000) {
+    throw ConfigError(fmt::format("{}={}: expected a number of workers >= 1, cpu, gpu or auto",
+                                  value.label, value.text));
+  }
   return text;
 }
 
@@ -237,7 +255,13 @@ void build_log_line_prefix(const Options& options, LaunchConfig& config) {
 void build_workers_and_output(const Options& options,
                               const std::map<std::string, std::string>& env,
                               LaunchConfig& config) {
-  if (auto* v = options.find("nproc-per-node")) config.nproc_per_node = resolve_nproc_per_node(*v, env);
+  if (auto* v = options.find("nproc-per-node")) {
+    if (config.cluster) {
+      config.cluster->nproc_per_node = check_nproc_per_node_text(*v);
+    } else {
+      config.nproc_per_node = resolve_nproc_per_node(*v, env);
+    }
+  }
   if (auto* v = options.find("role")) config.role = parse_nonempty(*v);
   if (auto* v = options.find("start-method")) {
     config.start_method = parse_choice(v->text, v->label, {"spawn", "fork", "forkserver"});
@@ -277,17 +301,137 @@ void build_workers_and_output(const Options& options,
   }
 }
 
+// Flags that only the command reads, or that it sets per host, when it starts the agents.
+constexpr std::string_view kClusterOnly[] = {"hosts", "hostfile", "ssh-command", "remote-ddprun",
+                                             "connect-timeout", "hangup-timeout", "fanout"};
+constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
+                                            "master-port", "rdzv-endpoint", "rdzv-id",
+                                            "local-addr",  "nproc-per-node", "standalone"};
+
+bool is_one_of(std::string_view key, std::span<const std::string_view> keys) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+std::vector<HostSpec> read_host_list(const Options& options) {
+  const RawValue* hosts = options.find("hosts");
+  const RawValue* file = options.find("hostfile");
+  if (hosts != nullptr && file != nullptr) {
+    throw ConfigError(fmt::format("{} and {} cannot be used together", hosts->label, file->label));
+  }
+  return hosts != nullptr ? parse_hosts(hosts->text, hosts->label)
+                          : read_hostfile(std::string(trim(file->text)));
+}
+
+// --hosts/--hostfile: the job the remote agents form, checked here once, so that a mistake is
+// reported before any host is contacted. Returns the options every agent's rendezvous is built
+// from (the membership the host list implies), for build_rendezvous to check as usual.
+RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& forward,
+                         const std::map<std::string, std::string>& env, BuiltConfig& out) {
+  Options options(raw);
+  ClusterConfig cluster;
+  cluster.hosts = read_host_list(options);
+  const int n = static_cast<int>(cluster.hosts.size());
+  for (auto key : {"node-rank", "local-addr", "standalone"}) {
+    if (const RawValue* v = options.find(key); v != nullptr && v->from_command_line) {
+      throw ConfigError(fmt::format("{} cannot be used with {}: {}", v->label,
+                                    options.label(options.find("hosts") ? "hosts" : "hostfile"),
+                                    std::string_view(key) == "node-rank"
+                                        ? "the order of the hosts gives the node ranks"
+                                        : "every host is a node of its own"));
+    }
+  }
+  if (auto* v = options.find("ssh-command")) {
+    cluster.ssh_command = split_words(v->text, v->label);
+    if (cluster.ssh_command.empty()) {
+      throw ConfigError(fmt::format("{} must not be empty", v->label));
+    }
+  }
+  if (auto* v = options.find("remote-ddprun")) cluster.remote_ddprun = parse_nonempty(*v);
+  if (auto* v = options.find("connect-timeout")) {
+    cluster.connect_timeout = parse_seconds(v->text, v->label, false);
+  }
+  if (auto* v = options.find("hangup-timeout")) {
+    cluster.hangup_timeout = parse_seconds(v->text, v->label, false);
+  }
+  if (auto* v = options.find("fanout")) cluster.fanout = parse_int_at_least(v->text, v->label, 1);
+  forwarded_environment(env, forward);  // checks the names
+  cluster.forward = forward;
+
+  // The membership the host list implies, unless the flags say otherwise where they may.
+  RawOptions implied = raw;
+  for (auto key : {"node-rank", "local-addr", "standalone"}) implied.erase(key);
+  const bool elastic = options.find("rdzv-backend") != nullptr &&
+                       trim(options.find("rdzv-backend")->text) == "c10d";
+  if (auto* v = options.find("nnodes")) {
+    auto [min_nodes, max_nodes] = parse_nnodes(v->text, v->label);
+    if (!elastic && max_nodes != n) {
+      throw ConfigError(fmt::format("{}={}: {} lists {} host(s)", v->label, v->text,
+                                    options.label(options.find("hosts") ? "hosts" : "hostfile"),
+                                    n));
+    }
+    if (elastic && (n < min_nodes || n > max_nodes)) {
+      throw ConfigError(fmt::format("{}={}: {} host(s) listed, outside {}..{}", v->label, v->text,
+                                    n, min_nodes, max_nodes));
+    }
+  } else {
+    implied["nnodes"] = RawValue{std::to_string(n), "--hosts", true};
+  }
+  const std::string& first = cluster.hosts.front().host;
+  if (elastic) {
+    if (options.find("rdzv-endpoint") == nullptr) {
+      implied["rdzv-endpoint"] = RawValue{format_host_port(first, kC10dDefaultPort), "--hosts", true};
+    }
+  } else if (options.find("master-addr") == nullptr && options.find("rdzv-endpoint") == nullptr) {
+    implied["master-addr"] = RawValue{first, "--hosts", true};
+  }
+  if (options.find("rdzv-id") == nullptr) {
+    implied["rdzv-id"] = RawValue{random_run_id(), "--hosts", true};
+  }
+
+  // Flags from the command line that mean the same on every host travel as they are; PET_*
+  // travel in the forwarded environment.
+  for (const auto& [key, value] : raw) {
+    if (!value.from_command_line || is_one_of(key, kClusterOnly) || is_one_of(key, kSetPerHost)) {
+      continue;
+    }
+    cluster.agent_flags.push_back(fmt::format("--{}={}", key, value.text));
+  }
+  if (options.find("log-line-prefix") == nullptr &&
+      options.find("log-line-prefix-template") == nullptr) {
+    cluster.agent_flags.push_back("--log-line-prefix=[{host}:{rank}]:");
+  }
+  out.config.cluster = std::move(cluster);
+  return implied;
+}
+
 }  // namespace
 
-BuiltConfig build_launch_config(const RawOptions& raw,
+BuiltConfig build_launch_config(const RawOptions& raw_options,
                                 const std::vector<std::string>& program_and_args,
-                                const std::map<std::string, std::string>& env) {
-  Options options(raw);
+                                const std::map<std::string, std::string>& env,
+                                const std::vector<std::string>& forward) {
   BuiltConfig out;
+  const bool cluster = raw_options.contains("hosts") || raw_options.contains("hostfile");
+  if (!cluster) {
+    for (const char* key : {"ssh-command", "remote-ddprun", "connect-timeout", "hangup-timeout",
+                            "fanout"}) {
+      auto it = raw_options.find(key);
+      if (it != raw_options.end() && it->second.from_command_line) {
+        throw ConfigError(fmt::format("{} needs --hosts or --hostfile", it->second.label));
+      }
+    }
+    if (!forward.empty()) throw ConfigError("-x needs --hosts or --hostfile");
+  }
+  const RawOptions raw = cluster ? build_cluster(raw_options, forward, env, out) : raw_options;
+  Options options(raw);
   build_rendezvous(options, out);
   // Before the workers: a missing program is reported without probing the CUDA driver.
   build_program(options, program_and_args, env, out);
   build_workers_and_output(options, env, out.config);
+  if (out.config.cluster) {
+    auto& c = *out.config.cluster;
+    c.program_and_args = program_and_args;
+  }
   return out;
 }
 

@@ -29,10 +29,12 @@ struct BuiltConfig {
 };
 
 // `program_and_args`: the program and everything after it, untouched. `env`: the process
-// environment (PYTHON_EXEC, CUDA_VISIBLE_DEVICES). May probe the CUDA driver for
-// --nproc-per-node=gpu/auto. Throws ConfigError with a one-line message naming the flag.
+// environment (PYTHON_EXEC, CUDA_VISIBLE_DEVICES). `forward`: the -x entries. May probe the
+// CUDA driver for --nproc-per-node=gpu/auto (not with --hosts: each host resolves its own).
+// Throws ConfigError with a one-line message naming the flag.
 BuiltConfig build_launch_config(const RawOptions& options,
                                 const std::vector<std::string>& program_and_args,
-                                const std::map<std::string, std::string>& env);
+                                const std::map<std::string, std::string>& env,
+                                const std::vector<std::string>& forward = {});
 
 }  // namespace ddprun

@@ -87,7 +87,11 @@ nlohmann::json summary_json(const RunResult& r) {
           {"max_restarts", r.max_restarts},
           {"membership_changes", r.membership_changes},
           {"seconds", r.seconds},
-          {"exit_code", exit_code_of(r)}};
+          {"exit_code", exit_code_of(r)},
+          {"reason", r.reason},
+          {"world_size", r.world_size},
+          {"root_cause", r.root_cause ? nlohmann::json::parse(r.root_cause->to_json())
+                                      : nlohmann::json()}};
 }
 
 void report(const RunResult& r) {

@@ -1,6 +1,8 @@
 // ddprun: the per-node agent, a native torchrun. main() only wires the parts together: argv to
 // LaunchConfig, signals, the rendezvous backend (store and handler), the process runner, the
-// agent; then the agent's result to a report and an exit code.
+// agent; then the agent's result to a report and an exit code. With --hosts it is the command
+// that starts an agent per host instead (cluster/head.hpp); started that way on a host, it is
+// an agent in a session with that command (cluster/head_link.hpp).
 
 #include <signal.h>
 #include <unistd.h>
@@ -16,10 +18,14 @@
 #include "agent/orphan_guard.hpp"
 #include "agent/posix_process_runner.hpp"
 #include "agent/program_check.hpp"
+#include "cluster/cluster_report.hpp"
+#include "cluster/head.hpp"
+#include "cluster/head_link.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "common/limits.hpp"
 #include "common/logging.hpp"
+#include "common/version.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/config_summary.hpp"
 #include "launcher/job_report.hpp"
@@ -54,7 +60,14 @@ std::string make_log_dir(const LaunchConfig& config) {
   return dir.string();
 }
 
-int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
+// The agent's side of a session with `ddprun --hosts` (nullptr when started by hand).
+struct Session {
+  HeadLink* link;
+  SessionHello hello;
+};
+
+int run(const LaunchConfig& config, const std::vector<std::string>& notes,
+        const Session* session) {
   // Before any thread: the guardian is forked from a single-threaded process, and every thread
   // inherits the blocked signal mask.
   OrphanGuard guard;
@@ -63,6 +76,11 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
   SignalForwarder signals(config.signals_to_handle.empty()
                               ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
                               : config.signals_to_handle);
+  if (session != nullptr) {
+    session->link->watch(session->hello.hangup_timeout, [](const std::string& why) {
+      spdlog::warn("{}: stopping the workers", why);
+    });
+  }
 
   for (const auto& note : notes) spdlog::info("{}", note);
   spdlog::info("ddprun configuration:\n{}", describe(config));
@@ -121,24 +139,92 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes) {
                                 {"reason", result.reason},
                                 {"node", std::max(0, result.group_rank)},
                                 {"summary", summary_json(result)}});
-  report(result);
+  if (session != nullptr) {
+    // The command prints one summary and one root cause for every host.
+    session->link->report({"result", summary_json(result)}, session->hello.token);
+  } else {
+    report(result);
+  }
   return code;
 }
 
-}  // namespace
-}  // namespace ddprun
+std::string this_executable() {
+  std::error_code ec;
+  auto path = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("ddprun") : path.string();
+}
 
-int main(int argc, char** argv) {
-  using namespace ddprun;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  auto outcome = parse_command_line(args, current_environment());
-  if (!outcome.config) {
-    std::fprintf(outcome.exit_code == 0 ? stdout : stderr, "%s\n", outcome.message.c_str());
-    return outcome.exit_code;
-  }
+// Cluster mode: an agent on every host, one summary, one exit code.
+int run_cluster(const LaunchConfig& config, const std::vector<std::string>& notes) {
+  signal(SIGPIPE, SIG_IGN);
+  raise_open_files_limit();
+  SignalForwarder signals(config.signals_to_handle.empty()
+                              ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
+                              : config.signals_to_handle);
+  for (const auto& note : notes) spdlog::info("{}", note);
+  ClusterHead head(config, current_environment(), this_executable(), fs::current_path().string());
+  signals.attach([&head](int signo) { head.on_signal(signo); });
+  ClusterResult result = head.run();
+  signals.detach();
+  report_cluster(result);
+  return exit_code_of(result);
+}
+
+// A remote agent in a session with `ddprun --hosts` on another host: the hello (environment,
+// working directory) comes first, then the arguments are parsed and checked, "ready" (or why
+// not) goes back, and the workers start when the command says "go".
+int run_session(const std::vector<std::string>& args) {
+  signal(SIGPIPE, SIG_IGN);
+  HeadLink link;
+  SessionHello hello;
   try {
-    setup_logging("ddprun", outcome.config->log_level);
-    int code = run(*outcome.config, outcome.notes);
+    hello = link.read_hello(Deadline::after(std::chrono::seconds(60)));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ddprun: %s\n", e.what());
+    return kExitUsage;
+  }
+  auto refuse = [&](const std::string& reason, int code) {
+    link.report({"refused", {{"reason", reason}, {"exit_code", code}}}, hello.token);
+    return code;
+  };
+  if (hello.version != ddprun_version()) {
+    return refuse(fmt::format("ddprun {} at {} there, {} here", ddprun_version(),
+                              this_executable(), hello.version),
+                  kExitHosts);
+  }
+  for (const auto& [name, value] : hello.env) setenv(name.c_str(), value.c_str(), 1);
+  if (chdir(hello.cwd.c_str()) != 0) {
+    return refuse(fmt::format("cannot enter the working directory {}: {}", hello.cwd,
+                              errno_message(errno)),
+                  kExitHosts);
+  }
+  auto outcome = parse_command_line(args, current_environment());
+  if (!outcome.config) return refuse(outcome.message, outcome.exit_code);
+  const LaunchConfig& config = *outcome.config;
+  const char* path = std::getenv("PATH");
+  auto check = check_program(config.argv.at(0), path ? path : "");
+  if (check.exit_code != 0) return refuse(check.message, check.exit_code);
+  if (!config.no_python && !config.module && !fs::exists(config.program)) {
+    return refuse(fmt::format("{}: no such file in {}", config.program, hello.cwd),
+                  kExitNotFound);
+  }
+  link.report({"ready", {{"nproc_per_node", config.nproc_per_node}, {"pid", getpid()}}},
+              hello.token);
+  std::string why;
+  if (!link.wait_for_go(hello.hangup_timeout, &why)) {
+    std::fprintf(stderr, "ddprun@%s: %s: not starting\n", hello.host.c_str(), why.c_str());
+    return kExitHosts;
+  }
+  setup_logging("ddprun@" + hello.host, config.log_level);
+  Session session{&link, hello};
+  return run(config, outcome.notes, &session);
+}
+
+// Runs one of the modes, turning what escapes it into the documented exit codes.
+template <typename Fn>
+int guarded(Fn&& fn) {
+  try {
+    int code = fn();
     spdlog::shutdown();
     return code;
   } catch (const ConfigError& e) {
@@ -154,4 +240,27 @@ int main(int argc, char** argv) {
     spdlog::error("internal error: {}", e.what());
     return kExitInternal;
   }
+}
+
+}  // namespace
+}  // namespace ddprun
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args.front() == kSessionFlag) {
+    args.erase(args.begin());
+    return guarded([&] { return run_session(args); });
+  }
+  auto outcome = parse_command_line(args, current_environment());
+  if (!outcome.config) {
+    std::fprintf(outcome.exit_code == 0 ? stdout : stderr, "%s\n", outcome.message.c_str());
+    return outcome.exit_code;
+  }
+  const LaunchConfig& config = *outcome.config;
+  return guarded([&] {
+    setup_logging("ddprun", config.log_level);
+    return config.cluster ? run_cluster(config, outcome.notes)
+                          : run(config, outcome.notes, nullptr);
+  });
 }

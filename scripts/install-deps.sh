@@ -14,9 +14,11 @@ packages=(
   libgloo-dev               # Gloo headers that c10d's ProcessGroupGloo.hpp includes (workers)
   python3-torch python3-torchvision   # compatibility tests, reference training script
   iproute2 procps           # network namespaces, ps/pgrep for tests
+  openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
 )
 optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec
+  openmpi-bin               # scripts/bench.sh's mpirun comparison for --hosts (benchmark only)
 )
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }

@@ -1,0 +1,133 @@
+#include "cluster/head_link.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "agent/worker_output.hpp"
+#include "common/error.hpp"
+
+namespace ddprun {
+
+namespace {
+constexpr std::size_t kMaxControlLine = 1 << 20;  // a hello carries the forwarded environment
+}
+
+HeadLink::HeadLink(int in_fd, int out_fd) : in_fd_(in_fd), out_fd_(out_fd) {
+  if (pipe2(wake_, O_CLOEXEC) != 0) {
+    throw Error(fmt::format("cannot create a pipe: {}", errno_message(errno)));
+  }
+}
+
+HeadLink::~HeadLink() {
+  if (watcher_.joinable()) {
+    (void)!write(wake_[1], "x", 1);
+    watcher_.join();
+  }
+  close(wake_[0]);
+  close(wake_[1]);
+}
+
+HeadLink::Got HeadLink::next_line(Deadline deadline, std::string* line) {
+  for (;;) {
+    if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
+      *line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return Got::kLine;
+    }
+    if (buffer_.size() > kMaxControlLine) {
+      throw Error(fmt::format("a line of more than {} bytes from the command", kMaxControlLine));
+    }
+    pollfd fds[2] = {{in_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining());
+    int n = poll(fds, 2, static_cast<int>(std::min<long long>(left.count(), 60'000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("waiting for the command: {}", errno_message(errno)));
+    if (fds[1].revents != 0) return Got::kEnd;  // shutting down
+    if (n == 0) {
+      if (deadline.expired()) return Got::kTimeout;
+      continue;
+    }
+    char chunk[4096];
+    auto got = read(in_fd_, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return Got::kEnd;
+    buffer_.append(chunk, static_cast<std::size_t>(got));
+  }
+}
+
+SessionHello HeadLink::read_hello(Deadline deadline) {
+  std::string line;
+  switch (next_line(deadline, &line)) {
+    case Got::kLine:
+      return decode_hello(line);
+    case Got::kEnd:
+      throw Error("the input ended before the session's hello (this form of ddprun is started "
+                  "by ddprun --hosts, not by hand)");
+    case Got::kTimeout:
+      break;
+  }
+  throw Error("no session hello on stdin (this form of ddprun is started by ddprun --hosts, "
+              "not by hand)");
+}
+
+void HeadLink::report(const Report& report, const std::string& token) {
+  write_all(out_fd_, encode_report(token, report) + "\n");
+}
+
+bool HeadLink::wait_for_go(std::chrono::milliseconds silence, std::string* why) {
+  std::string line;
+  for (;;) {
+    switch (next_line(Deadline::after(silence), &line)) {
+      case Got::kLine:
+        if (auto c = decode_control(line); c && c->kind == Control::Kind::kGo) return true;
+        continue;  // pings
+      case Got::kEnd:
+        *why = "the command ended the session before the start";
+        return false;
+      case Got::kTimeout:
+        *why = fmt::format("heard nothing from the command for {}", format_duration(silence));
+        return false;
+    }
+  }
+}
+
+void HeadLink::watch(std::chrono::milliseconds silence,
+                     std::function<void(const std::string&)> on_lost) {
+  watcher_ = std::thread([this, silence, on_lost = std::move(on_lost)] {
+    watch_loop(silence, on_lost);
+  });
+}
+
+void HeadLink::watch_loop(std::chrono::milliseconds silence,
+                          std::function<void(const std::string&)> on_lost) {
+  std::string line;
+  for (;;) {
+    Got got;
+    try {
+      got = next_line(Deadline::after(silence), &line);
+    } catch (const Error& e) {
+      on_lost(e.what());
+      ::kill(getpid(), SIGTERM);
+      return;
+    }
+    if (got == Got::kLine) {
+      auto control = decode_control(line);
+      if (control && control->kind == Control::Kind::kSignal) ::kill(getpid(), control->signal);
+      continue;
+    }
+    // The destructor's wake-up also reads as the end: tell them apart by the wake pipe.
+    pollfd wake{wake_[0], POLLIN, 0};
+    if (poll(&wake, 1, 0) > 0) return;
+    on_lost(got == Got::kEnd ? std::string("the connection to the command closed")
+                             : fmt::format("heard nothing from the command for {}",
+                                           format_duration(silence)));
+    ::kill(getpid(), SIGTERM);
+    return;
+  }
+}
+
+}  // namespace ddprun

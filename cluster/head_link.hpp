@@ -1,0 +1,49 @@
+#pragma once
+// The remote agent's side of the session with the command that started it (`ddprun --hosts`
+// on another machine): the hello and the control lines arrive on stdin, reports leave on
+// stdout. Once the workers may start, a thread watches stdin: "signal N" is delivered to this
+// process as if it had received signal N (so the agent's usual signal path handles it), and a
+// closed or silent connection (the command died, or its host is unreachable) counts as SIGTERM.
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "cluster/session_protocol.hpp"
+#include "common/deadline.hpp"
+
+namespace ddprun {
+
+class HeadLink {
+ public:
+  explicit HeadLink(int in_fd = 0, int out_fd = 1);
+  ~HeadLink();  // stops the watcher
+  HeadLink(const HeadLink&) = delete;
+  HeadLink& operator=(const HeadLink&) = delete;
+
+  // Throws Error when no hello arrives by the deadline, the input ends, or it is malformed.
+  SessionHello read_hello(Deadline deadline);
+  // One line on stdout, in one write.
+  void report(const Report& report, const std::string& token);
+  // Waits for "go" while pings keep arriving at most `silence` apart. False (with `why` set)
+  // when the input ends or falls silent first: the command gave up on this job.
+  bool wait_for_go(std::chrono::milliseconds silence, std::string* why);
+  // Starts the watcher thread. Call after the signal handling is set up (the thread inherits
+  // the blocked signal mask). `on_lost` is called once, with the reason, before SIGTERM.
+  void watch(std::chrono::milliseconds silence, std::function<void(const std::string&)> on_lost);
+
+ private:
+  enum class Got { kLine, kEnd, kTimeout };
+  Got next_line(Deadline deadline, std::string* line);
+  void watch_loop(std::chrono::milliseconds silence,
+                  std::function<void(const std::string&)> on_lost);
+
+  int in_fd_;
+  int out_fd_;
+  int wake_[2] = {-1, -1};  // written by the destructor to end the watcher
+  std::string buffer_;
+  std::thread watcher_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,32 @@
+#pragma once
+// The hosts of a one-command job: --hosts HOST[:SLOTS],... and --hostfile FILE. Pure parsing
+// (no name resolution, no ssh); the order of the hosts is the order of the node ranks.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun {
+
+struct HostSpec {
+  std::string host;          // as written, without IPv6 brackets: "10.0.0.1", "gpu01", "::1"
+  std::optional<int> slots;  // workers on that host; nullopt: --nproc-per-node decides there
+
+  bool operator==(const HostSpec&) const = default;
+};
+
+// "10.0.0.1:2,10.0.0.2,[::1]:4". Throws ConfigError "<label>=<text>: <what is wrong>" for an
+// empty item, a bad slot count (an integer >= 1), or a host listed twice.
+std::vector<HostSpec> parse_hosts(std::string_view text, std::string_view label);
+
+// A hostfile's text: one host per line as "host", "host slots=N" (mpirun, DeepSpeed) or
+// "host:N"; '#' starts a comment; blank lines are skipped. Throws ConfigError
+// "<file>:<line>: <what is wrong>" for a bad line or a duplicate host, and for a file without
+// any host.
+std::vector<HostSpec> parse_hostfile(std::string_view text, std::string_view file_name);
+
+// Reads and parses FILE; an unreadable file is a ConfigError naming it and the reason.
+std::vector<HostSpec> read_hostfile(const std::string& path);
+
+}  // namespace ddprun

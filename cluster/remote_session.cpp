@@ -1,0 +1,215 @@
+#include "cluster/remote_session.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <array>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/boost_process.hpp"
+#include "agent/line_splitter.hpp"
+#include "agent/worker_output.hpp"
+#include "common/error.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+
+namespace {
+
+constexpr std::size_t kHeldLines = 20;
+
+// Between fork and exec (async-signal-safe calls only): its own process group, so that the
+// terminal's Ctrl-C reaches only the command, which forwards it in the session; and death with
+// the command, which closes the connection, which the remote agent notices.
+struct SessionExecSetup {
+  pid_t parent;
+  template <typename Launcher>
+  bp::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) signal(s, SIG_DFL);
+    return {};
+  }
+};
+
+}  // namespace
+
+struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State> {
+  State(asio::io_context& context, std::vector<std::string> a, std::string t, Handlers h)
+      : io(context), argv(std::move(a)), token(std::move(t)), handlers(std::move(h)), in(io),
+        out(io), err(io) {}
+
+  asio::io_context& io;
+  std::vector<std::string> argv;
+  std::string token;
+  Handlers handlers;
+  asio::writable_pipe in;
+  asio::readable_pipe out;
+  asio::readable_pipe err;
+  std::unique_ptr<bp::process::handle_type> handle;
+  pid_t pid = -1;
+  std::deque<std::string> outbox;
+  bool writing = false;
+  bool input_closed = false;
+  bool holding = true;
+  std::deque<std::string> held;  // not yet printed
+  std::deque<std::string> tail;  // the last lines, printed or not
+  int open_streams = 0;
+  bool exited = false;
+  bool ended = false;
+  int code = 0;
+
+  struct Stream {
+    LineSplitter splitter{1 << 20};
+    std::array<char, 65536> chunk{};
+  };
+  Stream stdout_stream;
+  Stream stderr_stream;
+
+  void start(const std::string& hello) {
+    auto exe = bp::environment::find_executable(argv.at(0));
+    if (exe.empty()) {
+      throw Error(fmt::format("cannot start {}: not found on PATH", argv.at(0)));
+    }
+    std::vector<std::string> args(argv.begin() + 1, argv.end());
+    try {
+      bp::process process = bp::default_process_launcher()(
+          io.get_executor(), exe, args, bp::process_stdio{in, out, err},
+          SessionExecSetup{getpid()});
+      pid = process.id();
+      handle = std::make_unique<bp::process::handle_type>(process.detach());
+    } catch (const boost::system::system_error& e) {
+      throw Error(fmt::format("cannot start {}: {}", argv.at(0), e.code().message()));
+    }
+    open_streams = 2;
+    send(hello);
+    read(out, stdout_stream, false);
+    read(err, stderr_stream, true);
+    handle->async_wait([self = shared_from_this()](bp::error_code ec, int status) {
+      self->exited = true;
+      self->code = ec ? 255 : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+      self->maybe_end();
+    });
+  }
+
+  void read(asio::readable_pipe& pipe, Stream& stream, bool is_err) {
+    pipe.async_read_some(asio::buffer(stream.chunk), [self = shared_from_this(), &pipe, &stream,
+                                                      is_err](boost::system::error_code ec,
+                                                              std::size_t n) {
+      if (ec) {
+        self->deliver(stream.splitter.finish(), is_err);
+        --self->open_streams;
+        self->maybe_end();
+        return;
+      }
+      self->deliver(stream.splitter.feed(std::string_view(stream.chunk.data(), n)), is_err);
+      self->read(pipe, stream, is_err);
+    });
+  }
+
+  void deliver(const std::vector<std::string>& lines, bool is_err) {
+    std::string batch;
+    for (const auto& line : lines) {
+      if (!is_err) {
+        if (auto report = decode_report(token, line)) {
+          write_all(STDOUT_FILENO, batch);
+          batch.clear();
+          if (handlers.on_report) handlers.on_report(*report);
+          continue;
+        }
+      }
+      if (is_err) {
+        tail.push_back(line);
+        if (tail.size() > kHeldLines) tail.pop_front();
+        if (holding) {
+          held.push_back(line);
+          if (held.size() > kHeldLines) held.pop_front();
+          continue;
+        }
+      }
+      batch += line;
+      batch += '\n';
+    }
+    write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, batch);
+  }
+
+  void maybe_end() {
+    if (ended || !exited || open_streams > 0) return;
+    ended = true;
+    if (handlers.on_ended) handlers.on_ended(code);
+  }
+
+  void send(const std::string& line) {
+    if (input_closed) return;
+    outbox.push_back(line + "\n");
+    flush();
+  }
+
+  void flush() {
+    if (writing || outbox.empty() || !in.is_open()) return;
+    writing = true;
+    asio::async_write(in, asio::buffer(outbox.front()),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        self->writing = false;
+                        if (ec) {  // the remote shell is gone; its end is reported by the wait
+                          self->outbox.clear();
+                          return;
+                        }
+                        self->outbox.pop_front();
+                        if (self->outbox.empty() && self->input_closed) {
+                          self->in.close();
+                          return;
+                        }
+                        self->flush();
+                      });
+  }
+
+  void close_input() {
+    if (input_closed) return;
+    input_closed = true;
+    if (!writing && outbox.empty()) {
+      boost::system::error_code ignored;
+      in.close(ignored);
+    }
+  }
+
+  void release() {
+    holding = false;
+    std::string batch;
+    for (const auto& line : held) batch += line + "\n";
+    held.clear();
+    write_all(STDERR_FILENO, batch);
+  }
+};
+
+RemoteSession::RemoteSession(asio::io_context& io, std::vector<std::string> argv,
+                             std::string token, Handlers handlers)
+    : state_(std::make_shared<State>(io, std::move(argv), std::move(token),
+                                     std::move(handlers))) {}
+
+RemoteSession::~RemoteSession() {
+  if (state_->pid > 0 && !state_->exited) ::kill(-state_->pid, SIGKILL);
+  // The pending operations hold the state; they complete (aborted) when the io_context ends.
+  state_->handlers = {};
+}
+
+void RemoteSession::start(const std::string& hello) { state_->start(hello); }
+void RemoteSession::send(const std::string& line) { state_->send(line); }
+void RemoteSession::close_input() { state_->close_input(); }
+void RemoteSession::kill() {
+  if (state_->pid > 0 && !state_->exited) ::kill(-state_->pid, SIGKILL);
+}
+void RemoteSession::release_stderr() { state_->release(); }
+const std::deque<std::string>& RemoteSession::stderr_tail() const { return state_->tail; }
+int RemoteSession::pid() const { return state_->pid; }
+
+}  // namespace ddprun

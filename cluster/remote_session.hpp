@@ -1,0 +1,56 @@
+#pragma once
+// One host's agent as the command sees it: a remote-shell process (ssh HOST ddprun ...) with
+// the session on its stdin, and its stdout and stderr relayed line by line to the command's own
+// stdout and stderr, one write per batch of whole lines (lines from different hosts never
+// interleave). Report lines carrying the job's token are taken out of the stream and handed to
+// `on_report`. Everything runs on the io_context's thread.
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "cluster/session_protocol.hpp"
+
+namespace ddprun {
+
+class RemoteSession {
+ public:
+  struct Handlers {
+    std::function<void(const Report&)> on_report;
+    // Once: the process exited and both streams reached their end. `code` is shell-style
+    // (ssh: the remote command's code, 255 when the connection failed).
+    std::function<void(int code)> on_ended;
+  };
+
+  // `argv`: the remote shell's command line, host and remote command included.
+  RemoteSession(boost::asio::io_context& io, std::vector<std::string> argv, std::string token,
+                Handlers handlers);
+  ~RemoteSession();  // SIGKILLs the process if it still runs
+  RemoteSession(const RemoteSession&) = delete;
+  RemoteSession& operator=(const RemoteSession&) = delete;
+
+  // Starts the process (in its own process group, killed if this process dies) and sends
+  // `hello` as its first input line. Throws Error when it cannot be started.
+  void start(const std::string& hello);
+  // Queues one line (without '\n') for the agent's stdin.
+  void send(const std::string& line);
+  // End of input: the agent stops (before "go": without starting anything).
+  void close_input();
+  void kill();
+  // Until release_stderr(), stderr lines are kept (the last ones) instead of printed: a host
+  // that fails its checks is reported in one line, not with the remote shell's noise.
+  void release_stderr();
+  // Its last stderr lines (held or printed).
+  const std::deque<std::string>& stderr_tail() const;
+  int pid() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,177 @@
+#include "cluster/session_protocol.hpp"
+
+#include <array>
+#include <cctype>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+
+namespace ddprun {
+
+namespace {
+
+using nlohmann::json;
+
+// Starts every report line: an ASCII record separator, which no ordinary output line begins with.
+constexpr std::string_view kReportMarker = "\x1e" "ddprun ";
+
+constexpr std::array<std::string_view, 5> kForwardedNames = {
+    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHON_EXEC", "VIRTUAL_ENV"};
+constexpr std::array<std::string_view, 7> kForwardedPrefixes = {
+    "CUDA_", "NCCL_", "GLOO_", "OMP_", "MKL_", "TORCH_", "PET_"};
+// PET_* of the flags that only the head reads: a remote agent must not start a cluster itself,
+// and the head gives every agent its own node rank, master and slots.
+constexpr std::array<std::string_view, 10> kHeadOnlyPet = {
+    "PET_HOSTS",        "PET_HOSTFILE",        "PET_SSH_COMMAND", "PET_REMOTE_DDPRUN",
+    "PET_CONNECT_TIMEOUT", "PET_HANGUP_TIMEOUT", "PET_FANOUT",      "PET_DRY_RUN",
+    "PET_NODE_RANK",    "PET_LOCAL_ADDR"};
+
+bool valid_env_name(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string encode_hello(const SessionHello& h) {
+  return json{{"protocol", h.protocol}, {"version", h.version},   {"token", h.token},
+              {"host", h.host},         {"cwd", h.cwd},           {"env", h.env},
+              {"hangup_timeout_ms", h.hangup_timeout.count()}}
+      .dump();
+}
+
+SessionHello decode_hello(std::string_view line) {
+  SessionHello h;
+  try {
+    auto j = json::parse(line);
+    h.protocol = j.at("protocol").get<int>();
+    if (h.protocol != kSessionProtocol) {
+      throw Error(fmt::format("the command speaks session protocol {}, this ddprun {}",
+                              h.protocol, kSessionProtocol));
+    }
+    h.version = j.at("version").get<std::string>();
+    h.token = j.at("token").get<std::string>();
+    h.host = j.at("host").get<std::string>();
+    h.cwd = j.at("cwd").get<std::string>();
+    h.env = j.at("env").get<std::map<std::string, std::string>>();
+    h.hangup_timeout = std::chrono::milliseconds(j.at("hangup_timeout_ms").get<long long>());
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("malformed session hello ({} bytes): {}", line.size(), e.what()));
+  }
+  if (h.token.empty()) throw Error("malformed session hello: empty token");
+  return h;
+}
+
+std::string encode_control(const Control& c) {
+  switch (c.kind) {
+    case Control::Kind::kGo:
+      return "go";
+    case Control::Kind::kPing:
+      return "ping";
+    case Control::Kind::kSignal:
+      return fmt::format("signal {}", c.signal);
+  }
+  return "ping";
+}
+
+std::optional<Control> decode_control(std::string_view line) {
+  if (line == "go") return Control{Control::Kind::kGo, 0};
+  if (line == "ping") return Control{Control::Kind::kPing, 0};
+  if (line.starts_with("signal ")) {
+    auto n = parse_int(line.substr(7));
+    if (n && *n > 0 && *n < 65) return Control{Control::Kind::kSignal, static_cast<int>(*n)};
+  }
+  return std::nullopt;
+}
+
+std::string encode_report(std::string_view token, const Report& r) {
+  return fmt::format("{}{} {} {}", kReportMarker, token, r.kind, r.body.dump());
+}
+
+std::optional<Report> decode_report(std::string_view token, std::string_view line) {
+  if (!line.starts_with(kReportMarker)) return std::nullopt;
+  line.remove_prefix(kReportMarker.size());
+  if (token.empty() || !line.starts_with(token) || line.size() <= token.size() ||
+      line[token.size()] != ' ') {
+    return std::nullopt;
+  }
+  line.remove_prefix(token.size() + 1);
+  auto space = line.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  Report r{std::string(line.substr(0, space)), {}};
+  try {
+    r.body = json::parse(line.substr(space + 1));
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+  return r;
+}
+
+std::string random_token() {
+  std::random_device device;  // the kernel's random source
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", device());
+  return token;
+}
+
+bool forwarded_by_default(std::string_view name) {
+  for (auto head_only : kHeadOnlyPet) {
+    if (name == head_only) return false;
+  }
+  for (auto n : kForwardedNames) {
+    if (name == n) return true;
+  }
+  for (auto prefix : kForwardedPrefixes) {
+    if (name.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+std::map<std::string, std::string> forwarded_environment(
+    const std::map<std::string, std::string>& env, const std::vector<std::string>& extra) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, value] : env) {
+    if (forwarded_by_default(name)) out[name] = value;
+  }
+  for (const auto& entry : extra) {
+    auto eq = entry.find('=');
+    std::string name = entry.substr(0, eq);
+    if (!valid_env_name(name)) {
+      throw ConfigError(fmt::format("-x {}: not an environment variable name (expected NAME or "
+                                    "NAME=VALUE)", entry));
+    }
+    if (eq != std::string::npos) {
+      out[name] = entry.substr(eq + 1);
+    } else if (auto it = env.find(name); it != env.end()) {
+      out[name] = it->second;
+    }
+  }
+  return out;
+}
+
+std::string shell_quote(std::string_view word) {
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string remote_command(std::string_view ddprun_path, const std::vector<std::string>& args) {
+  std::string out = "exec " + shell_quote(ddprun_path);
+  for (const auto& arg : args) out += " " + shell_quote(arg);
+  return out;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,78 @@
+#pragma once
+// The conversation between the command (the head, `ddprun --hosts ...`) and each remote agent it
+// starts over ssh. Pure: text in, values out, so that it is unit-tested without ssh.
+//
+//   head -> agent, on the agent's stdin (never on a command line that `ps` shows):
+//     one hello line (JSON: protocol, version, token, host, working directory, environment,
+//     hangup timeout), then control lines: "go", "ping", "signal N".
+//   agent -> head, on the agent's stdout among its workers' lines:
+//     "<marker><token> <kind> <JSON>": kind "ready" (checks passed), "refused" (a check failed:
+//     reason), "result" (the agent's end: summary, root cause, exit code).
+// The token is random per job and known only to the head and its agents (workers do not get
+// it), so a worker cannot forge a report by printing one.
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ddprun {
+
+inline constexpr int kSessionProtocol = 1;
+// The remote command's first argument: the agent reads a hello from stdin before parsing the
+// rest of its arguments as usual.
+inline constexpr std::string_view kSessionFlag = "--ddprun-session";
+
+struct SessionHello {
+  int protocol = kSessionProtocol;
+  std::string version;  // the head's ddprun version
+  std::string token;
+  std::string host;     // this host as the head lists it
+  std::string cwd;      // the head's working directory, the workers' too
+  std::map<std::string, std::string> env;  // set before the arguments are parsed
+  std::chrono::milliseconds hangup_timeout{10'000};
+};
+
+std::string encode_hello(const SessionHello& hello);  // one line, without '\n'
+// Throws Error naming what is wrong.
+SessionHello decode_hello(std::string_view line);
+
+struct Control {
+  enum class Kind { kGo, kPing, kSignal };
+  Kind kind = Kind::kPing;
+  int signal = 0;
+};
+std::string encode_control(const Control& control);  // without '\n'
+std::optional<Control> decode_control(std::string_view line);  // nullopt: not a control line
+
+struct Report {
+  std::string kind;  // "ready", "refused", "result"
+  nlohmann::json body;
+};
+std::string encode_report(std::string_view token, const Report& report);  // without '\n'
+// nullopt when the line is not a report carrying this token (an ordinary output line).
+std::optional<Report> decode_report(std::string_view token, std::string_view line);
+
+// A random hex token (128 bits).
+std::string random_token();
+
+// Whether the environment variable is forwarded to every host by default: PATH,
+// LD_LIBRARY_PATH, PYTHONPATH, PYTHON_EXEC, VIRTUAL_ENV and the CUDA_, NCCL_, GLOO_, OMP_,
+// MKL_, TORCH_, PET_ families (PET_HOSTS and the other cluster-only flags excepted).
+bool forwarded_by_default(std::string_view name);
+// The variables every remote agent gets: the defaults from `env`, then each -x entry ("NAME"
+// takes the value from `env` and is skipped when unset there; "NAME=VALUE" sets it). Throws
+// ConfigError for an entry that is not a valid variable name.
+std::map<std::string, std::string> forwarded_environment(
+    const std::map<std::string, std::string>& env, const std::vector<std::string>& extra);
+
+// The word quoted for a POSIX shell ('...' with embedded quotes escaped).
+std::string shell_quote(std::string_view word);
+// The command ssh runs on a host (ssh hands it to the remote user's shell as one string).
+std::string remote_command(std::string_view ddprun_path, const std::vector<std::string>& args);
+
+}  // namespace ddprun

@@ -1,0 +1,7 @@
+#include "common/version.hpp"
+
+namespace ddprun {
+
+std::string ddprun_version() { return DDPRUN_VERSION; }
+
+}  // namespace ddprun

@@ -37,3 +37,11 @@ add_test(NAME "netns: elastic job grows to 3 nodes and survives a node cut off"
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/elastic_netns.sh $<TARGET_FILE:ddprun>)
 set_tests_properties("netns: elastic job grows to 3 nodes and survives a node cut off"
   PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# ddprun --hosts over real OpenSSH servers in network namespaces (root and sshd only; reported as
+# skipped elsewhere).
+add_test(NAME "netns: --hosts over ssh: ranks, exit codes, signals, unreachable hosts, output"
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/ssh_hosts.sh $<TARGET_FILE:ddprun>
+    $<TARGET_FILE:fake_worker>)
+set_tests_properties("netns: --hosts over ssh: ranks, exit codes, signals, unreachable hosts, output"
+  PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -2,19 +2,13 @@
 // The hosts of a one-command job: --hosts HOST[:SLOTS],... and --hostfile FILE. Pure parsing
 // (no name resolution, no ssh); the order of the hosts is the order of the node ranks.
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/launch_config.hpp"  // HostSpec
+
 namespace ddprun {
-
-struct HostSpec {
-  std::string host;          // as written, without IPv6 brackets: "10.0.0.1", "gpu01", "::1"
-  std::optional<int> slots;  // workers on that host; nullopt: --nproc-per-node decides there
-
-  bool operator==(const HostSpec&) const = default;
-};
 
 // "10.0.0.1:2,10.0.0.2,[::1]:4". Throws ConfigError "<label>=<text>: <what is wrong>" for an
 // empty item, a bad slot count (an integer >= 1), or a host listed twice.

@@ -83,7 +83,9 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   }
 
   for (const auto& note : notes) spdlog::info("{}", note);
-  spdlog::info("ddprun configuration:\n{}", describe(config));
+  // Started by `ddprun --hosts`, which shows the plan for every host once.
+  spdlog::log(session != nullptr ? spdlog::level::debug : spdlog::level::info,
+              "ddprun configuration:\n{}", describe(config));
   if (!config.is_static() && config.node_rank != 0) {
     spdlog::info("--node-rank is ignored with --rdzv-backend=c10d: the rendezvous assigns ranks");
   }

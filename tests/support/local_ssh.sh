@@ -1,7 +1,15 @@
 #!/bin/sh
 # A stand-in for ssh in tests and benchmarks: `local_ssh.sh HOST COMMAND...` runs COMMAND on this
-# machine through sh -c, as ssh runs it through the remote user's shell on HOST; stdin, stdout,
-# stderr and the exit code pass through as they do with ssh. HOST is ignored (tests use loopback
-# addresses such as 127.0.0.2 to tell the "hosts" apart).
+# machine through sh -c, as ssh runs it through the remote user's shell on HOST: with a fresh
+# environment (HOME, USER and a default PATH, as sshd gives a session), stdin, stdout, stderr and
+# the exit code passing through. HOST is otherwise ignored (tests use loopback addresses such as
+# 127.0.0.2 to tell the "hosts" apart); a host ending in ".invalid" fails as an unresolvable
+# name does with ssh (exit 255).
+host=$1
 shift
-exec sh -c "$*"
+case $host in
+  *.invalid)
+    echo "ssh: Could not resolve hostname $host: Name or service not known" >&2
+    exit 255 ;;
+esac
+exec env -i HOME="${HOME:-/}" USER="${USER:-root}" PATH=/usr/local/bin:/usr/bin:/bin sh -c "$*"

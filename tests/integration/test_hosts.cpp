@@ -1,0 +1,206 @@
+// One command for several hosts (`ddprun --hosts`), end to end with the real binary. The remote
+// shell is tests/support/local_ssh.sh, which runs the remote command here with a fresh
+// environment as sshd would; the "hosts" are loopback addresses (127.0.0.x). The same checks
+// against real sshd servers in network namespaces are in tests/netns/ssh_hosts.sh.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <set>
+
+#include "integration/ddprun_process.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr auto kHang = 60s;
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+// ddprun --hosts=HOSTS over the local stand-in, with the fake worker and these extra flags
+// (before the program).
+std::vector<std::string> on_hosts(const std::string& hosts, std::vector<std::string> flags) {
+  std::vector<std::string> args{"--hosts=" + hosts, "--ssh-command=" LOCAL_SSH,
+                                "--master-port=" + std::to_string(free_port())};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.push_back("--no-python");
+  args.push_back(FAKE_WORKER_BINARY);
+  return args;
+}
+
+const std::string kThreeHosts = "127.0.0.1:2,127.0.0.2:1,127.0.0.3:1";
+
+}  // namespace
+
+TEST_CASE("ranks and environment across 3 hosts with 2+1+1 slots", "[hosts]") {
+  TempDir dir;
+  DdprunProcess p(on_hosts(kThreeHosts, {"-x", "FAKE_MODE=env", "-x", "FAKE_ENV_DIR=" + dir.path(),
+                                         "-x", "FOO=bar", "-x", "FROM_HERE"}),
+                  {{"FROM_HERE", "here"}, {"TORCH_SHOW_ME", "1"}, {"NOT_FORWARDED", "1"}});
+  REQUIRE(p.wait(kHang) == 0);
+  std::set<std::string> ranks;
+  std::map<std::string, std::string> group_of;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
+    INFO("rank " << rank);
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["RANK"] == std::to_string(rank));
+    CHECK(env["GROUP_RANK"] == (rank < 2 ? "0" : std::to_string(rank - 1)));
+    CHECK(env["LOCAL_WORLD_SIZE"] == (rank < 2 ? "2" : "1"));
+    CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(env["FOO"] == "bar");              // -x NAME=VALUE
+    CHECK(env["FROM_HERE"] == "here");       // -x NAME: the value here
+    CHECK(env["TORCH_SHOW_ME"] == "1");      // TORCH_* is forwarded by default
+    CHECK(env.count("NOT_FORWARDED") == 0);  // the rest is not
+    ranks.insert(env["RANK"]);
+  }
+  CHECK(ranks.size() == 4);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("all 3 hosts are ready"));
+  CHECK_THAT(out, Contains("Job summary (3 hosts"));
+  CHECK_THAT(out, Contains("job finished on 3 hosts"));
+}
+
+TEST_CASE("a worker's exit code on host 3 is the command's, with one root cause",
+          "[hosts]") {
+  DdprunProcess p(on_hosts(kThreeHosts, {"-x", "FAKE_MODE=fail_rank:3:7"}));
+  CHECK(p.wait(kHang) == 7);
+  const auto out = p.output();
+  CHECK(count_of(out, "Root cause (first failure in the job)") == 1);
+  CHECK_THAT(out, Contains("host        127.0.0.3"));
+  CHECK_THAT(out, Contains("job failed (exit code 7)"));
+}
+
+TEST_CASE("every lines reaches the console whole, with its host and rank", "[hosts]") {
+  DdprunProcess p(on_hosts(kThreeHosts, {"-x", "FAKE_MODE=lines:2000"}));
+  REQUIRE(p.wait(kHang) == 0);
+  std::map<std::string, int> lines_of;
+  std::istringstream in(p.output());
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("[127.")) continue;
+    // "[127.0.0.2:2]:line 17 of 2000 from rank 2": the prefix's rank is the line's.
+    auto close = line.find("]:");
+    REQUIRE(close != std::string::npos);
+    auto rank = line.substr(line.rfind(':', close) + 1, close - line.rfind(':', close) - 1);
+    INFO(line);
+    REQUIRE(line.ends_with(" of 2000 from rank " + rank));
+    REQUIRE(line.find("line ", close) == close + 2);
+    ++lines_of[rank];
+  }
+  CHECK(lines_of == std::map<std::string, int>{{"0", 2000}, {"1", 2000}, {"2", 2000}, {"3", 2000}});
+}
+
+TEST_CASE("an unreachable host is reported before anything starts", "[hosts]") {
+  TempDir dir;
+  DdprunProcess p(on_hosts("127.0.0.1,unreachable.invalid,127.0.0.3",
+                           {"-x", "FAKE_TOUCH_DIR=" + dir.path()}));
+  CHECK(p.wait(kHang) == 123);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("1 of 3 host(s) failed the checks, nothing was started"));
+  CHECK_THAT(out, Contains("unreachable.invalid  node 1: cannot connect: ssh: Could not resolve"));
+  CHECK(count_of(out, "node ") == 1);  // one line: the failing host's
+  CHECK_FALSE(file_exists(dir.file("started_0_0")));
+  CHECK_FALSE(file_exists(dir.file("started_1_0")));
+}
+
+TEST_CASE("a program missing on the hosts, or a missing ddprun, starts nothing",
+          "[hosts]") {
+  {
+    std::vector<std::string> args{"--hosts=127.0.0.1,127.0.0.2", "--ssh-command=" LOCAL_SSH,
+                                  "--no-python", "/nonexistent/train"};
+    DdprunProcess p(args);
+    CHECK(p.wait(kHang) == 123);
+    CHECK(count_of(p.output(), "cannot run /nonexistent/train: No such file or directory") == 2);
+  }
+  {
+    DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2", {"--remote-ddprun=/nonexistent/ddprun"}));
+    CHECK(p.wait(kHang) == 123);
+    CHECK_THAT(p.output(), Contains("127.0.0.2  node 1: /nonexistent/ddprun not found there"));
+  }
+}
+
+TEST_CASE("SIGINT to the command stops every host's workers and exits 130", "[hosts]") {
+  TempDir dir;
+  auto pid_file = dir.file("pids");
+  DdprunProcess p(on_hosts(kThreeHosts, {"-x", "FAKE_MODE=grandchild", "-x",
+                                         "FAKE_PID_FILE=" + pid_file, "--shutdown-timeout=2"}));
+  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 8; }, kHang));
+  kill(p.pid(), SIGINT);
+  CHECK(p.wait(kHang) == 130);
+  for (const auto& pid : read_lines(pid_file)) CHECK_FALSE(process_alive(std::stoi(pid)));
+  CHECK_THAT(p.output(), Contains("SIGINT: forwarding it to the agents on 3 hosts"));
+}
+
+TEST_CASE("SIGKILL of the command leaves nothing on any host", "[hosts]") {
+  TempDir dir;
+  auto pid_file = dir.file("pids");
+  DdprunProcess p(on_hosts(kThreeHosts, {"-x", "FAKE_MODE=grandchild", "-x",
+                                         "FAKE_PID_FILE=" + pid_file, "--hangup-timeout=2"}));
+  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 8; }, kHang));
+  kill(p.pid(), SIGKILL);
+  CHECK(p.wait(10s) == 128 + SIGKILL);
+  auto pids = read_lines(pid_file);
+  CHECK(wait_until([&] {
+          for (const auto& pid : pids) {
+            if (process_alive(std::stoi(pid))) return false;
+          }
+          return true;
+        }, kHang));
+}
+
+TEST_CASE("forwarded values never appear on a command line", "[hosts]") {
+  TempDir dir;
+  DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2",
+                           {"-x", "FAKE_MODE=hang", "-x", "FAKE_TOUCH_DIR=" + dir.path(), "-x",
+                            "SECRET_TOKEN", "--shutdown-timeout=2"}),
+                  {{"SECRET_TOKEN", "s3cr3t-value"}});
+  REQUIRE(wait_until([&] {
+    return file_exists(dir.file("started_0_0")) && file_exists(dir.file("started_1_0"));
+  }, kHang));
+  // Every process's command line, the agents' included.
+  std::string cmdlines;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "cmdline");
+    cmdlines.append(std::istreambuf_iterator<char>(in), {});
+  }
+  CHECK_THAT(cmdlines, Contains("--ddprun-session"));  // the agents are there
+  CHECK_THAT(cmdlines, !Contains("s3cr3t-value"));
+  kill(p.pid(), SIGTERM);
+  CHECK(p.wait(kHang) == 143);
+}
+
+TEST_CASE("a hostfile, and an elastic job over the hosts", "[hosts]") {
+  TempDir dir;
+  {
+    std::ofstream file(dir.file("hosts.txt"));
+    file << "# two hosts\n127.0.0.1 slots=2\n\n127.0.0.2:1  # the second\n";
+  }
+  std::vector<std::string> args{"--hostfile=" + dir.file("hosts.txt"),
+                                "--ssh-command=" LOCAL_SSH,
+                                "--rdzv-backend=c10d",
+                                "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port()),
+                                "--rdzv-conf=last_call_timeout=0.5",
+                                "-x", "FAKE_MODE=env", "-x", "FAKE_ENV_DIR=" + dir.path(),
+                                "--no-python", FAKE_WORKER_BINARY};
+  DdprunProcess p(args);
+  REQUIRE(p.wait(kHang) == 0);
+  std::set<std::string> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
+    CHECK(env["WORLD_SIZE"] == "3");
+    ranks.insert(env["RANK"]);
+  }
+  CHECK(ranks.size() == 3);
+}

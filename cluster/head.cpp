@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <filesystem>
+
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -111,6 +113,15 @@ struct ClusterHead::Impl {
 
   std::vector<std::string> command_for(std::size_t i) const {
     std::vector<std::string> argv(cluster.ssh_command);
+    // OpenSSH's own keep-alive, so that this command learns of a host that went silent (a cut
+    // cable sends no end of connection) within about the hangup timeout, as the host's agent
+    // does. Last among the options: ssh takes the first value given, so the user's own wins.
+    if (std::filesystem::path(argv.front()).filename() == "ssh") {
+      const auto interval = std::max<long long>(
+          1, std::chrono::duration_cast<std::chrono::seconds>(cluster.hangup_timeout).count() / 3);
+      argv.insert(argv.end(), {"-o", fmt::format("ServerAliveInterval={}", interval), "-o",
+                               "ServerAliveCountMax=3"});
+    }
     argv.push_back(cluster.hosts.at(i).host);
     std::vector<std::string> args{std::string(kSessionFlag)};
     auto rest = agent_args(i);

@@ -190,6 +190,7 @@ struct Parser {
                    "NAME or NAME=VALUE: environment for every worker\non every host (repeatable)")
         ->type_name("NAME[=VALUE]")
         ->expected(1)
+        ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->group(std::string(kHosts));
   }

@@ -3,6 +3,7 @@
 add_executable(launcher_unit_tests
   unit/launcher/test_cli.cpp
   unit/launcher/test_cli_errors.cpp
+  unit/launcher/test_cli_hosts.cpp
   unit/launcher/test_value_parsers.cpp
   unit/launcher/test_config_summary.cpp)
 target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib)

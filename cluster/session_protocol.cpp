@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cctype>
-#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
@@ -154,18 +153,6 @@ std::map<std::string, std::string> forwarded_environment(
     }
   }
   return out;
-}
-
-std::string shell_quote(std::string_view word) {
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 std::string remote_command(std::string_view ddprun_path, const std::vector<std::string>& args) {

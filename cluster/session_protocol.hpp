@@ -70,8 +70,6 @@ bool forwarded_by_default(std::string_view name);
 std::map<std::string, std::string> forwarded_environment(
     const std::map<std::string, std::string>& env, const std::vector<std::string>& extra);
 
-// The word quoted for a POSIX shell ('...' with embedded quotes escaped).
-std::string shell_quote(std::string_view word);
 // The command ssh runs on a host (ssh hands it to the remote user's shell as one string).
 std::string remote_command(std::string_view ddprun_path, const std::vector<std::string>& args);
 

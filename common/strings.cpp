@@ -31,6 +31,17 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
+std::string shell_quote(std::string_view arg) {
+  constexpr std::string_view kSafe =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%";
+  if (!arg.empty() && arg.find_first_not_of(kSafe) == std::string_view::npos) {
+    return std::string(arg);
+  }
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::vector<std::string> split_words(std::string_view text, std::string_view what) {
   std::vector<std::string> words;
   std::string word;

@@ -11,6 +11,9 @@ namespace ddprun {
 
 std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
+// An argument as a POSIX shell needs it written: as it is when it has only safe characters,
+// else in single quotes ('it'\''s' for an embedded quote).
+std::string shell_quote(std::string_view arg);
 // Words as a POSIX shell splits them: whitespace separates, '...' and "..." group (backslash
 // escapes inside "..." and outside quotes). No expansion. Throws ConfigError naming `what` for
 // an unterminated quote.

@@ -30,15 +30,6 @@ std::string log_dir_text(const LaunchConfig& config) {
 
 }  // namespace
 
-std::string shell_quote(const std::string& arg) {
-  constexpr std::string_view kSafe =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%";
-  if (!arg.empty() && arg.find_first_not_of(kSafe) == std::string::npos) return arg;
-  std::string out = "'";
-  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string describe(const LaunchConfig& config) {
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("nodes", config.min_nodes == config.max_nodes

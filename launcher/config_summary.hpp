@@ -12,8 +12,4 @@ namespace ddprun {
 // max restarts, shutdown timeout, log dir, program (argv joined, shell-quoted where needed).
 std::string describe(const LaunchConfig& config);
 
-// An argument as a POSIX shell would need it written ('it'\''s' style quoting), so the
-// logged program line can be pasted back into a shell.
-std::string shell_quote(const std::string& arg);
-
 }  // namespace ddprun

@@ -7,6 +7,7 @@
 
 #include "cluster/session_protocol.hpp"
 #include "common/error.hpp"
+#include "common/strings.hpp"
 
 using namespace ddprun;
 

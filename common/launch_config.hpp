@@ -100,6 +100,8 @@ struct LaunchConfig {
   std::string events_file;  // JSON lines of agent events, empty: none
 
   std::string log_level = "info";
+  // --dry-run: print the plan instead of running ("table" or "json"); empty: run.
+  std::string dry_run;
   // A long wait's first progress line comes after this, then at doubling intervals up to a
   // minute; zero: none.
   std::chrono::milliseconds progress_interval{10'000};

@@ -76,6 +76,8 @@ constexpr OptionSpec kOptions[] = {
     {"raw-output", "", "", kOutput, "Workers write straight to the console, no prefix"},
     {"events-file", "", "PATH", kOutput, "Append agent events as JSON lines (monotonic times)"},
     {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
+    {"dry-run", "", "", kOutput,
+     "Print the plan (hosts, ranks, commands, worker\nenvironment) and exit; --dry-run=json for tools"},
     {"progress-interval", "", "SECONDS", kOutput,
      "A long wait says how far it got after this, then\nat doubling intervals up to a minute; 0: never [10]"},
 

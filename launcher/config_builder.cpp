@@ -294,6 +294,16 @@ void build_workers_and_output(const Options& options,
   build_log_line_prefix(options, config);
   config.raw_output = options.flag("raw-output");
   if (auto* v = options.find("events-file")) config.events_file = std::string(trim(v->text));
+  if (auto* v = options.find("dry-run")) {
+    if (trim(v->text) == "json") {
+      config.dry_run = "json";
+    } else if (auto on = parse_bool(v->text)) {
+      config.dry_run = *on ? "table" : "";
+    } else {
+      throw ConfigError(fmt::format("{}={}: expected json, or a boolean for the table", v->label,
+                                    v->text));
+    }
+  }
   if (auto* v = options.find("log-level")) {
     config.log_level = parse_choice(v->text, v->label,
                                     {"trace", "debug", "info", "warn", "warning", "error"});
@@ -303,7 +313,8 @@ void build_workers_and_output(const Options& options,
 
 // Flags that only the command reads, or that it sets per host, when it starts the agents.
 constexpr std::string_view kClusterOnly[] = {"hosts", "hostfile", "ssh-command", "remote-ddprun",
-                                             "connect-timeout", "hangup-timeout", "fanout"};
+                                             "connect-timeout", "hangup-timeout", "fanout",
+                                             "dry-run"};
 constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
                                             "master-port", "rdzv-endpoint", "rdzv-id",
                                             "local-addr",  "nproc-per-node", "standalone"};

@@ -29,6 +29,7 @@
 #include "launcher/cli.hpp"
 #include "launcher/config_summary.hpp"
 #include "launcher/job_report.hpp"
+#include "launcher/plan.hpp"
 #include "launcher/signal_forwarder.hpp"
 #include "rendezvous/backend.hpp"
 
@@ -222,6 +223,22 @@ int run_session(const std::vector<std::string>& args) {
   return run(config, outcome.notes, &session);
 }
 
+// --dry-run: the plan, on stdout; nothing is started and no host is contacted.
+int print_plan(const LaunchConfig& config) {
+  std::vector<std::vector<std::string>> commands;
+  if (config.cluster) {
+    ClusterHead head(config, current_environment(), this_executable(),
+                     fs::current_path().string());
+    for (std::size_t i = 0; i < config.cluster->hosts.size(); ++i) {
+      commands.push_back(head.command_for(i));
+    }
+  }
+  auto plan = make_plan(config, current_environment(), commands);
+  std::string text = config.dry_run == "json" ? plan.dump() + "\n" : format_plan(plan);
+  std::fputs(text.c_str(), stdout);
+  return kExitOk;
+}
+
 // Runs one of the modes, turning what escapes it into the documented exit codes.
 template <typename Fn>
 int guarded(Fn&& fn) {
@@ -262,6 +279,7 @@ int main(int argc, char** argv) {
   const LaunchConfig& config = *outcome.config;
   return guarded([&] {
     setup_logging("ddprun", config.log_level);
+    if (!config.dry_run.empty()) return print_plan(config);
     return config.cluster ? run_cluster(config, outcome.notes)
                           : run(config, outcome.notes, nullptr);
   });

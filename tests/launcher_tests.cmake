@@ -11,6 +11,7 @@ catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 
 add_executable(launcher_tests
   integration/ddprun_process.cpp
+  integration/test_dry_run.cpp
   integration/test_launcher.cpp
   integration/test_progress.cpp)
 target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support

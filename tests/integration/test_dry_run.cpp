@@ -1,0 +1,89 @@
+// --dry-run: the plan for static, elastic and multi-host jobs, as a table and as JSON, with
+// nothing started (the program does not even exist) and no host contacted.
+
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "integration/ddprun_process.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// The JSON plan: the whole of stdout+stderr is one line of JSON when the log level is warn.
+nlohmann::json plan_of(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--dry-run=json", "--log-level=warn"});
+  DdprunProcess p(args);
+  REQUIRE(p.wait(30s) == 0);
+  return nlohmann::json::parse(p.output());
+}
+
+}  // namespace
+
+TEST_CASE("dry run: one node, the ranks and each worker's environment", "[dry-run]") {
+  DdprunProcess p({"--dry-run", "--nproc-per-node=2", "--rdzv-id=job7", "train.py", "--lr=1"},
+                  {{"OMP_NUM_THREADS", "8"}});
+  REQUIRE(p.wait(30s) == 0);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("nothing was started"));
+  CHECK_THAT(out, Contains("static, 1 node(s), master 127.0.0.1:29500, run id job7"));
+  CHECK_THAT(out, Contains("python3 -u train.py --lr=1"));
+  CHECK_THAT(out, Contains("0..1 of 2"));
+  CHECK_THAT(out, Contains("rank 1: GROUP_RANK=0 GROUP_WORLD_SIZE=1 LOCAL_RANK=1 "
+                           "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=8 RANK=1"));
+
+  auto plan = plan_of({"--nproc-per-node=2", "train.py"});
+  REQUIRE(plan["workers"].size() == 2);
+  CHECK(plan["workers"][1]["env"]["RANK"] == "1");
+  CHECK(plan["workers"][1]["env"]["WORLD_SIZE"] == "2");
+  CHECK(plan["workers"][0]["env"]["OMP_NUM_THREADS"] == "1");
+  CHECK(plan["program"] == nlohmann::json({"python3", "-u", "train.py"}));
+}
+
+TEST_CASE("dry run: an elastic job leaves ranks to the rendezvous", "[dry-run]") {
+  auto plan = plan_of({"--rdzv-backend=c10d", "--nnodes=2:4", "--rdzv-endpoint=10.0.0.5:29400",
+                       "--nproc-per-node=3", "--no-python", "/bin/true"});
+  CHECK(plan["rendezvous"]["backend"] == "c10d");
+  CHECK(plan["rendezvous"]["nnodes"] == "2:4");
+  CHECK(plan["rendezvous"]["endpoint"] == "10.0.0.5:29400");
+  CHECK(plan["nodes"][0]["workers"] == 3);
+  CHECK_FALSE(plan["nodes"][0].contains("ranks"));
+  CHECK(plan["workers"].empty());
+}
+
+TEST_CASE("dry run: several hosts, their ranks and commands, nothing contacted", "[dry-run]") {
+  // A remote shell that would fail loudly if it were run.
+  std::vector<std::string> args{"--hosts=10.0.0.1:2,10.0.0.2:1,10.0.0.3", "--nproc-per-node=1",
+                                "--ssh-command=/nonexistent/ssh -p 2222", "-x", "FOO=secret",
+                                "--no-python", "/nonexistent/train"};
+  auto plan = plan_of(args);
+  REQUIRE(plan["nodes"].size() == 3);
+  CHECK(plan["rendezvous"]["master_addr"] == "10.0.0.1");
+  CHECK(plan["nodes"][0]["ranks"] == nlohmann::json({0, 1}));
+  CHECK(plan["nodes"][2]["ranks"] == nlohmann::json({3, 3}));
+  CHECK(plan["nodes"][2]["world_size"] == 4);
+  const auto command = plan["nodes"][1]["command"];
+  CHECK(command[0] == "/nonexistent/ssh");
+  CHECK(command[2] == "2222");
+  CHECK_THAT(command.back().get<std::string>(), Contains("--node-rank=1"));
+  CHECK_THAT(command.back().get<std::string>(), !Contains("secret"));
+  CHECK(plan["workers"].size() == 4);
+  CHECK(plan["workers"][3]["env"]["GROUP_RANK"] == "2");
+  bool foo_named = false;
+  for (const auto& name : plan["forwarded_env"]) foo_named = foo_named || name == "FOO";
+  CHECK(foo_named);
+
+  args.insert(args.begin(), "--dry-run");
+  DdprunProcess table(args);
+  REQUIRE(table.wait(30s) == 0);
+  CHECK_THAT(table.output(), Contains("command for node 2: /nonexistent/ssh -p 2222"));
+  CHECK_THAT(table.output(), Contains("forwarded to every host (values not shown):"));
+  CHECK_THAT(table.output(), !Contains("secret"));
+  // The usage error it would have hit, as without --dry-run.
+  DdprunProcess bad({"--dry-run", "--hosts=a,b", "--nnodes=3", "x.py"});
+  CHECK(bad.wait(30s) == 2);
+}

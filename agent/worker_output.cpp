@@ -1,5 +1,7 @@
 #include "agent/worker_output.hpp"
 
+#include <mutex>
+
 #include <unistd.h>
 
 #include <array>
@@ -30,6 +32,10 @@ std::string render_time_prefix(const std::string& prefix) {
 }
 
 void write_all(int fd, std::string_view data) {
+  // One writer at a time in this process: a batch larger than the pipe's atomic size must not
+  // be interleaved with another thread's (a relay's and the workers' lines share stdout).
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
   std::size_t done = 0;
   while (done < data.size()) {
     auto n = ::write(fd, data.data() + done, data.size() - done);

@@ -11,6 +11,7 @@
 
 #include "cluster/remote_session.hpp"
 #include "cluster/session_protocol.hpp"
+#include "cluster/tree.hpp"
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
@@ -26,23 +27,6 @@ namespace {
 // An address as a flag value: IPv6 literals in brackets.
 std::string address_arg(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
-
-// Why a remote shell ended before its agent said it was ready, in words.
-std::string early_end_reason(int code, const std::deque<std::string>& stderr_lines,
-                             const std::string& remote_ddprun) {
-  const std::string last = stderr_lines.empty() ? std::string() : stderr_lines.back();
-  const std::string detail = last.empty() ? std::string() : ": " + last;
-  if (code == 255) return "cannot connect" + detail;
-  if (code == 127) return fmt::format("{} not found there (see --remote-ddprun){}", remote_ddprun, detail);
-  if (code == 126) return fmt::format("{} cannot be executed there{}", remote_ddprun, detail);
-  for (const auto& line : stderr_lines) {
-    if (line.find(std::string(kSessionFlag)) != std::string::npos) {
-      return fmt::format("{} there does not support --hosts (an older ddprun?){}", remote_ddprun,
-                         detail);
-    }
-  }
-  return fmt::format("ended with exit code {} before its checks{}", code, detail);
 }
 
 }  // namespace
@@ -78,10 +62,14 @@ struct ClusterHead::Impl {
   asio::steady_timer connect_timer;
   asio::steady_timer ping_timer;
   asio::steady_timer stop_timer;
-  std::vector<std::unique_ptr<RemoteSession>> sessions;
-  std::vector<bool> ended;
+  // The hosts this command reaches itself (all of them, or the tree's first level), one session
+  // each; the others are reached through them.
+  std::vector<TreeEntry> top;
+  std::vector<std::unique_ptr<RemoteSession>> sessions;  // parallel to `top`
+  std::vector<bool> session_ended;
+  std::vector<bool> host_ended;  // by node
   std::size_t next_to_start = 0;
-  int opening = 0;  // started, not yet ready or failed
+  int opening = 0;  // top sessions started, their host not yet ready or failed
   Phase phase = Phase::kChecking;
   ClusterResult result;
   Clock::time_point started_at;
@@ -130,74 +118,115 @@ struct ClusterHead::Impl {
     return argv;
   }
 
-  std::string hello_for(std::size_t i) const {
+  SessionHello hello_for(const TreeEntry& entry) const {
     SessionHello hello;
     hello.version = ddprun_version();
     hello.token = token;
-    hello.host = cluster.hosts.at(i).host;
+    hello.host = entry.host;
+    hello.node = entry.node;
+    hello.subtree = tree_to_json(entry.subtree);
+    hello.remote_ddprun = remote_ddprun;
     hello.cwd = cwd;
     hello.env = forwarded;
     hello.hangup_timeout = cluster.hangup_timeout;
-    return encode_hello(hello);
+    return hello;
   }
+
+  HostOutcome& host(int node) { return result.hosts.at(static_cast<std::size_t>(node)); }
 
   void start_more() {
     while (phase == Phase::kChecking && next_to_start < sessions.size() &&
            opening < cluster.fanout) {
-      const std::size_t i = next_to_start++;
+      const std::size_t t = next_to_start++;
       try {
-        sessions[i]->start(hello_for(i));
+        sessions[t]->start(encode_hello(hello_for(top[t])));
         ++opening;
       } catch (const Error& e) {
-        fail_check(i, e.what());
-        ended[i] = true;
+        session_ended[t] = true;
+        answered(top[t].node, e.what());
+        lose_subtree(top[t], "not reached: its relay could not be started");
       }
     }
   }
 
-  void fail_check(std::size_t i, std::string problem) {
-    auto& h = result.hosts[i];
-    if (h.problem.empty()) h.problem = std::move(problem);
+  // A host passed its checks (`problem` empty) or failed them.
+  void answered(int node, std::string problem) {
+    auto& h = host(node);
+    if (h.ready || !h.problem.empty()) return;
+    if (problem.empty()) {
+      h.ready = true;
+    } else {
+      h.problem = std::move(problem);
+    }
+    for (std::size_t t = 0; t < top.size(); ++t) {
+      if (top[t].node == node && t < next_to_start) --opening;
+    }
+    start_more();
+    check_all_answered();
   }
 
-  void on_report(std::size_t i, const Report& report) {
-    auto& h = result.hosts[i];
-    if (report.kind == "ready" && phase == Phase::kChecking && !h.ready && h.problem.empty()) {
-      h.ready = true;
+  void on_report(std::size_t t, const Report& report) {
+    const int node = report.body.value("node", top[t].node);
+    if (node < 0 || static_cast<std::size_t>(node) >= result.hosts.size()) return;
+    auto& h = host(node);
+    if (report.kind == "ready" && phase == Phase::kChecking) {
       h.ready_info = report.body;
-      --opening;
-      start_more();
-      check_all_answered();
-    } else if (report.kind == "refused" && !h.ready && h.problem.empty()) {
-      h.problem = report.body.value("reason", std::string("refused to start"));
-      --opening;
-      start_more();
-      check_all_answered();
+      answered(node, "");
+    } else if (report.kind == "refused") {
+      answered(node, report.body.value("reason", std::string("refused to start")));
     } else if (report.kind == "result") {
       h.result = report.body;
+    } else if (report.kind == "ended") {
+      h.stderr_tail = report.body.value("stderr_tail", std::vector<std::string>());
+      ended(node, report.body.value("code", 255),
+            report.body.value("lost", std::string()));
     }
   }
 
-  void on_ended(std::size_t i, int code) {
-    auto& h = result.hosts[i];
+  // A host's remote shell exited (here, or on the relay that started it).
+  void ended(int node, int code, const std::string& lost) {
+    if (host_ended.at(static_cast<std::size_t>(node))) return;
+    host_ended[static_cast<std::size_t>(node)] = true;
+    auto& h = host(node);
     h.code = code;
-    const auto& held = sessions[i]->stderr_tail();
-    h.stderr_tail.assign(held.begin(), held.end());
-    ended[i] = true;
     if (!h.ready && h.problem.empty()) {
-      h.problem = early_end_reason(code, held, remote_ddprun);
-      if (phase == Phase::kChecking) {
-        --opening;
-        start_more();
-        check_all_answered();
-      }
+      answered(node, lost.empty() ? early_end_reason(code, {h.stderr_tail.begin(),
+                                                            h.stderr_tail.end()},
+                                                     remote_ddprun)
+                                  : lost);
     } else if (h.ready && !h.result && phase != Phase::kAborting && h.problem.empty()) {
-      h.problem = code == 255 ? "lost the connection (the remote shell exited 255)"
-                              : fmt::format("its agent ended without a result (exit code {})", code);
+      h.problem = !lost.empty()  ? lost
+                  : code == 255 ? "lost the connection (the remote shell exited 255)"
+                                : fmt::format("its agent ended without a result (exit code {})",
+                                              code);
       spdlog::error("host {} (node {}): {}; its agent stops its workers", h.spec.host, h.node,
                     h.problem);
     }
     maybe_finish();
+  }
+
+  // Hosts below a relay whose connection ended: nobody can tell them anything any more (their
+  // agents notice the silence and stop).
+  void lose_subtree(const TreeEntry& relay, const std::string& why) {
+    for (const auto& child : relay.subtree) {
+      ended(child.node, 255, why);
+      lose_subtree(child, why);
+    }
+  }
+
+  void on_session_ended(std::size_t t, int code) {
+    session_ended[t] = true;
+    auto& h = host(top[t].node);
+    const auto& tail = sessions[t]->stderr_tail();
+    h.stderr_tail.assign(tail.begin(), tail.end());
+    const bool was_ready = h.ready;
+    ended(top[t].node, code, "");
+    lose_subtree(top[t], was_ready ? fmt::format("lost with the connection to {} (node {}), "
+                                                 "which relayed it",
+                                                 h.spec.host, h.node)
+                                   : fmt::format("not reached: {} (node {}), which starts it, "
+                                                 "failed",
+                                                 h.spec.host, h.node));
   }
 
   bool all_answered() const {
@@ -218,24 +247,20 @@ struct ClusterHead::Impl {
     }
     phase = Phase::kRunning;
     spdlog::info("all {} hosts are ready ({} after the start): starting the workers",
-                 sessions.size(), format_duration(Clock::now() - started_at));
+                 result.hosts.size(), format_duration(Clock::now() - started_at));
     for (auto& s : sessions) {
       s->release_stderr();
       s->send(encode_control({Control::Kind::kGo, 0}));
     }
   }
 
-  // A host failed its checks, did not answer, or a signal came first: nobody starts.
+  // A host failed its checks, did not answer, or a signal came first: nobody starts. Ending the
+  // input makes every agent (and relay) that is waiting for "go" end without starting.
   void abort_start() {
     phase = Phase::kAborting;
     result.preflight_failed = result.signal == 0;
-    for (std::size_t i = 0; i < sessions.size(); ++i) {
-      if (ended[i]) continue;
-      if (result.hosts[i].ready) {
-        sessions[i]->close_input();
-      } else {
-        sessions[i]->kill();
-      }
+    for (std::size_t t = 0; t < sessions.size(); ++t) {
+      if (!session_ended[t] && t < next_to_start) sessions[t]->close_input();
     }
     arm_stop_timer(std::chrono::seconds(10));
     maybe_finish();
@@ -243,14 +268,10 @@ struct ClusterHead::Impl {
 
   void on_connect_timeout() {
     if (phase != Phase::kChecking) return;
-    for (std::size_t i = 0; i < sessions.size(); ++i) {
-      auto& h = result.hosts[i];
+    for (auto& h : result.hosts) {
       if (h.ready || !h.problem.empty()) continue;
-      h.problem = i < next_to_start
-                      ? fmt::format("no answer within {} (--connect-timeout)",
-                                    format_duration(cluster.connect_timeout))
-                      : fmt::format("not tried: the other hosts took the {} (--connect-timeout)",
-                                    format_duration(cluster.connect_timeout));
+      h.problem = fmt::format("no answer within {} (--connect-timeout)",
+                              format_duration(cluster.connect_timeout));
     }
     abort_start();
   }
@@ -260,8 +281,8 @@ struct ClusterHead::Impl {
                                                        std::chrono::milliseconds(50)));
     ping_timer.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
-      for (std::size_t i = 0; i < sessions.size(); ++i) {
-        if (!ended[i] && i < next_to_start) sessions[i]->send(encode_control({}));
+      for (std::size_t t = 0; t < next_to_start; ++t) {
+        if (!session_ended[t]) sessions[t]->send(encode_control({}));
       }
       ping();
     });
@@ -293,21 +314,22 @@ struct ClusterHead::Impl {
     }
     phase = Phase::kStopping;
     spdlog::info("{}: forwarding it to the agents on {} hosts", signal_name(signal),
-                 sessions.size());
-    for (std::size_t i = 0; i < sessions.size(); ++i) {
-      if (!ended[i]) sessions[i]->send(encode_control({Control::Kind::kSignal, signal}));
+                 result.hosts.size());
+    for (std::size_t t = 0; t < sessions.size(); ++t) {
+      if (!session_ended[t]) {
+        sessions[t]->send(encode_control({Control::Kind::kSignal, signal}));
+      }
     }
     // Each agent gives its workers the shutdown grace; beyond it (and the time to hear of it)
     // the connections are ended, which makes every agent stop at once.
     arm_stop_timer(config.shutdown_timeout + cluster.hangup_timeout + std::chrono::seconds(10));
   }
 
-
   void maybe_finish() {
-    for (std::size_t i = 0; i < sessions.size(); ++i) {
-      // Never started (a check failed first): nothing to wait for.
-      if (!ended[i] && i < next_to_start) return;
+    for (std::size_t t = 0; t < next_to_start; ++t) {
+      if (!session_ended[t]) return;  // its host, or one it relays, still runs
     }
+    // Sessions never started (a check failed first) have nothing to wait for.
     connect_timer.cancel();
     ping_timer.cancel();
     stop_timer.cancel();
@@ -315,16 +337,29 @@ struct ClusterHead::Impl {
 
   ClusterResult run() {
     started_at = Clock::now();
-    sessions.reserve(cluster.hosts.size());
-    ended.assign(cluster.hosts.size(), false);
+    std::vector<TreeEntry> all;
     for (std::size_t i = 0; i < cluster.hosts.size(); ++i) {
-      sessions.push_back(std::make_unique<RemoteSession>(
-          io, command_for(i), token,
-          RemoteSession::Handlers{[this, i](const Report& r) { on_report(i, r); },
-                                  [this, i](int code) { on_ended(i, code); }}));
+      all.push_back({static_cast<int>(i), cluster.hosts[i].host, command_for(i), {}});
     }
-    spdlog::info("starting agents on {} hosts with {} (at most {} connections at once)",
-                 sessions.size(), fmt::join(cluster.ssh_command, " "), cluster.fanout);
+    const bool tree = static_cast<int>(all.size()) > cluster.tree_threshold;
+    top = tree ? plan_tree(std::move(all), cluster.fanout) : std::move(all);
+    host_ended.assign(cluster.hosts.size(), false);
+    session_ended.assign(top.size(), false);
+    for (std::size_t t = 0; t < top.size(); ++t) {
+      sessions.push_back(std::make_unique<RemoteSession>(
+          io, top[t].argv, token,
+          RemoteSession::Handlers{[this, t](const Report& r) { on_report(t, r); },
+                                  [this, t](int code) { on_session_ended(t, code); }}));
+    }
+    if (tree) {
+      spdlog::info("starting agents on {} hosts with {}: {} directly, each of those starting "
+                   "the rest of its group (tree fan-out, width {})",
+                   result.hosts.size(), fmt::join(cluster.ssh_command, " "), top.size(),
+                   cluster.fanout);
+    } else {
+      spdlog::info("starting agents on {} hosts with {} (at most {} connections at once)",
+                   result.hosts.size(), fmt::join(cluster.ssh_command, " "), cluster.fanout);
+    }
     connect_timer.expires_after(cluster.connect_timeout);
     connect_timer.async_wait([this](boost::system::error_code ec) {
       if (!ec) on_connect_timeout();

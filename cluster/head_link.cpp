@@ -83,6 +83,7 @@ bool HeadLink::wait_for_go(std::chrono::milliseconds silence, std::string* why) 
   for (;;) {
     switch (next_line(Deadline::after(silence), &line)) {
       case Got::kLine:
+        if (forward_ && decode_control(line)) forward_(line);
         if (auto c = decode_control(line); c && c->kind == Control::Kind::kGo) return true;
         continue;  // pings
       case Got::kEnd:
@@ -116,6 +117,7 @@ void HeadLink::watch_loop(std::chrono::milliseconds silence,
     }
     if (got == Got::kLine) {
       auto control = decode_control(line);
+      if (control && forward_) forward_(line);
       if (control && control->kind == Control::Kind::kSignal) ::kill(getpid(), control->signal);
       continue;
     }

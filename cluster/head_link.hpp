@@ -29,6 +29,9 @@ class HeadLink {
   // Waits for "go" while pings keep arriving at most `silence` apart. False (with `why` set)
   // when the input ends or falls silent first: the command gave up on this job.
   bool wait_for_go(std::chrono::milliseconds silence, std::string* why);
+  // Control lines ("go", "ping", "signal N") are also handed to this, as they arrive (tree
+  // fan-out: the relay passes them on to the subtree). Set before wait_for_go.
+  void forward_to(std::function<void(const std::string&)> forward) { forward_ = std::move(forward); }
   // Starts the watcher thread. Call after the signal handling is set up (the thread inherits
   // the blocked signal mask). `on_lost` is called once, with the reason, before SIGTERM.
   void watch(std::chrono::milliseconds silence, std::function<void(const std::string&)> on_lost);
@@ -43,6 +46,7 @@ class HeadLink {
   int out_fd_;
   int wake_[2] = {-1, -1};  // written by the destructor to end the watcher
   std::string buffer_;
+  std::function<void(const std::string&)> forward_;
   std::thread watcher_;
 };
 

@@ -43,6 +43,24 @@ struct SessionExecSetup {
 
 }  // namespace
 
+std::string early_end_reason(int code, const std::deque<std::string>& stderr_lines,
+                             const std::string& remote_ddprun) {
+  const std::string last = stderr_lines.empty() ? std::string() : stderr_lines.back();
+  const std::string detail = last.empty() ? std::string() : ": " + last;
+  if (code == 255) return "cannot connect" + detail;
+  if (code == 127) {
+    return fmt::format("{} not found there (see --remote-ddprun){}", remote_ddprun, detail);
+  }
+  if (code == 126) return fmt::format("{} cannot be executed there{}", remote_ddprun, detail);
+  for (const auto& line : stderr_lines) {
+    if (line.find(std::string(kSessionFlag)) != std::string::npos) {
+      return fmt::format("{} there does not support --hosts (an older ddprun?){}", remote_ddprun,
+                         detail);
+    }
+  }
+  return fmt::format("ended with exit code {} before its checks{}", code, detail);
+}
+
 struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State> {
   State(asio::io_context& context, std::vector<std::string> a, std::string t, Handlers h)
       : io(context), argv(std::move(a)), token(std::move(t)), handlers(std::move(h)), in(io),

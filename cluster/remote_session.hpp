@@ -17,6 +17,10 @@
 
 namespace ddprun {
 
+// Why a remote shell ended (with `code`) before its agent said whether it was ready, in words.
+std::string early_end_reason(int code, const std::deque<std::string>& stderr_tail,
+                             const std::string& remote_ddprun);
+
 class RemoteSession {
  public:
   struct Handlers {

@@ -24,9 +24,10 @@ constexpr std::array<std::string_view, 7> kForwardedPrefixes = {
     "CUDA_", "NCCL_", "GLOO_", "OMP_", "MKL_", "TORCH_", "PET_"};
 // PET_* of the flags that only the head reads: a remote agent must not start a cluster itself,
 // and the head gives every agent its own node rank, master and slots.
-constexpr std::array<std::string_view, 10> kHeadOnlyPet = {
+constexpr std::array<std::string_view, 11> kHeadOnlyPet = {
     "PET_HOSTS",        "PET_HOSTFILE",        "PET_SSH_COMMAND", "PET_REMOTE_DDPRUN",
     "PET_CONNECT_TIMEOUT", "PET_HANGUP_TIMEOUT", "PET_FANOUT",      "PET_DRY_RUN",
+    "PET_TREE_THRESHOLD",
     "PET_NODE_RANK",    "PET_LOCAL_ADDR"};
 
 bool valid_env_name(std::string_view name) {
@@ -41,7 +42,9 @@ bool valid_env_name(std::string_view name) {
 
 std::string encode_hello(const SessionHello& h) {
   return json{{"protocol", h.protocol}, {"version", h.version},   {"token", h.token},
-              {"host", h.host},         {"cwd", h.cwd},           {"env", h.env},
+              {"host", h.host},         {"node", h.node},         {"subtree", h.subtree},
+              {"remote_ddprun", h.remote_ddprun},
+              {"cwd", h.cwd},           {"env", h.env},
               {"hangup_timeout_ms", h.hangup_timeout.count()}}
       .dump();
 }
@@ -58,6 +61,10 @@ SessionHello decode_hello(std::string_view line) {
     h.version = j.at("version").get<std::string>();
     h.token = j.at("token").get<std::string>();
     h.host = j.at("host").get<std::string>();
+    h.node = j.at("node").get<int>();
+    h.subtree = j.at("subtree");
+    h.remote_ddprun = j.at("remote_ddprun").get<std::string>();
+    if (!h.subtree.is_array()) throw Error("malformed session hello: the subtree is not a list");
     h.cwd = j.at("cwd").get<std::string>();
     h.env = j.at("env").get<std::map<std::string, std::string>>();
     h.hangup_timeout = std::chrono::milliseconds(j.at("hangup_timeout_ms").get<long long>());

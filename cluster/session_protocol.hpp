@@ -32,6 +32,10 @@ struct SessionHello {
   std::string version;  // the head's ddprun version
   std::string token;
   std::string host;     // this host as the head lists it
+  int node = 0;         // its node rank; every report it sends carries it
+  // Tree fan-out: the hosts this agent starts and relays (cluster/tree.hpp's JSON); empty: none.
+  nlohmann::json subtree = nlohmann::json::array();
+  std::string remote_ddprun;  // ddprun's path on the hosts, for messages about them
   std::string cwd;      // the head's working directory, the workers' too
   std::map<std::string, std::string> env;  // set before the arguments are parsed
   std::chrono::milliseconds hangup_timeout{10'000};
@@ -50,7 +54,9 @@ std::string encode_control(const Control& control);  // without '\n'
 std::optional<Control> decode_control(std::string_view line);  // nullopt: not a control line
 
 struct Report {
-  std::string kind;  // "ready", "refused", "result"
+  // "ready", "refused", "result"; from a relay (tree fan-out) also "ended": a subtree host's
+  // remote shell exited (body: node, code, stderr_tail). Every body has the host's "node".
+  std::string kind;
   nlohmann::json body;
 };
 std::string encode_report(std::string_view token, const Report& report);  // without '\n'

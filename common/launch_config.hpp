@@ -50,7 +50,10 @@ struct ClusterConfig {
   std::chrono::milliseconds connect_timeout{30'000};
   // A remote agent that hears nothing from this command for this long stops its workers.
   std::chrono::milliseconds hangup_timeout{10'000};
-  int fanout = 32;  // connections being opened at once
+  int fanout = 32;  // connections being opened at once; in a tree, connections per agent
+  // More hosts than this: tree fan-out (the command reaches `fanout` hosts, which reach the
+  // rest); up to this many: the command reaches every host itself.
+  int tree_threshold = 64;
   // What every remote agent gets: the flags (as "--name=value") that do not depend on the host,
   // --nproc-per-node's text for hosts without slots (empty: the agent's default), the program
   // and its arguments as the user gave them.

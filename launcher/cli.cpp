@@ -90,7 +90,10 @@ constexpr OptionSpec kOptions[] = {
     {"connect-timeout", "", "SECONDS", kHosts, "Every host reached and checked within this [30]"},
     {"hangup-timeout", "", "SECONDS", kHosts,
      "A remote agent that hears nothing from this\ncommand for this long stops its workers [10]"},
-    {"fanout", "", "N", kHosts, "Connections opened at once [32]"},
+    {"fanout", "", "N", kHosts,
+     "Connections opened at once; with a tree, hosts\neach agent starts [32]"},
+    {"tree-threshold", "", "N", kHosts,
+     "More hosts than this: tree fan-out, agents start\nthe agents of their subtree [64]"},
 };
 
 // CLI11 reads "--log-dir=" (an empty value, typical of a script expanding an unset variable)

@@ -314,7 +314,7 @@ void build_workers_and_output(const Options& options,
 // Flags that only the command reads, or that it sets per host, when it starts the agents.
 constexpr std::string_view kClusterOnly[] = {"hosts", "hostfile", "ssh-command", "remote-ddprun",
                                              "connect-timeout", "hangup-timeout", "fanout",
-                                             "dry-run"};
+                                             "tree-threshold", "dry-run"};
 constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
                                             "master-port", "rdzv-endpoint", "rdzv-id",
                                             "local-addr",  "nproc-per-node", "standalone"};
@@ -365,6 +365,9 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
     cluster.hangup_timeout = parse_seconds(v->text, v->label, false);
   }
   if (auto* v = options.find("fanout")) cluster.fanout = parse_int_at_least(v->text, v->label, 1);
+  if (auto* v = options.find("tree-threshold")) {
+    cluster.tree_threshold = parse_int_at_least(v->text, v->label, 1);
+  }
   forwarded_environment(env, forward);  // checks the names
   cluster.forward = forward;
 
@@ -425,7 +428,7 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   const bool cluster = raw_options.contains("hosts") || raw_options.contains("hostfile");
   if (!cluster) {
     for (const char* key : {"ssh-command", "remote-ddprun", "connect-timeout", "hangup-timeout",
-                            "fanout"}) {
+                            "fanout", "tree-threshold"}) {
       auto it = raw_options.find(key);
       if (it != raw_options.end() && it->second.from_command_line) {
         throw ConfigError(fmt::format("{} needs --hosts or --hostfile", it->second.label));

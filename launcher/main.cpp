@@ -21,6 +21,7 @@
 #include "cluster/cluster_report.hpp"
 #include "cluster/head.hpp"
 #include "cluster/head_link.hpp"
+#include "cluster/subtree_relay.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "common/limits.hpp"
@@ -65,6 +66,7 @@ std::string make_log_dir(const LaunchConfig& config) {
 struct Session {
   HeadLink* link;
   SessionHello hello;
+  SubtreeRelay* relay;  // tree fan-out: the hosts this agent starts; nullptr: none
 };
 
 int run(const LaunchConfig& config, const std::vector<std::string>& notes,
@@ -78,8 +80,9 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
                               ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
                               : config.signals_to_handle);
   if (session != nullptr) {
-    session->link->watch(session->hello.hangup_timeout, [](const std::string& why) {
+    session->link->watch(session->hello.hangup_timeout, [session](const std::string& why) {
       spdlog::warn("{}: stopping the workers", why);
+      if (session->relay != nullptr) session->relay->close_all();
     });
   }
 
@@ -144,7 +147,9 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
                                 {"summary", summary_json(result)}});
   if (session != nullptr) {
     // The command prints one summary and one root cause for every host.
-    session->link->report({"result", summary_json(result)}, session->hello.token);
+    auto body = summary_json(result);
+    body["node"] = session->hello.node;
+    session->link->report({"result", body}, session->hello.token);
   } else {
     report(result);
   }
@@ -176,6 +181,16 @@ int run_cluster(const LaunchConfig& config, const std::vector<std::string>& note
 // A remote agent in a session with `ddprun --hosts` on another host: the hello (environment,
 // working directory) comes first, then the arguments are parsed and checked, "ready" (or why
 // not) goes back, and the workers start when the command says "go".
+// After this agent's end, the hosts it relays (tree fan-out) are waited for: their output and
+// results still come through here.
+void wait_for_subtree(SubtreeRelay& relay, const SessionHello& hello) {
+  const auto started = Clock::now();
+  while (!relay.wait_all_ended(Deadline::after(std::chrono::minutes(1)))) {
+    spdlog::info("waiting for the hosts started from {} to end ({} so far)", hello.host,
+                 format_duration(Clock::now() - started));
+  }
+}
+
 int run_session(const std::vector<std::string>& args) {
   signal(SIGPIPE, SIG_IGN);
   HeadLink link;
@@ -186,8 +201,32 @@ int run_session(const std::vector<std::string>& args) {
     std::fprintf(stderr, "ddprun: %s\n", e.what());
     return kExitUsage;
   }
+  // Tree fan-out: the subtree's agents start now, while this one checks itself.
+  std::optional<SubtreeRelay> relay;
+  if (!hello.subtree.empty()) {
+    relay.emplace(hello, link);
+    link.forward_to([&relay](const std::string& line) { relay->send_all(line); });
+  }
+  // Every report names this host's node: relays pass reports of many hosts along one stream.
+  auto send = [&](const std::string& kind, nlohmann::json body) {
+    body["node"] = hello.node;
+    link.report({kind, std::move(body)}, hello.token);
+  };
+  // The command gives up on the whole job when one host cannot start; the hosts this one
+  // relays still need to hear it (end of input), and the command to hear of their end.
+  auto stand_down = [&] {
+    std::string ignored;
+    if (relay && link.wait_for_go(hello.hangup_timeout, &ignored)) {
+      std::fprintf(stderr, "ddprun@%s: told to start after refusing\n", hello.host.c_str());
+    }
+    if (relay) {
+      relay->close_all();
+      relay->wait_all_ended(Deadline::after(std::chrono::seconds(10)));
+    }
+  };
   auto refuse = [&](const std::string& reason, int code) {
-    link.report({"refused", {{"reason", reason}, {"exit_code", code}}}, hello.token);
+    send("refused", {{"reason", reason}, {"exit_code", code}});
+    stand_down();
     return code;
   };
   if (hello.version != ddprun_version()) {
@@ -211,16 +250,18 @@ int run_session(const std::vector<std::string>& args) {
     return refuse(fmt::format("{}: no such file in {}", config.program, hello.cwd),
                   kExitNotFound);
   }
-  link.report({"ready", {{"nproc_per_node", config.nproc_per_node}, {"pid", getpid()}}},
-              hello.token);
+  send("ready", {{"nproc_per_node", config.nproc_per_node}, {"pid", getpid()}});
   std::string why;
   if (!link.wait_for_go(hello.hangup_timeout, &why)) {
     std::fprintf(stderr, "ddprun@%s: %s: not starting\n", hello.host.c_str(), why.c_str());
+    stand_down();
     return kExitHosts;
   }
   setup_logging("ddprun@" + hello.host, config.log_level);
-  Session session{&link, hello};
-  return run(config, outcome.notes, &session);
+  Session session{&link, hello, relay ? &*relay : nullptr};
+  const int code = run(config, outcome.notes, &session);
+  if (relay) wait_for_subtree(*relay, hello);
+  return code;
 }
 
 // --dry-run: the plan, on stdout; nothing is started and no host is contacted.

@@ -40,6 +40,8 @@ std::vector<std::string> on_hosts(const std::string& hosts, std::vector<std::str
   return args;
 }
 
+std::string fmt_host(int i) { return "127.0.0." + std::to_string(i); }
+
 const std::string kThreeHosts = "127.0.0.1:2,127.0.0.2:1,127.0.0.3:1";
 
 }  // namespace
@@ -203,4 +205,60 @@ TEST_CASE("a hostfile, and an elastic job over the hosts", "[hosts]") {
     ranks.insert(env["RANK"]);
   }
   CHECK(ranks.size() == 3);
+}
+
+TEST_CASE("tree fan-out: ranks across 10 hosts reached through relays", "[hosts][tree]") {
+  TempDir dir;
+  std::string hosts;
+  for (int i = 1; i <= 10; ++i) hosts += (i > 1 ? "," : "") + fmt_host(i);
+  DdprunProcess p(on_hosts(hosts, {"--tree-threshold=2", "--fanout=3", "-x", "FAKE_MODE=env",
+                                   "-x", "FAKE_ENV_DIR=" + dir.path()}));
+  REQUIRE(p.wait(kHang) == 0);
+  for (int rank = 0; rank < 10; ++rank) {
+    auto env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
+    CHECK(env["WORLD_SIZE"] == "10");
+    CHECK(env["GROUP_RANK"] == std::to_string(rank));
+  }
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("3 directly, each of those starting the rest of its group"));
+  CHECK_THAT(out, Contains("Job summary (10 hosts"));
+  CHECK(count_of(out, "succeeded") >= 10);
+}
+
+TEST_CASE("tree fan-out: a host that cannot be reached deep in the tree starts nothing",
+          "[hosts][tree]") {
+  TempDir dir;
+  // Width 2: nodes 0 and 4 are reached directly; 4 (unreachable) would start 5 and 6.
+  DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4,bad.invalid,127.0.0.6,"
+                           "127.0.0.7",
+                           {"--tree-threshold=2", "--fanout=2", "-x",
+                            "FAKE_TOUCH_DIR=" + dir.path()}));
+  CHECK(p.wait(kHang) == 123);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("3 of 7 host(s) failed the checks, nothing was started"));
+  CHECK_THAT(out, Contains("bad.invalid  node 4: cannot connect"));
+  CHECK_THAT(out, Contains("node 5: not reached: bad.invalid (node 4), which starts it, failed"));
+  CHECK_FALSE(file_exists(dir.file("started_0_0")));
+}
+
+TEST_CASE("tree fan-out: SIGINT and SIGKILL of the command leave nothing", "[hosts][tree]") {
+  for (int signal : {SIGINT, SIGKILL}) {
+    INFO("signal " << signal);
+    TempDir dir;
+    auto pid_file = dir.file("pids");
+    DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5",
+                             {"--tree-threshold=2", "--fanout=2", "-x", "FAKE_MODE=grandchild",
+                              "-x", "FAKE_PID_FILE=" + pid_file, "--shutdown-timeout=2",
+                              "--hangup-timeout=2"}));
+    REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 10; }, kHang));
+    kill(p.pid(), signal);
+    CHECK(p.wait(kHang) == 128 + signal);
+    auto pids = read_lines(pid_file);
+    CHECK(wait_until([&] {
+            for (const auto& pid : pids) {
+              if (process_alive(std::stoi(pid))) return false;
+            }
+            return true;
+          }, kHang));
+  }
 }

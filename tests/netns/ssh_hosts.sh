@@ -13,7 +13,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cluster="$here/scripts/netns-cluster.sh"
 self="$here/tests/netns/ssh_hosts.sh"
-checks=(env_and_ranks exit_code_from_host sigint sigint_to_process_group sigkill
+checks=(env_and_ranks tree_fanout exit_code_from_host sigint sigint_to_process_group sigkill
   hangup_after_cut unreachable_hosts output_lines)
 if [[ -n ${SSH_HOSTS_CHECKS:-} ]]; then read -ra checks <<<"$SSH_HOSTS_CHECKS"; fi
 
@@ -195,6 +195,26 @@ check_env_and_ranks() {
       fail "no $out.touch/started_${r}_0: rank $r did not run in the command's working directory"
   done
   echo "ok: workers on every host run in the command's working directory"
+}
+
+# a') Tree fan-out (--tree-threshold=2 --fanout=2): the command reaches nodes 2 and 4 itself, and
+#     node 2's agent starts node 3's over ssh from inside node 2; the job is the same.
+check_tree_fanout() {
+  mkdir -p "$out.env"
+  launch --hosts="$hosts" --master-port=29509 --tree-threshold=2 --fanout=2 -x FAKE_MODE=env \
+    -x FAKE_ENV_DIR="$out.env"
+  finish 120
+  [[ $status -eq 0 ]] || fail "exit code $status, expected 0"
+  grep -q "2 directly, each of those starting the rest of its group" "$out.err" ||
+    fail "the command did not use the tree"
+  local r
+  for r in 0 1 2 3; do
+    [[ $(envval "$out.env/env_$r.txt" WORLD_SIZE) == 4 ]] || fail "rank $r: WORLD_SIZE is not 4"
+    [[ $(envval "$out.env/env_$r.txt" RANK) == "$r" ]] || fail "rank $r: wrong RANK"
+  done
+  grep -q "^\[$NODE_3_ADDR:2\]:" "$out.out" 2>/dev/null ||
+    grep -q "ddprun@$NODE_3_ADDR" "$out.err" || fail "no output from node 3 reached the command"
+  echo "ok: tree fan-out: node 3's agent started by node 2's over ssh, 4 ranks, exit 0"
 }
 
 # b) A worker's exit code on the last host is the command's, and the root cause names that host.

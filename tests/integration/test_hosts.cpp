@@ -154,12 +154,7 @@ TEST_CASE("SIGKILL of the command leaves nothing on any host", "[hosts]") {
   kill(p.pid(), SIGKILL);
   CHECK(p.wait(10s) == 128 + SIGKILL);
   auto pids = read_lines(pid_file);
-  CHECK(wait_until([&] {
-          for (const auto& pid : pids) {
-            if (process_alive(std::stoi(pid))) return false;
-          }
-          return true;
-        }, kHang));
+  CHECK(wait_until_dead(pids, kHang));
 }
 
 TEST_CASE("forwarded values never appear on a command line", "[hosts]") {
@@ -254,11 +249,6 @@ TEST_CASE("tree fan-out: SIGINT and SIGKILL of the command leave nothing", "[hos
     kill(p.pid(), signal);
     CHECK(p.wait(kHang) == 128 + signal);
     auto pids = read_lines(pid_file);
-    CHECK(wait_until([&] {
-            for (const auto& pid : pids) {
-              if (process_alive(std::stoi(pid))) return false;
-            }
-            return true;
-          }, kHang));
+    CHECK(wait_until_dead(pids, kHang));
   }
 }

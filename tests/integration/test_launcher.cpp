@@ -227,12 +227,7 @@ TEST_CASE("ddprun: SIGKILL of the agent leaves no worker or grandchild alive", "
   CHECK(p.wait(10s) == 128 + SIGKILL);
   auto pids = read_lines(pid_file);
   // The issue asks for "after a second"; the bound here only catches a hang.
-  CHECK(wait_until([&] {
-          for (const auto& pid : pids) {
-            if (process_alive(std::stoi(pid))) return false;
-          }
-          return true;
-        }, 10s));
+  CHECK(wait_until_dead(pids, 10s));
 }
 
 TEST_CASE("ddprun: bad command lines exit 2 at once and start nothing", "[launcher]") {

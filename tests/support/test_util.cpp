@@ -103,6 +103,17 @@ bool process_alive(pid_t pid) {
   return close != std::string::npos && close + 2 < content.size() && content[close + 2] != 'Z';
 }
 
+bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::milliseconds timeout) {
+  return wait_until(
+      [&] {
+        for (const auto& pid : pids) {
+          if (process_alive(std::stoi(pid))) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
 std::uint16_t free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

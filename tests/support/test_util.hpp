@@ -36,6 +36,8 @@ pid_t spawn(const std::vector<std::string>& argv);
 int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 // True when a process with this pid exists (and is not a zombie).
 bool process_alive(pid_t pid);
+// Waits until none of these pids (decimal text, as pid files hold them) is alive.
+bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::milliseconds timeout);
 // A TCP port that was free on 127.0.0.1 a moment ago.
 std::uint16_t free_port();
 

@@ -4,7 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -142,4 +146,58 @@ TEST_CASE("errors: a program that cannot run exits 127 or 126 and says why in wo
     p.wait(kHang);
     CHECK_THAT(p.output(), !Contains(internal));
   }
+}
+
+// Runtime failures, as a table: each exits with its documented code and one message that says
+// what failed, where (address, node), and how long it waited, in the user's words.
+TEST_CASE("errors: rendezvous and store failures say what, where and how long", "[errors]") {
+  // A port with a listener that is not ddprun's, for "address in use".
+  const auto busy = free_port();
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(busy);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  const auto closed = std::to_string(free_port());  // nobody listens there
+
+  struct Case {
+    std::string what;
+    std::vector<std::string> flags;
+    int code;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases{
+      {"node 0 alone times out, naming the missing node and the time",
+       {"--nnodes=2", port_arg(free_port()), "--rdzv-conf=join_timeout=1"},
+       124,
+       {"rendezvous timed out", "1s", "[1]"}},
+      {"node 1 cannot reach node 0's store",
+       {"--nnodes=2", "--node-rank=1", "--master-port=" + closed, "--rdzv-conf=join_timeout=1"},
+       124,
+       {"127.0.0.1:" + closed}},
+      {"the store's port is taken by another program",
+       {"--nnodes=2", "--master-port=" + std::to_string(busy), "--rdzv-conf=join_timeout=2"},
+       124,
+       {"127.0.0.1:" + std::to_string(busy)}},
+      {"an elastic agent cannot reach the rendezvous endpoint",
+       {"--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + closed,
+        "--rdzv-conf=is_host=0,join_timeout=1"},
+       124,
+       {"127.0.0.1:" + closed}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    DdprunProcess p(fake(c.flags));
+    CHECK(p.wait(kHang) == c.code);
+    const auto out = p.output();
+    INFO(out);
+    for (const auto& needle : c.needles) CHECK_THAT(out, Contains(needle));
+    for (const char* internal : {"boost", "asio", "std::", "[system:", "what()", "CLI11",
+                                 "nlohmann", "basic_string", "default_launcher", "internal error"}) {
+      CHECK_THAT(out, !Contains(internal, Catch::CaseSensitive::No));
+    }
+  }
+  ::close(listener);
 }

@@ -47,7 +47,7 @@ class TempFile {
 
 }  // namespace
 
-TEST_CASE("--hosts: names, addresses and slots", "[cluster][hosts]") {
+TEST_CASE("host list: names, addresses and slots", "[cluster][hosts]") {
   CHECK(parse_hosts("gpu01", "--hosts") == Hosts{host("gpu01")});
   CHECK(parse_hosts("10.0.0.1:2,10.0.0.2,[::1]:4", "--hosts") ==
         Hosts{host("10.0.0.1", 2), host("10.0.0.2"), host("::1", 4)});
@@ -59,11 +59,11 @@ TEST_CASE("--hosts: names, addresses and slots", "[cluster][hosts]") {
   CHECK(parse_hosts("a:1000000", "--hosts") == Hosts{host("a", 1'000'000)});
 }
 
-TEST_CASE("--hosts keeps the order, which is the node ranks' order", "[cluster][hosts]") {
+TEST_CASE("host list: the order is kept, which is the node ranks' order", "[cluster][hosts]") {
   CHECK(parse_hosts("c,a,b", "--hosts") == Hosts{host("c"), host("a"), host("b")});
 }
 
-TEST_CASE("--hosts: empty entries", "[cluster][hosts]") {
+TEST_CASE("host list: empty entries", "[cluster][hosts]") {
   CHECK_THROWS_MATCHES(parse_hosts("a,,b", "--hosts"), ConfigError,
                        Message("--hosts=a,,b: empty host entry (item 2)"));
   CHECK_THROWS_MATCHES(parse_hosts("a,b,", "--hosts"), ConfigError,
@@ -77,7 +77,7 @@ TEST_CASE("--hosts: empty entries", "[cluster][hosts]") {
                        Message("--hosts=  : no host given"));
 }
 
-TEST_CASE("--hosts: slot counts", "[cluster][hosts]") {
+TEST_CASE("host list: slot counts", "[cluster][hosts]") {
   CHECK_THROWS_MATCHES(parse_hosts("a:0", "--hosts"), ConfigError,
                        Message("--hosts=a:0: slots must be an integer >= 1 (item 1: a:0)"));
   CHECK_THROWS_MATCHES(parse_hosts("a,b:", "--hosts"), ConfigError,
@@ -100,7 +100,7 @@ TEST_CASE("--hosts: slot counts", "[cluster][hosts]") {
                        Message("--hosts=[::1]:0: slots must be an integer >= 1 (item 1: [::1]:0)"));
 }
 
-TEST_CASE("--hosts: bad host names", "[cluster][hosts]") {
+TEST_CASE("host list: bad host names", "[cluster][hosts]") {
   CHECK_THROWS_MATCHES(parse_hosts(":2", "--hosts"), ConfigError,
                        Message("--hosts=:2: empty host name (item 1: :2)"));
   CHECK_THROWS_MATCHES(parse_hosts("a,-oProxyCommand=x", "--hosts"), ConfigError,
@@ -130,7 +130,7 @@ TEST_CASE("--hosts: bad host names", "[cluster][hosts]") {
       Message("--hosts=10.0.1:2: '10.0.1' is not a valid IPv4 address (item 1: 10.0.1:2)"));
 }
 
-TEST_CASE("--hosts: IPv6 addresses need brackets", "[cluster][hosts]") {
+TEST_CASE("host list: IPv6 addresses need brackets", "[cluster][hosts]") {
   const std::string brackets =
       "more than one ':'; write an IPv6 address in brackets, as in [::1] or [::1]:2";
   CHECK_THROWS_MATCHES(parse_hosts("::1", "--hosts"), ConfigError,
@@ -154,7 +154,7 @@ TEST_CASE("--hosts: IPv6 addresses need brackets", "[cluster][hosts]") {
                                "(item 1: [fe80::1%])"));
 }
 
-TEST_CASE("--hosts: a host listed twice", "[cluster][hosts]") {
+TEST_CASE("host list: a host listed twice", "[cluster][hosts]") {
   CHECK_THROWS_MATCHES(parse_hosts("a,a", "--hosts"), ConfigError,
                        Message("--hosts=a,a: host a is listed twice (items 1 and 2)"));
   CHECK_THROWS_MATCHES(parse_hosts("a:2,b,a:4", "--hosts"), ConfigError,

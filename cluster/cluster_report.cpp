@@ -89,8 +89,8 @@ std::string format_check_failures(const ClusterResult& r) {
     if (!h.problem.empty()) ++failing;
     width = std::max(width, h.spec.host.size());
   }
-  std::string out = fmt::format("ddprun: cannot start the job: {} of {} host(s) failed the "
-                                "checks, nothing was started:\n",
+  std::string out = fmt::format("ddprun: cannot start the job: {} of {} host(s) could not be "
+                                "started or failed their checks; nothing was started:\n",
                                 failing, r.hosts.size());
   for (const auto& h : r.hosts) {
     if (h.problem.empty()) continue;

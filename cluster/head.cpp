@@ -129,6 +129,7 @@ struct ClusterHead::Impl {
     hello.cwd = cwd;
     hello.env = forwarded;
     hello.hangup_timeout = cluster.hangup_timeout;
+    hello.connect_timeout = cluster.connect_timeout;
     return hello;
   }
 
@@ -194,6 +195,11 @@ struct ClusterHead::Impl {
                                                             h.stderr_tail.end()},
                                                      remote_ddprun)
                                   : lost);
+    } else if (h.ready && phase == Phase::kChecking) {
+      // Ready, then gone before the start: the job cannot start with it.
+      const std::string last = h.stderr_tail.empty() ? std::string() : ": " + h.stderr_tail.back();
+      h.problem = fmt::format("ready, then ended before the start (exit code {}){}", code, last);
+      check_all_answered();
     } else if (h.ready && !h.result && phase != Phase::kAborting && h.problem.empty()) {
       h.problem = !lost.empty()  ? lost
                   : code == 255 ? "lost the connection (the remote shell exited 255)"

@@ -45,7 +45,8 @@ std::string encode_hello(const SessionHello& h) {
               {"host", h.host},         {"node", h.node},         {"subtree", h.subtree},
               {"remote_ddprun", h.remote_ddprun},
               {"cwd", h.cwd},           {"env", h.env},
-              {"hangup_timeout_ms", h.hangup_timeout.count()}}
+              {"hangup_timeout_ms", h.hangup_timeout.count()},
+              {"connect_timeout_ms", h.connect_timeout.count()}}
       .dump();
 }
 
@@ -68,6 +69,7 @@ SessionHello decode_hello(std::string_view line) {
     h.cwd = j.at("cwd").get<std::string>();
     h.env = j.at("env").get<std::map<std::string, std::string>>();
     h.hangup_timeout = std::chrono::milliseconds(j.at("hangup_timeout_ms").get<long long>());
+    h.connect_timeout = std::chrono::milliseconds(j.at("connect_timeout_ms").get<long long>());
   } catch (const json::exception& e) {
     throw Error(fmt::format("malformed session hello ({} bytes): {}", line.size(), e.what()));
   }

@@ -39,6 +39,9 @@ struct SessionHello {
   std::string cwd;      // the head's working directory, the workers' too
   std::map<std::string, std::string> env;  // set before the arguments are parsed
   std::chrono::milliseconds hangup_timeout{10'000};
+  // Until "go" the agent waits this long in silence: the command may be busy opening other
+  // hosts' connections (and not pinging) for up to its --connect-timeout.
+  std::chrono::milliseconds connect_timeout{30'000};
 };
 
 std::string encode_hello(const SessionHello& hello);  // one line, without '\n'

@@ -110,7 +110,7 @@ TEST_CASE("an unreachable host is reported before anything starts", "[hosts]") {
                            {"-x", "FAKE_TOUCH_DIR=" + dir.path()}));
   CHECK(p.wait(kHang) == 123);
   const auto out = p.output();
-  CHECK_THAT(out, Contains("1 of 3 host(s) failed the checks, nothing was started"));
+  CHECK_THAT(out, Contains("1 of 3 host(s) could not be started or failed their checks; nothing was started"));
   CHECK_THAT(out, Contains("unreachable.invalid  node 1: cannot connect: ssh: Could not resolve"));
   CHECK(count_of(out, "node ") == 1);  // one line: the failing host's
   CHECK_FALSE(file_exists(dir.file("started_0_0")));
@@ -230,7 +230,7 @@ TEST_CASE("tree fan-out: a host that cannot be reached deep in the tree starts n
                             "FAKE_TOUCH_DIR=" + dir.path()}));
   CHECK(p.wait(kHang) == 123);
   const auto out = p.output();
-  CHECK_THAT(out, Contains("3 of 7 host(s) failed the checks, nothing was started"));
+  CHECK_THAT(out, Contains("3 of 7 host(s) could not be started or failed their checks; nothing was started"));
   CHECK_THAT(out, Contains("bad.invalid  node 4: cannot connect"));
   CHECK_THAT(out, Contains("node 5: not reached: bad.invalid (node 4), which starts it, failed"));
   CHECK_FALSE(file_exists(dir.file("started_0_0")));

@@ -1,7 +1,6 @@
 #include "agent/posix_process_runner.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/child_setup.hpp"
 #include "agent/line_splitter.hpp"
 #include "agent/orphan_guard.hpp"
 #include "agent/program_check.hpp"
@@ -52,15 +52,8 @@ struct WorkerExecSetup {
       (void)!write(guard_fd, buf + n, sizeof(buf) - static_cast<std::size_t>(n));
     }
     // Dies with the agent's runner thread (which outlives every worker it started).
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(128 + SIGKILL);  // the agent died before prctl took effect
-    // Signal masks and ignored dispositions survive exec: give the worker a clean slate.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) {
-      signal(s, SIG_DFL);
-    }
+    die_with(parent);
+    reset_signals_for_exec();
     return {};
   }
 };

@@ -7,17 +7,15 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
+#include "common/deadline.hpp"
 #include "common/exit_codes.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 namespace ddprun {
 
 namespace {
 
 using nlohmann::json;
-
-std::string seconds_text(double s) {
-  return s < 10 ? fmt::format("{:.2f}s", s) : fmt::format("{:.0f}s", s);
-}
 
 // The host whose result carries the job's root cause: the earliest failure in time.
 const HostOutcome* root_cause_host(const ClusterResult& r) {
@@ -39,15 +37,15 @@ const HostOutcome* root_cause_host(const ClusterResult& r) {
 int result_code(const HostOutcome& h) { return h.result ? h.result->value("exit_code", 0) : -1; }
 
 // "0..1 of 4" from an agent summary's last attempt.
-std::string ranks_text(const json& summary) {
+std::string last_ranks_text(const json& summary) {
   const auto& attempts = summary.value("attempts", json::array());
   if (attempts.empty()) return "-";
   const auto& a = attempts.back();
-  const int base = a.value("base_rank", 0);
-  const int local = a.value("local_world_size", 0);
-  const int world = a.value("world_size", 0);
-  return local == 1 ? fmt::format("{} of {}", base, world)
-                    : fmt::format("{}..{} of {}", base, base + local - 1, world);
+  NodeRanks ranks;
+  ranks.base_rank = a.value("base_rank", 0);
+  ranks.local_world_size = a.value("local_world_size", 0);
+  ranks.world_size = a.value("world_size", 0);
+  return ranks_text(ranks);
 }
 
 std::string ended_text(const HostOutcome& h) {
@@ -104,7 +102,7 @@ std::string format_cluster_summary(const ClusterResult& r) {
   std::size_t host_width = 4;
   std::size_t rank_width = 5;
   for (const auto& h : r.hosts) {
-    ranks.push_back(h.result ? ranks_text(*h.result) : std::string("-"));
+    ranks.push_back(h.result ? last_ranks_text(*h.result) : std::string("-"));
     host_width = std::max(host_width, h.spec.host.size());
     rank_width = std::max(rank_width, ranks.back().size());
   }
@@ -118,7 +116,7 @@ std::string format_cluster_summary(const ClusterResult& r) {
     const auto& h = r.hosts[i];
     const auto attempts =
         h.result ? std::to_string(h.result->value("attempts", json::array()).size()) : "-";
-    const auto time = h.result ? seconds_text(h.result->value("seconds", 0.0)) : "-";
+    const auto time = h.result ? format_elapsed(h.result->value("seconds", 0.0)) : "-";
     out += fmt::format("  {:<4}  {:<{}}  {:<{}}  {:>8}  {:>7}  {}\n", h.node, h.spec.host,
                        host_width, ranks[i], rank_width, attempts, time, ended_text(h));
     if (h.result) {
@@ -128,7 +126,7 @@ std::string format_cluster_summary(const ClusterResult& r) {
     }
   }
   out += fmt::format("  restarts {} of {}, membership changes {}, total {}\n", restarts,
-                     max_restarts, changes, seconds_text(r.seconds));
+                     max_restarts, changes, format_elapsed(r.seconds));
   return out;
 }
 

@@ -214,10 +214,7 @@ struct ClusterHead::Impl {
   // Hosts below a relay whose connection ended: nobody can tell them anything any more (their
   // agents notice the silence and stop).
   void lose_subtree(const TreeEntry& relay, const std::string& why) {
-    for (const auto& child : relay.subtree) {
-      ended(child.node, 255, why);
-      lose_subtree(child, why);
-    }
+    for_each_below(relay, [&](const TreeEntry& host) { ended(host.node, 255, why); });
   }
 
   void on_session_ended(std::size_t t, int code) {

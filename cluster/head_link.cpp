@@ -83,8 +83,10 @@ bool HeadLink::wait_for_go(std::chrono::milliseconds silence, std::string* why) 
   for (;;) {
     switch (next_line(Deadline::after(silence), &line)) {
       case Got::kLine:
-        if (forward_ && decode_control(line)) forward_(line);
-        if (auto c = decode_control(line); c && c->kind == Control::Kind::kGo) return true;
+        if (auto c = decode_control(line)) {
+          if (forward_) forward_(line);
+          if (c->kind == Control::Kind::kGo) return true;
+        }
         continue;  // pings
       case Got::kEnd:
         *why = "the command ended the session before the start";

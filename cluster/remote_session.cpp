@@ -1,7 +1,6 @@
 #include "cluster/remote_session.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <array>
@@ -10,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/boost_process.hpp"
+#include "agent/child_setup.hpp"
 #include "agent/line_splitter.hpp"
 #include "agent/worker_output.hpp"
 #include "common/error.hpp"
@@ -31,12 +31,8 @@ struct SessionExecSetup {
   template <typename Launcher>
   bp::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
     setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(128 + SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) signal(s, SIG_DFL);
+    die_with(parent);
+    reset_signals_for_exec();
     return {};
   }
 };

@@ -94,10 +94,7 @@ struct SubtreeRelay::Impl {
   }
 
   void lose(const TreeEntry& relay, const std::string& why) {
-    for (const auto& child : relay.subtree) {
-      send_ended(child.node, 255, {}, why);
-      lose(child, why);
-    }
+    for_each_below(relay, [&](const TreeEntry& host) { send_ended(host.node, 255, {}, why); });
   }
 
   void on_ended(std::size_t i, int code) {

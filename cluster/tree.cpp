@@ -25,6 +25,13 @@ std::vector<TreeEntry> plan_tree(std::vector<TreeEntry> hosts, int width) {
   return top;
 }
 
+void for_each_below(const TreeEntry& entry, const std::function<void(const TreeEntry&)>& fn) {
+  for (const auto& child : entry.subtree) {
+    fn(child);
+    for_each_below(child, fn);
+  }
+}
+
 std::size_t tree_size(const std::vector<TreeEntry>& entries) {
   std::size_t n = 0;
   for (const auto& e : entries) n += 1 + tree_size(e.subtree);

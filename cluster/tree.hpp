@@ -4,6 +4,7 @@
 // than `width` remote-shell connections. Pure planning over the host list; the agents carry it
 // out (cluster/subtree_relay.hpp).
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct TreeEntry {
 // contiguous groups of nearly equal size, whose first host starts the rest of its group, split
 // the same way. Every host appears exactly once; the depth is about log_width(N).
 std::vector<TreeEntry> plan_tree(std::vector<TreeEntry> hosts, int width);
+
+// Calls `fn` for every host below `entry` (its subtree, and theirs), depth first.
+void for_each_below(const TreeEntry& entry, const std::function<void(const TreeEntry&)>& fn);
 
 // The number of hosts in the entries and all their subtrees.
 std::size_t tree_size(const std::vector<TreeEntry>& entries);

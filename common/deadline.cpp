@@ -20,4 +20,8 @@ std::string format_duration(Clock::duration d) {
   return fmt::format("{:.3f}s", static_cast<double>(ms) / 1000.0);
 }
 
+std::string format_elapsed(double seconds) {
+  return seconds < 10 ? fmt::format("{:.2f}s", seconds) : fmt::format("{:.0f}s", seconds);
+}
+
 }  // namespace ddprun

@@ -29,5 +29,7 @@ class Deadline {
 
 // Seconds as a readable string: "0.250s", "30s".
 std::string format_duration(Clock::duration d);
+// An elapsed time for summaries: "7.21s" below ten seconds, "53s" from there.
+std::string format_elapsed(double seconds);
 
 }  // namespace ddprun

@@ -42,6 +42,12 @@ std::string shell_quote(std::string_view arg) {
   return out + "'";
 }
 
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& arg : argv) out += (out.empty() ? "" : " ") + shell_quote(arg);
+  return out;
+}
+
 std::vector<std::string> split_words(std::string_view text, std::string_view what) {
   std::vector<std::string> words;
   std::string word;

@@ -14,6 +14,8 @@ std::string_view trim(std::string_view text);
 // An argument as a POSIX shell needs it written: as it is when it has only safe characters,
 // else in single quotes ('it'\''s' for an embedded quote).
 std::string shell_quote(std::string_view arg);
+// A command line as a shell would need it typed: the arguments quoted, joined by spaces.
+std::string shell_join(const std::vector<std::string>& argv);
 // Words as a POSIX shell splits them: whitespace separates, '...' and "..." group (backslash
 // escapes inside "..." and outside quotes). No expansion. Throws ConfigError naming `what` for
 // an unterminated quote.

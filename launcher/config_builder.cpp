@@ -311,10 +311,12 @@ void build_workers_and_output(const Options& options,
   }
 }
 
-// Flags that only the command reads, or that it sets per host, when it starts the agents.
-constexpr std::string_view kClusterOnly[] = {"hosts", "hostfile", "ssh-command", "remote-ddprun",
-                                             "connect-timeout", "hangup-timeout", "fanout",
-                                             "tree-threshold", "dry-run"};
+// Flags that mean something only with --hosts or --hostfile, and only to the command.
+constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "connect-timeout",
+                                           "hangup-timeout", "fanout",        "tree-threshold"};
+// The command's own besides those: never passed on to the agents.
+constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run"};
+// Flags the command sets for each host itself.
 constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
                                             "master-port", "rdzv-endpoint", "rdzv-id",
                                             "local-addr",  "nproc-per-node", "standalone"};
@@ -405,7 +407,8 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
   // Flags from the command line that mean the same on every host travel as they are; PET_*
   // travel in the forwarded environment.
   for (const auto& [key, value] : raw) {
-    if (!value.from_command_line || is_one_of(key, kClusterOnly) || is_one_of(key, kSetPerHost)) {
+    if (!value.from_command_line || is_one_of(key, kNeedHosts) || is_one_of(key, kCommandOnly) ||
+        is_one_of(key, kSetPerHost)) {
       continue;
     }
     cluster.agent_flags.push_back(fmt::format("--{}={}", key, value.text));
@@ -427,8 +430,7 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   BuiltConfig out;
   const bool cluster = raw_options.contains("hosts") || raw_options.contains("hostfile");
   if (!cluster) {
-    for (const char* key : {"ssh-command", "remote-ddprun", "connect-timeout", "hangup-timeout",
-                            "fanout", "tree-threshold"}) {
+    for (auto key : kNeedHosts) {
       auto it = raw_options.find(key);
       if (it != raw_options.end() && it->second.from_command_line) {
         throw ConfigError(fmt::format("{} needs --hosts or --hostfile", it->second.label));

@@ -53,9 +53,7 @@ std::string describe(const LaunchConfig& config) {
   rows.emplace_back("max restarts", fmt::format("{}", config.max_restarts));
   rows.emplace_back("shutdown timeout", seconds_text(config.shutdown_timeout));
   rows.emplace_back("log dir", log_dir_text(config));
-  std::string program;
-  for (const auto& arg : config.argv) program += (program.empty() ? "" : " ") + shell_quote(arg);
-  rows.emplace_back("program", program);
+  rows.emplace_back("program", shell_join(config.argv));
 
   std::size_t width = 0;
   for (const auto& row : rows) width = std::max(width, row.first.size());

@@ -7,21 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
+#include "common/deadline.hpp"
 #include "common/exit_codes.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 namespace ddprun {
-
-namespace {
-
-std::string ranks_text(const NodeRanks& r) {
-  const int last = r.base_rank + r.local_world_size - 1;
-  return r.local_world_size == 1 ? fmt::format("{} of {}", r.base_rank, r.world_size)
-                                 : fmt::format("{}..{} of {}", r.base_rank, last, r.world_size);
-}
-
-std::string seconds_text(double s) { return s < 10 ? fmt::format("{:.2f}s", s) : fmt::format("{:.0f}s", s); }
-
-}  // namespace
 
 int exit_code_of(const RunResult& r) {
   switch (r.end) {
@@ -58,12 +48,12 @@ std::string format_summary(const RunResult& r) {
     for (std::size_t i = 0; i < r.attempts.size(); ++i) {
       const auto& a = r.attempts[i];
       out += fmt::format("  {:<7} {:<8} {:<{}} {:<5} {:>7}  {}\n", a.round, a.restart_count,
-                         ranks[i], width, a.ranks.group_world_size, seconds_text(a.seconds),
+                         ranks[i], width, a.ranks.group_world_size, format_elapsed(a.seconds),
                          a.ended);
     }
   }
   out += fmt::format("  restarts {} of {}, membership changes {}, total {}\n", r.restarts,
-                     r.max_restarts, r.membership_changes, seconds_text(r.seconds));
+                     r.max_restarts, r.membership_changes, format_elapsed(r.seconds));
   return out;
 }
 

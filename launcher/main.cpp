@@ -62,6 +62,18 @@ std::string make_log_dir(const LaunchConfig& config) {
   return dir.string();
 }
 
+// The signals passed on to the workers (--signals-to-handle, else torchrun's four).
+std::vector<int> handled_signals(const LaunchConfig& config) {
+  return config.signals_to_handle.empty() ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
+                                          : config.signals_to_handle;
+}
+
+// Whether the worker program can run here, looked up on this process's PATH.
+ProgramCheck check_worker_program(const LaunchConfig& config) {
+  const char* path = std::getenv("PATH");
+  return check_program(config.argv.at(0), path ? path : "");
+}
+
 // The agent's side of a session with `ddprun --hosts` (nullptr when started by hand).
 struct Session {
   HeadLink* link;
@@ -76,9 +88,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   OrphanGuard guard;
   signal(SIGPIPE, SIG_IGN);
   raise_open_files_limit();
-  SignalForwarder signals(config.signals_to_handle.empty()
-                              ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
-                              : config.signals_to_handle);
+  SignalForwarder signals(handled_signals(config));
   if (session != nullptr) {
     session->link->watch(session->hello.hangup_timeout, [session](const std::string& why) {
       spdlog::warn("{}: stopping the workers", why);
@@ -103,8 +113,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   // the rendezvous, so that the other nodes learn of it at once instead of waiting for a node
   // that left.)
   if (config.is_static() && config.max_nodes == 1) {
-    const char* path = std::getenv("PATH");
-    auto check = check_program(config.argv.at(0), path ? path : "");
+    auto check = check_worker_program(config);
     if (check.exit_code != 0) {
       std::fprintf(stderr, "ddprun: %s\n", check.message.c_str());
       return check.exit_code;
@@ -166,9 +175,7 @@ std::string this_executable() {
 int run_cluster(const LaunchConfig& config, const std::vector<std::string>& notes) {
   signal(SIGPIPE, SIG_IGN);
   raise_open_files_limit();
-  SignalForwarder signals(config.signals_to_handle.empty()
-                              ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
-                              : config.signals_to_handle);
+  SignalForwarder signals(handled_signals(config));
   for (const auto& note : notes) spdlog::info("{}", note);
   ClusterHead head(config, current_environment(), this_executable(), fs::current_path().string());
   signals.attach([&head](int signo) { head.on_signal(signo); });
@@ -243,8 +250,7 @@ int run_session(const std::vector<std::string>& args) {
   auto outcome = parse_command_line(args, current_environment());
   if (!outcome.config) return refuse(outcome.message, outcome.exit_code);
   const LaunchConfig& config = *outcome.config;
-  const char* path = std::getenv("PATH");
-  auto check = check_program(config.argv.at(0), path ? path : "");
+  auto check = check_worker_program(config);
   if (check.exit_code != 0) return refuse(check.message, check.exit_code);
   if (!config.no_python && !config.module && !fs::exists(config.program)) {
     return refuse(fmt::format("{}: no such file in {}", config.program, hello.cwd),

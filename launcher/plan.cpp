@@ -19,12 +19,6 @@ using nlohmann::json;
 constexpr const char* kPortNote = "a free port on the master, chosen for each attempt";
 constexpr const char* kErrorFileNote = "a file under the log directory, per attempt";
 
-std::string joined_command(const std::vector<std::string>& argv) {
-  std::string out;
-  for (const auto& arg : argv) out += (out.empty() ? "" : " ") + shell_quote(arg);
-  return out;
-}
-
 std::string nnodes_text(const LaunchConfig& c) {
   return c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
                                     : fmt::format("{}:{}", c.min_nodes, c.max_nodes);
@@ -145,7 +139,7 @@ std::string format_plan(const json& plan) {
                                        r["master_port"].get<int>()),
                      r["run_id"].get<std::string>());
   out += fmt::format("  program      {}{}\n",
-                     joined_command(plan["program"].get<std::vector<std::string>>()),
+                     shell_join(plan["program"].get<std::vector<std::string>>()),
                      plan.contains("interpreter") && !plan["interpreter"].is_null()
                          ? fmt::format(" (with {} -u, or $PYTHON_EXEC, on each host)",
                                        plan["interpreter"].get<std::string>())
@@ -162,17 +156,18 @@ std::string format_plan(const json& plan) {
                                                   : std::to_string(n["workers"].get<int>());
     std::string ranks = "decided at the rendezvous";
     if (n.contains("ranks")) {
-      const int first = n["ranks"][0];
-      const int last = n["ranks"][1];
-      ranks = first == last ? fmt::format("{} of {}", first, n["world_size"].get<int>())
-                            : fmt::format("{}..{} of {}", first, last, n["world_size"].get<int>());
+      NodeRanks node_ranks;
+      node_ranks.base_rank = n["ranks"][0];
+      node_ranks.local_world_size = n["ranks"][1].get<int>() - node_ranks.base_rank + 1;
+      node_ranks.world_size = n["world_size"];
+      ranks = ranks_text(node_ranks);
     }
     out += fmt::format("  {:<4}  {:<{}}  {:<7}  {}\n", node, host, host_width, workers, ranks);
   }
   for (const auto& n : plan["nodes"]) {
     if (!n.contains("command")) continue;
     out += fmt::format("  command for node {}: {}\n", n["node"].get<int>(),
-                       joined_command(n["command"].get<std::vector<std::string>>()));
+                       shell_join(n["command"].get<std::vector<std::string>>()));
   }
   if (plan.contains("forwarded_env")) {
     out += fmt::format("  forwarded to every host (values not shown): {}\n",

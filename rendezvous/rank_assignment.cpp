@@ -6,6 +6,12 @@
 
 namespace ddprun {
 
+std::string ranks_text(const NodeRanks& r) {
+  const int last = r.base_rank + r.local_world_size - 1;
+  return r.local_world_size == 1 ? fmt::format("{} of {}", r.base_rank, r.world_size)
+                                 : fmt::format("{}..{} of {}", r.base_rank, last, r.world_size);
+}
+
 std::vector<NodeRanks> assign_all_ranks(const std::vector<int>& local_sizes) {
   const int nodes = static_cast<int>(local_sizes.size());
   std::vector<NodeRanks> out(local_sizes.size());

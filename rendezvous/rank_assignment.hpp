@@ -2,6 +2,7 @@
 // Rank assignment: a pure function over what every node published. Nodes may run different
 // numbers of workers; global ranks are prefix sums of the local world sizes in node-rank order.
 
+#include <string>
 #include <vector>
 
 namespace ddprun {
@@ -15,6 +16,9 @@ struct NodeRanks {
 
   int global_rank(int local_rank) const { return base_rank + local_rank; }
 };
+
+// "2 of 4" for one worker, "0..1 of 4" for several: the ranks as the summaries and plans show them.
+std::string ranks_text(const NodeRanks& ranks);
 
 // `local_sizes[g]` is node g's worker count. Throws ConfigError if a size is not positive.
 std::vector<NodeRanks> assign_all_ranks(const std::vector<int>& local_sizes);

@@ -247,7 +247,9 @@ TEST_CASE("tree fan-out: SIGINT and SIGKILL of the command leave nothing", "[hos
                               "--hangup-timeout=2"}));
     REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 10; }, kHang));
     kill(p.pid(), signal);
-    CHECK(p.wait(kHang) == 128 + signal);
+    const int code = p.wait(kHang);
+    INFO("output:\n" << p.output());
+    CHECK(code == 128 + signal);
     auto pids = read_lines(pid_file);
     CHECK(wait_until_dead(pids, kHang));
   }

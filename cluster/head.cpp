@@ -12,6 +12,7 @@
 #include "cluster/remote_session.hpp"
 #include "cluster/session_protocol.hpp"
 #include "cluster/tree.hpp"
+#include "rendezvous/store_auth.hpp"
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
@@ -40,6 +41,10 @@ struct ClusterHead::Impl {
         remote_ddprun(cluster.remote_ddprun.empty() ? std::move(self) : cluster.remote_ddprun),
         token(random_token()), connect_timer(io), ping_timer(io), stop_timer(io) {
     forwarded = forwarded_environment(env, cluster.forward);
+    // The store's secret travels in the hello (never on a command line): the user's, or a
+    // fresh one for this job.
+    forwarded[store::kTokenEnv] =
+        config.store_secret.empty() ? store::random_secret() : config.store_secret;
     result.elastic = !config.is_static();
     result.run_id = config.rdzv_id;
     for (std::size_t i = 0; i < cluster.hosts.size(); ++i) {

@@ -24,6 +24,12 @@ class ConnectionError : public Error {
   using Error::Error;
 };
 
+// The store and a client do not share the job's secret (one has none, or they differ).
+class AuthError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
 // A peer sent bytes that do not follow the wire protocol.
 class ProtocolError : public Error {
  public:

@@ -73,6 +73,9 @@ struct LaunchConfig {
   std::string rdzv_backend = "static";  // "static" or "c10d"
   std::string rdzv_endpoint;            // host:port for c10d
   std::string rdzv_id = "none";
+  // The job's shared secret for the store (--token-file or $DDPRUN_TOKEN); empty: none. Never
+  // printed, logged or passed on a command line.
+  std::string store_secret;
   RdzvConf rdzv_conf;
   bool standalone = false;
   std::string local_addr;  // empty: this host's name

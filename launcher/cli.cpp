@@ -46,6 +46,8 @@ constexpr OptionSpec kOptions[] = {
      "keep_alive_max_attempt [3], is_host"},
     {"standalone", "", "", kNodes, "One node: store on a free local port, random run id"},
     {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]"},
+    {"token-file", "", "PATH", kNodes,
+     "The job's secret: the store and every agent must\nshare it [$DDPRUN_TOKEN; --hosts: a random one]"},
 
     {"nproc-per-node", "", "N|cpu|gpu|auto", kWorkers, "Workers on this node [1]"},
     {"role", "", "NAME", kWorkers, "ROLE_NAME of the workers [default]"},

@@ -13,6 +13,7 @@
 #include "launcher/cpu_count.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/value_parsers.hpp"
+#include "rendezvous/store_auth.hpp"
 
 namespace ddprun {
 namespace {
@@ -315,7 +316,7 @@ void build_workers_and_output(const Options& options,
 constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "connect-timeout",
                                            "hangup-timeout", "fanout",        "tree-threshold"};
 // The command's own besides those: never passed on to the agents.
-constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run"};
+constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run", "token-file"};
 // Flags the command sets for each host itself.
 constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
                                             "master-port", "rdzv-endpoint", "rdzv-id",
@@ -441,6 +442,11 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   const RawOptions raw = cluster ? build_cluster(raw_options, forward, env, out) : raw_options;
   Options options(raw);
   build_rendezvous(options, out);
+  if (auto* v = options.find("token-file")) {
+    out.config.store_secret = store::read_secret(std::string(trim(v->text)), v->label, env, out.notes);
+  } else {
+    out.config.store_secret = store::read_secret("", "--token-file", env, out.notes);
+  }
   // Before the workers: a missing program is reported without probing the CUDA driver.
   build_program(options, program_and_args, env, out);
   build_workers_and_output(options, env, out.config);

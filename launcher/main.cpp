@@ -33,6 +33,7 @@
 #include "launcher/plan.hpp"
 #include "launcher/signal_forwarder.hpp"
 #include "rendezvous/backend.hpp"
+#include "rendezvous/store_auth.hpp"
 
 namespace ddprun {
 namespace {
@@ -134,6 +135,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   ctx.hosts_store = backend.serves_store();
   ctx.log_dir = make_log_dir(config);
   ctx.base_env = current_environment();
+  ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
   ctx.events = &events;
 

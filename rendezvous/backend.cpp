@@ -63,11 +63,13 @@ int reserve_port(const std::string& host) {
 RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::string& host,
                                      Deadline deadline) {
   client_options_.run_id = config.rdzv_id;
+  client_options_.secret = config.store_secret;
   auto serve = [&](const std::string& addr, std::uint16_t port) {
     StoreServerOptions options;
     options.host = addr;
     options.port = port;
     options.read_timeout = config.rdzv_conf.read_timeout;
+    options.secret = config.store_secret;
     server_ = std::make_unique<TcpStoreServer>(options);
     server_->start();
     client_options_.port = server_->port();
@@ -138,8 +140,10 @@ StoreOpener RendezvousBackend::opener() const {
 }
 
 std::string RendezvousBackend::describe() const {
-  return fmt::format("store {}, {}", format_host_port(client_options_.host, client_options_.port),
-                     server_ ? "served by this agent" : "joined as a client");
+  return fmt::format("store {}, {}{}",
+                     format_host_port(client_options_.host, client_options_.port),
+                     server_ ? "served by this agent" : "joined as a client",
+                     client_options_.secret.empty() ? "" : ", with the job's secret");
 }
 
 }  // namespace ddprun

@@ -148,6 +148,7 @@ Command to_command(std::uint8_t byte) {
     case Command::kWait:
     case Command::kNumKeys:
     case Command::kPing:
+    case Command::kAuth:
       return command;
   }
   throw ProtocolError(fmt::format("unknown command byte {}", byte));
@@ -190,6 +191,7 @@ const char* command_name(Command command) {
     case Command::kWait: return "wait";
     case Command::kNumKeys: return "num_keys";
     case Command::kPing: return "ping";
+    case Command::kAuth: return "auth";
   }
   return "unknown";
 }
@@ -202,6 +204,11 @@ std::string encode_request(const Request& r, const Limits& limits) {
       w.u32(r.magic);
       w.u16(r.version);
       w.key(r.run_id);
+      w.key(r.nonce);
+      break;
+    case Command::kAuth:
+      require_count(r, 0, 1);
+      w.key(r.values[0]);
       break;
     case Command::kSet:
       require_count(r, 1, 1);
@@ -257,7 +264,13 @@ Request decode_request(std::string_view body, const Limits& limits) {
     case Command::kHello:
       r.magic = rd.u32();
       r.version = rd.u16();
+      // A version-1 client sends no nonce: decode what it sent, so the server can say that
+      // the version is the problem.
       r.run_id = rd.key();
+      if (r.version >= 2) r.nonce = rd.key();
+      break;
+    case Command::kAuth:
+      r.values.push_back(rd.key());
       break;
     case Command::kSet:
       r.keys.push_back(rd.key());
@@ -336,6 +349,14 @@ std::string encode_response(Command command, const Response& resp, const Limits&
       w.u8(resp.number != 0 ? 1 : 0);
       break;
     case Command::kHello:
+      if (resp.values.size() != 1) throw ProtocolError("hello reply needs the server's nonce");
+      w.u8(resp.number != 0 ? 1 : 0);
+      w.key(resp.values[0]);
+      break;
+    case Command::kAuth:
+      if (resp.values.size() != 1) throw ProtocolError("auth reply needs the server's proof");
+      w.key(resp.values[0]);
+      break;
     case Command::kSet:
     case Command::kMultiSet:
     case Command::kWait:
@@ -379,6 +400,12 @@ Response decode_response(Command command, std::string_view body, const Limits& l
       resp.number = rd.u8();
       break;
     case Command::kHello:
+      resp.number = rd.u8();
+      resp.values.push_back(rd.key());
+      break;
+    case Command::kAuth:
+      resp.values.push_back(rd.key());
+      break;
     case Command::kSet:
     case Command::kMultiSet:
     case Command::kWait:

@@ -10,7 +10,8 @@
 //   list<str>            u32 count (<= max_keys), then count strs
 //
 // Request bodies (first byte: Command):
-//   Hello       u32 magic 'DDPR' | u16 version | str run_id
+//   Hello       u32 magic 'DDPR' | u16 version | str run_id | str client nonce
+//   Auth        str proof                         the client's answer (rendezvous/store_auth.hpp)
 //   Set         str key | str value
 //   Get         str key | u32 timeout_ms          blocks on the server until the key exists
 //   TryGet      str key                           never blocks
@@ -26,12 +27,15 @@
 //
 // Response bodies: u8 Status, then
 //   Ok:        Get/TryGet/CompareSet: str value; MultiGet: list<str> values; Add/NumKeys: i64;
-//              Check/Erase: u8 (0 or 1); everything else: nothing
+//              Check/Erase: u8 (0 or 1); Hello: u8 (1: Auth required) | str server nonce;
+//              Auth: str the server's proof; everything else: nothing
 //   Missing:   nothing (TryGet of an absent key)
 //   Timeout:   nothing (a blocking request's timeout passed on the server)
 //   Error:     str message (the server refused the request; it closes the connection after it)
 //
 // Keys live in a namespace per run id (sent in Hello), so jobs sharing one store never mix.
+// A server with a secret serves nothing but Auth until the client has proved it knows the
+// secret; a client with a secret trusts no server that cannot prove the same.
 
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +47,7 @@
 namespace ddprun::store {
 
 inline constexpr std::uint32_t kMagic = 0x44445052;  // "DDPR"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kFrameHeaderSize = 8;
 
 enum class Command : std::uint8_t {
@@ -60,6 +64,7 @@ enum class Command : std::uint8_t {
   kWait = 11,
   kNumKeys = 12,
   kPing = 13,
+  kAuth = 14,
 };
 
 enum class Status : std::uint8_t { kOk = 0, kMissing = 1, kTimeout = 2, kError = 3 };
@@ -77,19 +82,22 @@ struct Limits {
 struct Request {
   Command command = Command::kPing;
   std::vector<std::string> keys;
-  std::vector<std::string> values;  // Set: [value]; CompareSet: [expected, desired]; MultiSet
+  std::vector<std::string> values;  // Set: [value]; CompareSet: [expected, desired]; MultiSet;
+                                    // Auth: [proof]
   std::int64_t number = 0;          // Add: delta
   std::uint32_t timeout_ms = 0;     // Get, MultiGet, Wait
   // Hello only.
   std::uint32_t magic = kMagic;
   std::uint16_t version = kProtocolVersion;
   std::string run_id;
+  std::string nonce;
 };
 
 struct Response {
   Status status = Status::kOk;
-  std::vector<std::string> values;  // Get/TryGet/CompareSet: [value]; MultiGet: values
-  std::int64_t number = 0;          // Add, NumKeys, Check and Erase (0/1)
+  std::vector<std::string> values;  // Get/TryGet/CompareSet: [value]; MultiGet: values;
+                                    // Hello: [server nonce]; Auth: [server proof]
+  std::int64_t number = 0;          // Add, NumKeys, Check and Erase (0/1); Hello: auth required
   std::string message;              // Error
 };
 

@@ -4,10 +4,31 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "rendezvous/store_auth.hpp"
 
 namespace ddprun::store {
 
 namespace asio = boost::asio;
+
+void RefusalLog::warn(const std::string& message) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - window_start_ >= kWindow) {
+    window_start_ = now;
+    logged_ = 0;
+  }
+  if (logged_ >= kPerWindow) {
+    ++suppressed_;
+    return;
+  }
+  ++logged_;
+  if (suppressed_ > 0) {
+    spdlog::warn("{} ({} more closed connections not logged in the last {} s)", message,
+                 suppressed_, kWindow.count());
+    suppressed_ = 0;
+  } else {
+    spdlog::warn("{}", message);
+  }
+}
 
 Connection::Connection(asio::ip::tcp::socket socket, ConnectionContext& context)
     : socket_(std::move(socket)),
@@ -22,7 +43,19 @@ Connection::Connection(asio::ip::tcp::socket socket, ConnectionContext& context)
 
 void Connection::start() {
   spdlog::debug("store: client {} connected", peer_);
+  arm_handshake_timer();
   read();
+}
+
+void Connection::arm_handshake_timer() {
+  // The blocking requests' timer is free until the handshake is done.
+  wait_timer_.expires_after(context_.read_timeout);
+  wait_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->closed_ || self->stage_ == Stage::kReady) return;
+    self->close(fmt::format("no {} within {} ms of connecting",
+                            self->stage_ == Stage::kHello ? "hello" : "auth",
+                            self->context_.read_timeout.count()));
+  });
 }
 
 void Connection::close(const std::string& reason) {
@@ -31,7 +64,7 @@ void Connection::close(const std::string& reason) {
   if (reason.empty()) {
     spdlog::debug("store: client {} disconnected", peer_);
   } else {
-    spdlog::warn("store: closing connection from {}: {}", peer_, reason);
+    context_.refusals.warn(fmt::format("store: closing connection from {}: {}", peer_, reason));
   }
   if (waiter_ != 0) context_.state.cancel(waiter_);
   waiter_ = 0;
@@ -127,26 +160,12 @@ void Connection::process() {
 }
 
 void Connection::handle(const Request& request) {
-  if (!greeted_) {
-    if (request.command != Command::kHello) {
-      throw ProtocolError(fmt::format("expected hello first, got {}",
-                                      command_name(request.command)));
-    }
-    if (request.magic != kMagic) {
-      throw ProtocolError(fmt::format("wrong magic 0x{:08x} (expected 0x{:08x})", request.magic,
-                                      kMagic));
-    }
-    if (request.version != kProtocolVersion) {
-      throw ProtocolError(fmt::format("protocol version {} not supported (server speaks {})",
-                                      request.version, kProtocolVersion));
-    }
-    greeted_ = true;
-    run_id_ = request.run_id;
-    spdlog::debug("store: client {} joined run '{}'", peer_, run_id_);
-    respond(request.command, Response{});
+  if (stage_ != Stage::kReady) {
+    greet(request);
     return;
   }
   if (request.command == Command::kHello) throw ProtocolError("second hello");
+  if (request.command == Command::kAuth) throw ProtocolError("auth after the handshake");
 
   StoreState::WaiterId waiter = 0;
   std::weak_ptr<Connection> weak = shared_from_this();
@@ -174,6 +193,56 @@ void Connection::handle(const Request& request) {
     timeout.status = Status::kTimeout;
     self->respond(command, timeout);
   });
+}
+
+void Connection::greet(const Request& request) {
+  if (stage_ == Stage::kHello) {
+    if (request.command != Command::kHello) {
+      throw ProtocolError(fmt::format("expected hello first, got {}",
+                                      command_name(request.command)));
+    }
+    if (request.magic != kMagic) {
+      throw ProtocolError(fmt::format("wrong magic 0x{:08x} (expected 0x{:08x})", request.magic,
+                                      kMagic));
+    }
+    if (request.version != kProtocolVersion) {
+      throw ProtocolError(fmt::format("protocol version {} not supported (server speaks {})",
+                                      request.version, kProtocolVersion));
+    }
+    run_id_ = request.run_id;
+    Response reply;
+    if (context_.secret.empty()) {
+      stage_ = Stage::kReady;
+      wait_timer_.cancel();
+      spdlog::debug("store: client {} joined run '{}'", peer_, run_id_);
+    } else {
+      if (request.nonce.size() < kNonceSize) {
+        throw ProtocolError(fmt::format("hello with a {}-byte nonce (at least {})",
+                                        request.nonce.size(), kNonceSize));
+      }
+      client_nonce_ = request.nonce;
+      server_nonce_ = random_bytes(kNonceSize);
+      reply.number = 1;
+      stage_ = Stage::kAuth;
+    }
+    reply.values = {server_nonce_};
+    respond(request.command, reply);
+    return;
+  }
+  if (request.command != Command::kAuth) {
+    throw ProtocolError(fmt::format("this store needs the job's secret: expected auth, got {}",
+                                    command_name(request.command)));
+  }
+  if (!same_bytes(request.values.at(0),
+                  client_proof(context_.secret, run_id_, client_nonce_, server_nonce_))) {
+    throw ProtocolError("authentication failed: wrong proof of the job's secret");
+  }
+  stage_ = Stage::kReady;
+  wait_timer_.cancel();
+  spdlog::debug("store: client {} proved the secret and joined run '{}'", peer_, run_id_);
+  Response reply;
+  reply.values = {server_proof(context_.secret, run_id_, client_nonce_, server_nonce_)};
+  respond(request.command, reply);
 }
 
 void Connection::finish_wait(const Request& request) {

@@ -2,6 +2,8 @@
 // One client connection of the TCP store server (internal to the server; not installed).
 // Reads frames, runs them against StoreState one at a time, writes the responses. The first
 // frame must be a Hello with the right magic and version; its run id picks the key namespace.
+// With a secret, the second must be an Auth that proves it (rendezvous/store_auth.hpp); nothing
+// else is served before. The whole handshake must finish within the read timeout.
 
 #include <array>
 #include <chrono>
@@ -18,12 +20,29 @@ namespace ddprun::store {
 
 class Connection;
 
+// Refusals are logged at a bounded rate: a flood of bad clients must not flood the log too.
+class RefusalLog {
+ public:
+  static constexpr int kPerWindow = 20;
+  static constexpr std::chrono::seconds kWindow{10};
+  // Logs `message` as a warning unless this window's share is spent; the first one logged
+  // after a quiet spell says how many were left out.
+  void warn(const std::string& message);
+
+ private:
+  std::chrono::steady_clock::time_point window_start_{};
+  int logged_ = 0;
+  int suppressed_ = 0;
+};
+
 // What every connection of one server shares.
 struct ConnectionContext {
   StoreState& state;
   const Limits& limits;
   std::chrono::milliseconds read_timeout;
+  const std::string& secret;  // empty: no authentication
   std::function<void(const std::shared_ptr<Connection>&)> on_close;
+  RefusalLog refusals{};
 };
 
 class Connection final : public std::enable_shared_from_this<Connection> {
@@ -40,6 +59,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // Runs the frames in the buffer until one blocks or the buffer holds no whole frame.
   void process();
   void handle(const Request& request);
+  // The handshake's requests: hello, then auth when the server has a secret.
+  void greet(const Request& request);
+  void arm_handshake_timer();
   void finish_wait(const Request& request);
   void respond(Command command, const Response& response);
   void arm_stall_timer();
@@ -50,7 +72,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer wait_timer_;
   std::string peer_;
   std::string run_id_;
-  bool greeted_ = false;
+  enum class Stage { kHello, kAuth, kReady } stage_ = Stage::kHello;
+  std::string client_nonce_;
+  std::string server_nonce_;
   bool busy_ = false;    // a request is waiting for keys or its response is being written
   bool closed_ = false;
   bool stall_armed_ = false;   // the stall timer is running

@@ -2,6 +2,8 @@
 // agents. Serves until SIGINT or SIGTERM.
 
 #include <csignal>
+#include <cstdlib>
+#include <map>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
@@ -11,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/limits.hpp"
 #include "common/logging.hpp"
+#include "rendezvous/store_auth.hpp"
 #include "rendezvous/tcp_store_server.hpp"
 
 int main(int argc, char** argv) {
@@ -19,6 +22,7 @@ int main(int argc, char** argv) {
   options.port = 29400;
   double read_timeout_s = 30;
   std::string log_level = "info";
+  std::string token_file;
   app.add_option("--host", options.host, "Address to listen on, exactly (e.g. 10.0.0.1, ::1)")
       ->capture_default_str();
   app.add_option("--port", options.port, "Port to listen on (0: any free port)")
@@ -27,6 +31,8 @@ int main(int argc, char** argv) {
                  "Seconds after which a client that sent part of a frame is dropped")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--token-file", token_file,
+                 "The job's secret: clients must prove they know it [$DDPRUN_TOKEN; none]");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
   try {
@@ -40,6 +46,11 @@ int main(int argc, char** argv) {
     ddprun::raise_open_files_limit();
     options.read_timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(read_timeout_s * 1000));
+    std::vector<std::string> notes;
+    std::map<std::string, std::string> env;
+    if (const char* value = std::getenv(ddprun::store::kTokenEnv)) env[ddprun::store::kTokenEnv] = value;
+    options.secret = ddprun::store::read_secret(token_file, "--token-file", env, notes);
+    for (const auto& note : notes) spdlog::warn("{}", note);
     ddprun::TcpStoreServer server(options);
     // The server thread serves; this thread waits for the signal that ends it.
     boost::asio::io_context signals_io;
@@ -53,6 +64,9 @@ int main(int argc, char** argv) {
     spdlog::info("store: {} received, shutting down", strsignal(received));
     server.stop();
     return 0;
+  } catch (const ddprun::ConfigError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
   } catch (const ddprun::ConnectionError& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -67,6 +67,8 @@ Response StoreState::run(Namespace& ns, const Request& r) {
   switch (r.command) {
     case Command::kHello:
       throw ProtocolError("hello after the handshake");
+    case Command::kAuth:
+      throw ProtocolError("auth after the handshake");
     case Command::kSet:
       store(ns, r.keys[0], r.values[0]);
       return Response{};

@@ -16,6 +16,7 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "rendezvous/store_auth.hpp"
 
 namespace ddprun {
 
@@ -172,23 +173,69 @@ class TcpStoreClient::Impl {
     socket_.set_option(tcp::no_delay(true), ignored);
     socket_.set_option(asio::socket_base::keep_alive(true), ignored);
     socket_.non_blocking(true, ignored);  // exchange() polls with the deadline itself
-    // The handshake: magic, version, run id. A refusal here is final, not retried.
+    // The handshake: magic, version, run id, and the secret's proofs both ways. A refusal here
+    // is final, not retried.
     Request hello;
     hello.command = Command::kHello;
     hello.run_id = options_.run_id;
+    hello.nonce = store::random_bytes(store::kNonceSize);
+    Response reply;
+    if (auto ec = handshake(hello, deadline, &reply)) return ec;
+    const bool server_asks = reply.number != 0;
+    if (!server_asks && options_.secret.empty()) return {};
+    if (!server_asks) {
+      close();
+      throw AuthError(fmt::format(
+          "store at {} has no secret, but this agent was given one: not trusting it with the "
+          "job (start every agent and ddprun-store with the same --token-file or DDPRUN_TOKEN)",
+          where_));
+    }
+    if (options_.secret.empty()) {
+      close();
+      throw AuthError(fmt::format(
+          "store at {} requires the job's secret and this agent has none: give it the same "
+          "--token-file (or DDPRUN_TOKEN) as the store's",
+          where_));
+    }
+    const std::string server_nonce = reply.values.at(0);
+    Request auth;
+    auth.command = Command::kAuth;
+    auth.values = {store::client_proof(options_.secret, options_.run_id, hello.nonce, server_nonce)};
+    if (auto ec = handshake(auth, deadline, &reply)) return ec;
+    if (!store::same_bytes(reply.values.at(0), store::server_proof(options_.secret,
+                                                                     options_.run_id, hello.nonce,
+                                                                     server_nonce))) {
+      close();
+      throw AuthError(fmt::format(
+          "store at {} could not prove that it knows the job's secret: not trusting it", where_));
+    }
+    return {};
+  }
+
+  // One request of the handshake. An error code: the connection broke or timed out (worth
+  // another try); throws AuthError when the server refused for want of the secret (retrying
+  // does not fix that), ProtocolError for other refusals.
+  boost::system::error_code handshake(const Request& request, Deadline deadline,
+                                      Response* reply) {
     try {
-      exchange(store::encode_request(hello, options_.limits), deadline);
+      exchange(store::encode_request(request, options_.limits), deadline);
     } catch (const TimeoutError&) {
       return asio::error::timed_out;
     } catch (const ConnectionError&) {
       return asio::error::connection_reset;
     }
-    auto response = store::decode_response(Command::kHello, reply_body_, options_.limits);
+    auto response = store::decode_response(request.command, reply_body_, options_.limits);
     if (response.status != Status::kOk) {
       close();
+      if (request.command == Command::kAuth ||
+          response.message.find("secret") != std::string::npos) {
+        throw AuthError(fmt::format("store at {} refused this agent: {}", where_,
+                                    response.message));
+      }
       throw ProtocolError(
           fmt::format("store at {} refused the handshake: {}", where_, response.message));
     }
+    *reply = std::move(response);
     return {};
   }
 

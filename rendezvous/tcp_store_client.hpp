@@ -21,6 +21,9 @@ struct StoreClientOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 29500;
   std::string run_id = "default";  // the key namespace on the server
+  // The job's shared secret: proved to the server, and the server must prove it back (a
+  // store without it is not trusted). Empty: none, for a server that asks for none.
+  std::string secret;
   store::Limits limits;
   // Extra time allowed for the server's answer to a blocking request to arrive after its
   // timeout passed on the server (network latency).
@@ -30,7 +33,8 @@ struct StoreClientOptions {
 class TcpStoreClient final : public Store {
  public:
   // Connects (with retries, backoff and jitter) until `connect_deadline`. Throws ConnectionError
-  // or TimeoutError naming host:port, the attempts made and the last error.
+  // or TimeoutError naming host:port, the attempts made and the last error; AuthError at once
+  // when the two sides do not share the same secret (not retried).
   TcpStoreClient(StoreClientOptions options, Deadline connect_deadline);
   ~TcpStoreClient() override;
 

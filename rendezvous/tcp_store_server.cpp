@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "rendezvous/store_auth.hpp"
 #include "rendezvous/store_connection.hpp"
 
 namespace ddprun {
@@ -19,8 +20,9 @@ using asio::ip::tcp;
 class TcpStoreServer::Impl {
  public:
   explicit Impl(StoreServerOptions options)
-      : options_(std::move(options)), acceptor_(io_), context_{state_, options_.limits,
-                                                               options_.read_timeout, {}} {
+      : options_(std::move(options)),
+        acceptor_(io_),
+        context_{state_, options_.limits, options_.read_timeout, options_.secret, {}, {}} {
     tcp::endpoint endpoint = resolve();
     boost::system::error_code ec;
     acceptor_.open(endpoint.protocol(), ec);
@@ -35,7 +37,14 @@ class TcpStoreServer::Impl {
     }
     bound_ = acceptor_.local_endpoint();
     context_.on_close = [this](const std::shared_ptr<store::Connection>& c) { forget(c); };
-    spdlog::info("store: listening on {}", endpoint_text());
+    spdlog::info("store: listening on {}{}", endpoint_text(),
+                 options_.secret.empty() ? "" : ", clients must prove the job's secret");
+    if (options_.secret.empty() && !bound_.address().is_loopback()) {
+      spdlog::warn("store: {} is reachable from other hosts and has no secret: anyone who can "
+                   "reach it can end this job or fake its result; give every agent the same "
+                   "--token-file (or DDPRUN_TOKEN)",
+                   endpoint_text());
+    }
     accept();
   }
 

@@ -16,14 +16,18 @@ struct StoreServerOptions {
   std::string host = "127.0.0.1";  // bound exactly as given; "::1" and "0.0.0.0" work too
   std::uint16_t port = 0;          // 0: the kernel picks one; see TcpStoreServer::port()
   store::Limits limits;
-  // A client that has sent part of a frame and nothing more for this long is dropped.
+  // A client that has sent part of a frame and nothing more for this long is dropped; so is
+  // one that has not completed the handshake (hello, and auth with a secret) in this time.
   std::chrono::milliseconds read_timeout{30'000};
+  // The job's shared secret (rendezvous/store_auth.hpp); empty: clients are not asked for one.
+  std::string secret;
 };
 
 class TcpStoreServer {
  public:
   // Resolves, binds and listens at once. Throws ConnectionError naming host:port when the
-  // address cannot be resolved or bound (e.g. the port is taken).
+  // address cannot be resolved or bound (e.g. the port is taken). Warns when it listens beyond
+  // loopback without a secret.
   explicit TcpStoreServer(StoreServerOptions options);
   // Stops and joins the background thread, if any.
   ~TcpStoreServer();

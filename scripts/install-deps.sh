@@ -10,6 +10,7 @@ packages=(
   libboost1.81-dev          # Asio, Process
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   catch2                    # v2, header-only
+  libssl-dev                # libcrypto: HMAC-SHA256 for the store's authentication
   libtorch-dev              # CPU libtorch 1.13 with c10d and Gloo (workers only)
   libgloo-dev               # Gloo headers that c10d's ProcessGroupGloo.hpp includes (workers)
   python3-torch python3-torchvision   # compatibility tests, reference training script

@@ -13,9 +13,10 @@ add_executable(launcher_tests
   integration/ddprun_process.cpp
   integration/test_dry_run.cpp
   integration/test_launcher.cpp
-  integration/test_progress.cpp)
+  integration/test_progress.cpp
+  integration/test_security.cpp)
 target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support
-  nlohmann_json::nlohmann_json)
+  ddprun_rendezvous nlohmann_json::nlohmann_json)
 target_compile_definitions(launcher_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"

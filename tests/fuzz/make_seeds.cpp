@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   auto write = [&](const Request& r) {
     std::ofstream(dir + "/seed_" + std::to_string(n++), std::ios::binary) << encode_request(r);
   };
-  for (int c = 1; c <= static_cast<int>(Command::kPing); ++c) {
+  for (int c = 1; c <= static_cast<int>(Command::kAuth); ++c) {
     Request r;
     r.command = static_cast<Command>(c);
     r.run_id = "seed";
@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
       case Command::kCheck:
       case Command::kMultiGet:
       case Command::kWait: r.keys = {"a", "b"}; r.timeout_ms = 10; break;
-      case Command::kHello:
+      case Command::kHello: r.nonce = std::string(32, 'n'); break;
+      case Command::kAuth: r.values = {std::string(32, 'p')}; break;
       case Command::kNumKeys:
       case Command::kPing: break;
     }

@@ -66,11 +66,13 @@ TEST_CASE("ranks and environment across 3 hosts with 2+1+1 slots", "[hosts]") {
     CHECK(env["FROM_HERE"] == "here");       // -x NAME: the value here
     CHECK(env["TORCH_SHOW_ME"] == "1");      // TORCH_* is forwarded by default
     CHECK(env.count("NOT_FORWARDED") == 0);  // the rest is not
+    CHECK(env.count("DDPRUN_TOKEN") == 0);   // the store's secret stays with the agents
     ranks.insert(env["RANK"]);
   }
   CHECK(ranks.size() == 4);
   const auto out = p.output();
   CHECK_THAT(out, Contains("all 3 hosts are ready"));
+  CHECK_THAT(out, Contains("with the job's secret"));  // a random one, made for this job
   CHECK_THAT(out, Contains("Job summary (3 hosts"));
   CHECK_THAT(out, Contains("job finished on 3 hosts"));
 }
@@ -157,23 +159,32 @@ TEST_CASE("SIGKILL of the command leaves nothing on any host", "[hosts]") {
   CHECK(wait_until_dead(pids, kHang));
 }
 
-TEST_CASE("forwarded values never appear on a command line", "[hosts]") {
+TEST_CASE("forwarded values and the store's secret never appear on a command line", "[hosts]") {
   TempDir dir;
+  {
+    std::ofstream(dir.file("token")) << "the-store-secret-4242\n";
+  }
   DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2",
                            {"-x", "FAKE_MODE=hang", "-x", "FAKE_TOUCH_DIR=" + dir.path(), "-x",
-                            "SECRET_TOKEN", "--shutdown-timeout=2"}),
+                            "SECRET_TOKEN", "--shutdown-timeout=2",
+                            "--token-file=" + dir.file("token")}),
                   {{"SECRET_TOKEN", "s3cr3t-value"}});
   REQUIRE(wait_until([&] {
     return file_exists(dir.file("started_0_0")) && file_exists(dir.file("started_1_0"));
   }, kHang));
   // Every process's command line, the agents' included.
   std::string cmdlines;
+  std::string agents;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     std::ifstream in(entry.path() / "cmdline");
-    cmdlines.append(std::istreambuf_iterator<char>(in), {});
+    std::string cmdline(std::istreambuf_iterator<char>(in), {});
+    if (cmdline.find("--ddprun-session") != std::string::npos) agents += cmdline;
+    cmdlines += cmdline;
   }
-  CHECK_THAT(cmdlines, Contains("--ddprun-session"));  // the agents are there
+  CHECK_THAT(agents, Contains("--ddprun-session"));  // the agents are there
   CHECK_THAT(cmdlines, !Contains("s3cr3t-value"));
+  CHECK_THAT(cmdlines, !Contains("the-store-secret-4242"));
+  CHECK_THAT(agents, !Contains("--token-file"));  // the command reads it; agents get the secret
   kill(p.pid(), SIGTERM);
   CHECK(p.wait(kHang) == 143);
 }

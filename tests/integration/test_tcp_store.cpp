@@ -1,15 +1,23 @@
 // The real TCP store server and client on loopback sockets.
 
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
+#include <sstream>
+#include <fstream>
 #include <thread>
 
 #include "common/error.hpp"
 #include "rendezvous/protocol.hpp"
+#include "rendezvous/store_auth.hpp"
+#include "rendezvous/store_connection.hpp"
 #include "rendezvous/tcp_store_client.hpp"
 #include "rendezvous/tcp_store_server.hpp"
 #include "support/test_util.hpp"
@@ -321,4 +329,109 @@ TEST_CASE("ddprun-store: listens, refuses a taken port with exit 2, stops on SIG
   REQUIRE(status != -1);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("tcp store: with a secret, only clients that prove it are served", "[tcp_store][auth]") {
+  auto options = local();
+  options.secret = "the-job-secret-0123456789";
+  options.read_timeout = 2s;
+  TcpStoreServer server(options);
+  server.start();
+  auto client_with = [&](std::string secret) {
+    StoreClientOptions o;
+    o.port = server.port();
+    o.run_id = "job";
+    o.secret = std::move(secret);
+    return TcpStoreClient(o, Deadline::after(10s));
+  };
+  auto agent = client_with(options.secret);
+  agent.set("attempt/0/outcome", "running", Deadline::after(2s));
+
+  SECTION("no secret") {
+    CHECK_THROWS_AS(client_with(""), AuthError);
+    CHECK_THROWS_WITH(client_with(""), Catch::Contains("requires the job's secret"));
+  }
+  SECTION("a wrong secret") {
+    CHECK_THROWS_AS(client_with("not-the-job-secret-012345"), AuthError);
+    CHECK_THROWS_WITH(client_with("not-the-job-secret-012345"), Catch::Contains("authentication failed"));
+  }
+  SECTION("a request instead of the proof") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    store::Request hello;
+    hello.command = store::Command::kHello;
+    hello.run_id = "job";
+    hello.nonce = std::string(store::kNonceSize, 'n');
+    store::Request forged;
+    forged.command = store::Command::kSet;
+    forged.keys = {"attempt/0/outcome"};
+    forged.values = {"success"};
+    raw.send(store::encode_request(hello) + store::encode_request(forged));
+    CHECK(raw.closed_by_peer_within(5s));
+  }
+  SECTION("a hello and then silence: dropped after the read timeout") {
+    test::RawSocket raw("127.0.0.1", server.port());
+    store::Request hello;
+    hello.command = store::Command::kHello;
+    hello.run_id = "job";
+    hello.nonce = std::string(store::kNonceSize, 'n');
+    raw.send(store::encode_request(hello));
+    CHECK(raw.closed_by_peer_within(30s));
+  }
+  // Whatever was tried, the job's keys are as the agent left them.
+  CHECK(agent.get("attempt/0/outcome", Deadline::after(2s)) == "running");
+  CHECK(client_with(options.secret).get("attempt/0/outcome", Deadline::after(2s)) == "running");
+}
+
+TEST_CASE("tcp store: a client with a secret does not trust a store without one",
+          "[tcp_store][auth]") {
+  TcpStoreServer server(local());
+  server.start();
+  StoreClientOptions o;
+  o.port = server.port();
+  o.secret = "the-job-secret-0123456789";
+  CHECK_THROWS_AS(TcpStoreClient(o, Deadline::after(10s)), AuthError);
+    CHECK_THROWS_WITH(TcpStoreClient(o, Deadline::after(10s)), Catch::Contains("has no secret"));
+}
+
+TEST_CASE("ddprun-store: --token-file and DDPRUN_TOKEN", "[tcp_store][auth]") {
+  test::TempDir dir;
+  const std::string secret = "store-secret-from-a-file-42";
+  {
+    std::ofstream(dir.file("token")) << secret << "\n";
+  }
+  ::chmod(dir.file("token").c_str(), 0600);
+  auto port = test::free_port();
+  auto store = test::spawn({DDPRUN_STORE_BINARY, "--port", std::to_string(port), "--token-file",
+                            dir.file("token"), "--log-level", "warn"});
+  StoreClientOptions o;
+  o.port = port;
+  o.secret = secret;
+  TcpStoreClient c(o, Deadline::after(10s));
+  c.ping(Deadline::after(2s));
+  o.secret.clear();
+  CHECK_THROWS_AS(TcpStoreClient(o, Deadline::after(10s)), AuthError);
+  kill(store, SIGTERM);
+  CHECK(test::wait_for_exit(store, 10s) != -1);
+
+  // A secret too short to be one: exit 2 before listening.
+  std::ofstream(dir.file("short")) << "abc\n";
+  auto bad = test::spawn({DDPRUN_STORE_BINARY, "--port", "0", "--token-file", dir.file("short")});
+  int status = test::wait_for_exit(bad, 10s);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+}
+
+TEST_CASE("tcp store: refusals are logged at a bounded rate", "[tcp_store]") {
+  std::ostringstream captured;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  store::RefusalLog log;
+  for (int i = 0; i < 3 * store::RefusalLog::kPerWindow; ++i) log.warn("refused " + std::to_string(i));
+  spdlog::set_default_logger(previous);
+  const auto text = captured.str();
+  CHECK(std::count(text.begin(), text.end(), '\n') == store::RefusalLog::kPerWindow);
+  CHECK_THAT(text, Catch::Contains("refused 19"));
+  CHECK_THAT(text, !Catch::Contains("refused 20"));
 }

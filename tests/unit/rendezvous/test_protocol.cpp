@@ -36,6 +36,12 @@ TEST_CASE("every request round-trips through the codec", "[protocol]") {
   CHECK(h.magic == kMagic);
   CHECK(h.version == kProtocolVersion);
   CHECK(h.run_id == "job-42");
+  hello.nonce = std::string("n\0nce", 5);
+  CHECK(round_trip(hello).nonce == hello.nonce);
+
+  auto auth = round_trip(make(Command::kAuth, {}, {std::string(32, '\xff')}));
+  CHECK(auth.command == Command::kAuth);
+  CHECK(auth.values == std::vector<std::string>{std::string(32, '\xff')});
 
   auto set = round_trip(make(Command::kSet, {"k"}, {std::string("v\0x", 3)}));
   CHECK(set.keys == std::vector<std::string>{"k"});
@@ -110,8 +116,16 @@ TEST_CASE("every response round-trips through the codec", "[protocol]") {
   auto e = rt(Command::kSet, error);
   CHECK(e.status == Status::kError);
   CHECK(e.message == "nope");
-  for (auto c : {Command::kHello, Command::kSet, Command::kMultiSet, Command::kWait,
-                 Command::kPing}) {
+  Response challenge;
+  challenge.number = 1;
+  challenge.values = {std::string(32, 'c')};
+  auto greeting = rt(Command::kHello, challenge);
+  CHECK(greeting.number == 1);
+  CHECK(greeting.values == challenge.values);
+  Response proof;
+  proof.values = {std::string(32, 'p')};
+  CHECK(rt(Command::kAuth, proof).values == proof.values);
+  for (auto c : {Command::kSet, Command::kMultiSet, Command::kWait, Command::kPing}) {
     CHECK(rt(c, Response{}).status == Status::kOk);
   }
 }

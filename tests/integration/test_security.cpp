@@ -1,0 +1,126 @@
+// The store's secret end to end: real agents on 127.0.0.1, and a client that does not know it.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "common/error.hpp"
+#include "integration/ddprun_process.hpp"
+#include "rendezvous/tcp_store_client.hpp"
+#include "support/test_util.hpp"
+
+using namespace ddprun;
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using Catch::Contains;
+
+namespace {
+
+constexpr auto kHang = 60s;  // only catches hangs
+
+std::vector<std::string> fake(std::vector<std::string> flags) {
+  flags.push_back("--no-python");
+  flags.push_back(FAKE_WORKER_BINARY);
+  return flags;
+}
+
+std::string write_token(const TempDir& dir, const std::string& name, const std::string& secret) {
+  const auto path = dir.file(name);
+  std::ofstream(path) << secret << "\n";
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+// A client of the job's store, as anyone on the network could open one.
+void connect_as(std::uint16_t port, const std::string& run_id, const std::string& secret) {
+  StoreClientOptions o;
+  o.port = port;
+  o.run_id = run_id;
+  o.secret = secret;
+  TcpStoreClient client(o, Deadline::after(10s));
+  client.set(run_id + "/attempt/0/outcome", "success", Deadline::after(5s));
+}
+
+}  // namespace
+
+TEST_CASE("ddprun: with a secret, a client that does not know it cannot touch the job",
+          "[security]") {
+  TempDir dir;
+  const auto port = free_port();
+  DdprunProcess p(fake({"--nproc-per-node=1", "--master-port=" + std::to_string(port),
+                        "--rdzv-id=job42", "--token-file=" + write_token(dir, "token",
+                                                                         "the-job-secret-0042")}),
+                  {{"FAKE_MODE", "after_file:go:0:0"}, {"FAKE_TOUCH_DIR", dir.path()}});
+  REQUIRE(wait_until([&] { return file_exists(dir.file("started_0_0")); }, kHang));
+  // The run id is on the command line for anyone to read; the secret is not.
+  CHECK_THROWS_AS(connect_as(port, "job42", ""), AuthError);
+  CHECK_THROWS_WITH(connect_as(port, "job42", "a-guess-at-the-secret"),
+                    Contains("authentication failed"));
+  CHECK(process_alive(p.pid()));  // the job goes on as if nothing happened
+  std::ofstream(dir.file("go")).close();
+  CHECK(p.wait(kHang) == 0);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("with the job's secret"));
+  CHECK_THAT(out, Contains("authentication failed"));  // the store says whom it refused
+}
+
+TEST_CASE("ddprun: two agents share the secret through DDPRUN_TOKEN; workers never see it",
+          "[security]") {
+  TempDir dir;
+  const auto port = "--master-port=" + std::to_string(free_port());
+  std::map<std::string, std::string> env{{"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", dir.path()},
+                                         {"DDPRUN_TOKEN", "shared-through-env-1234"}};
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port}), env);
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port}), env);
+  REQUIRE(node0.wait(kHang) == 0);
+  REQUIRE(node1.wait(kHang) == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto worker_env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
+    CHECK(worker_env["WORLD_SIZE"] == "2");
+    CHECK(worker_env.count("DDPRUN_TOKEN") == 0);
+  }
+}
+
+TEST_CASE("ddprun: a node with the wrong secret fails at once with a clear message",
+          "[security]") {
+  TempDir dir;
+  const auto port = "--master-port=" + std::to_string(free_port());
+  const std::vector<std::string> common{"--nnodes=2", port, "--rdzv-conf=join_timeout=120"};
+  auto with = [&](std::vector<std::string> flags, const std::string& token) {
+    flags.insert(flags.end(), common.begin(), common.end());
+    flags.push_back("--token-file=" + write_token(dir, token, token));
+    return fake(flags);
+  };
+  DdprunProcess node0(with({"--node-rank=0"}, "right-secret-0123456"),
+                      {{"FAKE_MODE", "sleep:0"}});
+  DdprunProcess node1(with({"--node-rank=1"}, "wrong-secret-6543210"),
+                      {{"FAKE_MODE", "sleep:0"}});
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(node1.wait(kHang) == 124);
+  CHECK(std::chrono::steady_clock::now() - start < 30s);  // not the 120 s join timeout
+  CHECK_THAT(node1.output(), Contains("authentication failed"));
+  kill(node0.pid(), SIGTERM);
+  node0.wait(kHang);
+}
+
+TEST_CASE("ddprun: a store open beyond loopback without a secret is named at startup",
+          "[security]") {
+  DdprunProcess p(fake({"--master-addr=0.0.0.0", "--master-port=" + std::to_string(free_port())}),
+                  {{"FAKE_MODE", "sleep:0"}});
+  REQUIRE(p.wait(kHang) == 0);
+  CHECK_THAT(p.output(), Contains("is reachable from other hosts and has no secret"));
+}
+
+TEST_CASE("ddprun: a secret too short, or a token file that cannot be read, is a usage error",
+          "[security]") {
+  TempDir dir;
+  DdprunProcess short_secret(fake({"--token-file=" + write_token(dir, "t", "short")}));
+  CHECK(short_secret.wait(kHang) == 2);
+  CHECK_THAT(short_secret.output(), Contains("the secret has 5 bytes, at least 16"));
+  DdprunProcess missing(fake({"--token-file=" + dir.file("nope")}));
+  CHECK(missing.wait(kHang) == 2);
+  CHECK_THAT(missing.output(), Contains("cannot read it"));
+}

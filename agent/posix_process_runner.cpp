@@ -54,6 +54,7 @@ struct WorkerExecSetup {
     // Dies with the agent's runner thread (which outlives every worker it started).
     die_with(parent);
     reset_signals_for_exec();
+    close_on_exec_above_stderr();
     return {};
   }
 };

@@ -33,6 +33,7 @@ struct SessionExecSetup {
     setpgid(0, 0);
     die_with(parent);
     reset_signals_for_exec();
+    close_on_exec_above_stderr();
     return {};
   }
 };

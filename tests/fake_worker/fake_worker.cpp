@@ -18,6 +18,8 @@
 //                        that child appends "<worker pid>\n<grandchild pid>\n" to
 //                        $FAKE_PID_FILE once it is set up; the worker itself hangs
 //   env                  write the environment as KEY=VALUE lines to $FAKE_ENV_DIR/env_<RANK>.txt
+//   fds                  write the open descriptors as "FD TARGET" lines to
+//                        $FAKE_ENV_DIR/fds_<RANK>.txt, exit 0
 //   sleep:MS             sleep MS milliseconds, exit 0
 //   error_file:N         write torchrun's error-file JSON to $TORCHELASTIC_ERROR_FILE, exit N
 //   error_file_slow:N:MS like error_file (a timestamp with milliseconds), but take MS milliseconds
@@ -33,6 +35,7 @@
 // Exit codes of its own: 99 for an unknown mode or a malformed number, 98 when a side file
 // cannot be written.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -185,6 +188,24 @@ void print_lines(int count) {
   std::_Exit(0);
 }
 
+[[noreturn]] void fds_mode() {
+  const char* dir = std::getenv("FAKE_ENV_DIR");
+  if (dir == nullptr) fail(kSideFileFailed, "fds mode needs FAKE_ENV_DIR");
+  DIR* listing = ::opendir("/proc/self/fd");
+  if (listing == nullptr) fail(kSideFileFailed, "cannot list /proc/self/fd");
+  std::string content;
+  while (const dirent* entry = ::readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == ".." || std::stoi(name) == ::dirfd(listing)) continue;
+    char target[4096];
+    const auto n = ::readlink(("/proc/self/fd/" + name).c_str(), target, sizeof(target));
+    content += name + " " + std::string(target, n > 0 ? static_cast<std::size_t>(n) : 0) + "\n";
+  }
+  ::closedir(listing);
+  write_file_atomically(std::string(dir) + "/fds_" + rank() + ".txt", content);
+  std::_Exit(0);
+}
+
 void write_error_file(const std::string& timestamp) {
   const std::string path = env_or("TORCHELASTIC_ERROR_FILE", "");
   if (!path.empty()) {
@@ -273,6 +294,7 @@ int number(std::string_view mode, std::string_view text) {
   }
   if (name == "grandchild" && args == 0) grandchild_mode();
   if (name == "env" && args == 0) env_mode();
+  if (name == "fds" && args == 0) fds_mode();
   if (name == "sleep" && args == 1) {
     sleep_ms(number(mode, parts[1]));
     std::_Exit(0);

@@ -6,6 +6,10 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.hpp"
 #include "integration/ddprun_process.hpp"
@@ -123,4 +127,24 @@ TEST_CASE("ddprun: a secret too short, or a token file that cannot be read, is a
   DdprunProcess missing(fake({"--token-file=" + dir.file("nope")}));
   CHECK(missing.wait(kHang) == 2);
   CHECK_THAT(missing.output(), Contains("cannot read it"));
+}
+
+TEST_CASE("ddprun: a worker inherits no descriptor but its standard streams", "[security]") {
+  // Two nodes, so that node 0's agent holds the store's listening socket, its connections and
+  // the other agent's, and each agent its worker pipes: none may reach a worker.
+  TempDir dir;
+  const auto port = "--master-port=" + std::to_string(free_port());
+  std::map<std::string, std::string> env{{"FAKE_MODE", "fds"}, {"FAKE_ENV_DIR", dir.path()}};
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", "--nproc-per-node=2", port}), env);
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port}), env);
+  REQUIRE(node0.wait(kHang) == 0);
+  REQUIRE(node1.wait(kHang) == 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    auto lines = read_lines(dir.file("fds_" + std::to_string(rank) + ".txt"));
+    std::set<std::string> fds;
+    for (const auto& line : lines) fds.insert(line.substr(0, line.find(' ')));
+    INFO("open: " << fmt::format("{}", fmt::join(lines, "; ")));
+    CHECK(fds == std::set<std::string>{"0", "1", "2"});
+  }
 }

@@ -1,15 +1,24 @@
 #include "agent/orphan_guard.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
 
@@ -45,7 +54,86 @@ namespace {
   _exit(0);
 }
 
+struct ProcessInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  pid_t session = 0;
+  std::string name;
+};
+
+// /proc/PID/stat: "pid (name) state ppid pgrp session ..."; the name may hold spaces and
+// parentheses, so the fields are read after its last ')'.
+bool read_process(pid_t pid, ProcessInfo& info) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const auto open = stat.find('(');
+  const auto close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  char state = 0;
+  int ppid = 0;
+  int group = 0;
+  int session = 0;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %d %d %d", &state, &ppid, &group, &session) !=
+      4) {
+    return false;
+  }
+  info = {pid, ppid, session, stat.substr(open + 1, close - open - 1)};
+  return true;
+}
+
+// This process's children in another session.
+std::vector<ProcessInfo> adopted_daemons() {
+  const pid_t self = getpid();
+  const pid_t own_session = getsid(0);
+  std::vector<ProcessInfo> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    ProcessInfo info;
+    if (read_process(static_cast<pid_t>(std::atol(name.c_str())), info) && info.ppid == self &&
+        info.session != own_session) {
+      found.push_back(std::move(info));
+    }
+  }
+  return found;
+}
+
+// Reaps a killed child. SIGKILL ends a process promptly, but one stuck in the kernel (state D)
+// is waited for `limit` only, so that the agent cannot hang here; the kernel then keeps it as
+// this process's zombie until the agent exits.
+void reap_within(pid_t pid, std::chrono::milliseconds limit) {
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    while (poll(&p, 1, static_cast<int>(limit.count())) < 0 && errno == EINTR) {
+    }
+    close(fd);
+  }
+  waitpid(pid, nullptr, WNOHANG);
+}
+
 }  // namespace
+
+int stop_adopted_daemons(int rounds) {
+  std::vector<std::string> ended;
+  for (int round = 0; round < rounds; ++round) {
+    auto daemons = adopted_daemons();
+    if (daemons.empty()) break;
+    for (const auto& d : daemons) kill(d.pid, SIGKILL);
+    for (const auto& d : daemons) {
+      reap_within(d.pid, std::chrono::seconds(5));
+      ended.push_back(fmt::format("{} ({})", d.pid, d.name));
+    }
+  }
+  if (!ended.empty()) {
+    spdlog::warn("ended {} process(es) that the workers left running in sessions of their own: "
+                 "{}",
+                 ended.size(), fmt::join(ended, ", "));
+  }
+  return static_cast<int>(ended.size());
+}
 
 OrphanGuard::OrphanGuard() {
   int fds[2];
@@ -65,6 +153,8 @@ OrphanGuard::OrphanGuard() {
   }
   close(fds[0]);
   fd_ = fds[1];
+  // Orphaned descendants of the workers become this process's children (see the header).
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 }
 
 OrphanGuard::~OrphanGuard() {
@@ -74,6 +164,7 @@ OrphanGuard::~OrphanGuard() {
     int status = 0;
     waitpid(guardian_, &status, 0);
   }
+  stop_adopted_daemons();
 }
 
 void OrphanGuard::watch(pid_t pgid) { send('+', pgid); }

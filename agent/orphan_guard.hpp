@@ -5,16 +5,28 @@
 // spawned. So at startup, before any thread exists, the agent forks a tiny guardian process that
 // learns every worker's process group through a pipe. When the pipe closes (the agent exited,
 // however it died), the guardian SIGKILLs every process group it still knows, then exits.
+//
+// Daemons that a worker starts leave its process group and session (setsid), so the groups do
+// not reach them. The agent is therefore a child subreaper: such a process, once its parent
+// is gone, becomes the agent's child, and the agent ends every adopted child of another session
+// when it ends normally or is stopped by a signal (not when it is SIGKILLed: see the README).
 
 #include <sys/types.h>
 
 namespace ddprun {
 
+// SIGKILLs and reaps this process's children that run in another session than its own: what
+// a worker left behind after detaching itself, adopted by this subreaper. Repeats until none is
+// left (a daemon's own children are adopted when it dies), for at most `rounds` scans. Returns
+// how many were ended; names them in a warning.
+int stop_adopted_daemons(int rounds = 20);
+
 class OrphanGuard {
  public:
   // Forks the guardian. Call before creating threads. Throws Error if pipe or fork fail.
   OrphanGuard();
-  // Closing the pipe is the guardian's signal: it kills the remaining groups and exits.
+  // Closing the pipe is the guardian's signal: it kills the remaining groups and exits. Then
+  // the adopted daemons are ended (stop_adopted_daemons).
   ~OrphanGuard();
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;

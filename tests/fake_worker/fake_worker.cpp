@@ -17,6 +17,10 @@
 //   grandchild           fork a child that ignores SIGTERM/SIGINT/SIGHUP and sleeps forever;
 //                        that child appends "<worker pid>\n<grandchild pid>\n" to
 //                        $FAKE_PID_FILE once it is set up; the worker itself hangs
+//   daemon               fork a daemon (setsid: its own session and group, polite signals
+//                        ignored) that appends "<daemon pid>\n" to $FAKE_PID_FILE and sleeps
+//                        forever; once it has, exit 0
+//   daemon_hang          the same, but the worker itself hangs
 //   env                  write the environment as KEY=VALUE lines to $FAKE_ENV_DIR/env_<RANK>.txt
 //   fds                  write the open descriptors as "FD TARGET" lines to
 //                        $FAKE_ENV_DIR/fds_<RANK>.txt, exit 0
@@ -176,6 +180,32 @@ void print_lines(int count) {
   sleep_forever();
 }
 
+// A daemon, as a worker's helper that detaches itself: out of the worker's process group and
+// session, so that only a kill aimed at it (or a sweep of the agent's adopted children) ends it.
+void start_daemon() {
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) fail(kSideFileFailed, "pipe failed");
+  const pid_t child = fork();
+  if (child < 0) fail(kSideFileFailed, std::string("fork failed: ") + std::strerror(errno));
+  if (child == 0) {
+    ::setsid();
+    ignore_polite_signals();
+    if (const char* pid_file = std::getenv("FAKE_PID_FILE")) {
+      int fd = ::open(pid_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) fail(kSideFileFailed, std::string("cannot open ") + pid_file);
+      write_all(fd, std::to_string(getpid()) + "\n");
+      ::close(fd);
+    }
+    write_all(ready[1], "r");
+    sleep_forever();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::close(ready[0]);
+}
+
 [[noreturn]] void env_mode() {
   const char* dir = std::getenv("FAKE_ENV_DIR");
   if (dir == nullptr) fail(kSideFileFailed, "env mode needs FAKE_ENV_DIR");
@@ -294,6 +324,11 @@ int number(std::string_view mode, std::string_view text) {
   }
   if (name == "grandchild" && args == 0) grandchild_mode();
   if (name == "env" && args == 0) env_mode();
+  if ((name == "daemon" || name == "daemon_hang") && args == 0) {
+    start_daemon();
+    if (name == "daemon_hang") sleep_forever();
+    std::_Exit(0);
+  }
   if (name == "fds" && args == 0) fds_mode();
   if (name == "sleep" && args == 1) {
     sleep_ms(number(mode, parts[1]));

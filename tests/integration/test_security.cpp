@@ -148,3 +148,26 @@ TEST_CASE("ddprun: a worker inherits no descriptor but its standard streams", "[
     CHECK(fds == std::set<std::string>{"0", "1", "2"});
   }
 }
+
+TEST_CASE("ddprun: daemons that workers start in sessions of their own end with the job",
+          "[security]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  SECTION("after a normal end") {
+    DdprunProcess p(fake({"--nproc-per-node=2", "--master-port=" + std::to_string(free_port())}),
+                    {{"FAKE_MODE", "daemon"}, {"FAKE_PID_FILE", pid_file}});
+    CHECK(p.wait(kHang) == 0);
+    CHECK_THAT(p.output(), Contains("ended 2 process(es) that the workers left running"));
+  }
+  SECTION("after SIGTERM to the agent") {
+    DdprunProcess p(fake({"--nproc-per-node=2", "--master-port=" + std::to_string(free_port()),
+                          "--shutdown-timeout=2"}),
+                    {{"FAKE_MODE", "daemon_hang"}, {"FAKE_PID_FILE", pid_file}});
+    REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 2; }, kHang));
+    kill(p.pid(), SIGTERM);
+    CHECK(p.wait(kHang) == 143);
+  }
+  const auto pids = read_lines(pid_file);
+  REQUIRE(pids.size() == 2);
+  CHECK(wait_until_dead(pids, kHang));
+}

@@ -1,5 +1,7 @@
 #include "rendezvous/store_connection.hpp"
 
+#include <malloc.h>
+
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
@@ -39,6 +41,7 @@ Connection::Connection(asio::ip::tcp::socket socket, ConnectionContext& context)
   auto remote = socket_.remote_endpoint(ec);
   peer_ = ec ? "unknown peer" : format_host_port(remote.address().to_string(), remote.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  socket_.non_blocking(true, ec);
 }
 
 void Connection::start() {
@@ -73,43 +76,79 @@ void Connection::close(const std::string& reason) {
   wait_timer_.cancel();
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
+  const bool large = buffer_.capacity() > (1U << 20);
+  buffer_ = std::string();
+  account();
+  if (large) malloc_trim(0);  // give a large frame's pages back to the system now
   if (context_.on_close) context_.on_close(shared_from_this());
 }
 
 void Connection::read() {
-  socket_.async_read_some(asio::buffer(chunk_),
-                          [self = shared_from_this()](boost::system::error_code ec,
-                                                      std::size_t n) { self->on_read(ec, n); });
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](boost::system::error_code ec) {
+                       self->on_readable(ec);
+                     });
 }
 
-void Connection::on_read(boost::system::error_code ec, std::size_t bytes) {
+void Connection::on_readable(boost::system::error_code ec) {
   if (closed_) return;
+  if (ec) {
+    if (ec != asio::error::operation_aborted) close("read failed: " + ec.message());
+    return;
+  }
+  auto& chunk = context_.chunk;
+  std::size_t n = socket_.read_some(asio::buffer(chunk), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    read();
+    return;
+  }
   if (ec) {
     if (ec == asio::error::eof || ec == asio::error::connection_reset) {
       close(buffer_.empty() ? "" : fmt::format("disconnected with {} bytes of an unfinished frame",
                                                buffer_.size()));
-    } else if (ec != asio::error::operation_aborted) {
+    } else {
       close("read failed: " + ec.message());
     }
     return;
   }
-  buffer_.append(chunk_.data(), bytes);
-  // A well-behaved client sends one request and waits; a pile larger than one maximal frame
-  // while a request is still pending is abuse, and it would otherwise grow without bound.
-  if (buffer_.size() > context_.limits.max_frame + kFrameHeaderSize) {
-    close(fmt::format("{} bytes queued behind a pending request", buffer_.size()));
+  // Memory is refused, not allocated: a connection's pile beyond one maximal frame while a
+  // request is still pending is abuse, and so is what would take all connections together
+  // beyond the server's cap.
+  if (buffer_.size() + n > context_.limits.max_frame + kFrameHeaderSize) {
+    close(fmt::format("{} bytes queued behind a pending request", buffer_.size() + n));
     return;
   }
+  if (context_.max_buffered_total != 0 &&
+      context_.buffered_total + n > context_.max_buffered_total) {
+    close(fmt::format("the store holds {} bytes of unfinished requests, its limit is {}; this "
+                      "connection's {} more are refused",
+                      context_.buffered_total, context_.max_buffered_total, n));
+    return;
+  }
+  buffer_.append(chunk.data(), n);
+  account();
   process();
   if (closed_) return;
   arm_stall_timer();
   read();
 }
 
+void Connection::account() {
+  context_.buffered_total -= accounted_;
+  accounted_ = buffer_.size();
+  context_.buffered_total += accounted_;
+  // A large frame's storage is given back once it has been handled.
+  if (buffer_.capacity() > (1U << 20) && buffer_.size() < buffer_.capacity() / 4) {
+    buffer_.shrink_to_fit();
+  }
+}
+
 void Connection::arm_stall_timer() {
-  // Only a partly received frame is a stall; an idle connection between requests is normal
-  // (agents keep their connection for the whole job). The timer is touched only when that
-  // changes: arming and cancelling it on every request would cost more than the request.
+  // A frame must arrive whole within the read timeout of its first byte: the deadline is per
+  // frame, not per byte (a client sending one byte a second would otherwise never be dropped).
+  // An idle connection between requests is normal (agents keep theirs for the whole job). The
+  // timer is touched only when that changes: re-arming it on every request would cost more
+  // than the request.
   const bool partial = !buffer_.empty() && !busy_;
   if (!partial) {
     if (stall_armed_) {
@@ -118,15 +157,15 @@ void Connection::arm_stall_timer() {
     }
     return;
   }
-  if (stall_armed_ && stall_size_ == buffer_.size()) return;
+  if (stall_armed_ && stall_frame_ == frames_done_) return;  // still the same frame
   stall_armed_ = true;
-  stall_size_ = buffer_.size();
+  stall_frame_ = frames_done_;
   stall_timer_.expires_after(context_.read_timeout);
-  stall_timer_.async_wait([self = shared_from_this(), size = buffer_.size()](
+  stall_timer_.async_wait([self = shared_from_this(), frame = frames_done_](
                               boost::system::error_code ec) {
-    if (ec || self->closed_) return;
-    self->close(fmt::format("sent {} bytes of a frame and nothing more for {} ms", size,
-                            self->context_.read_timeout.count()));
+    if (ec || self->closed_ || self->frames_done_ != frame) return;
+    self->close(fmt::format("a frame not complete {} ms after its first byte ({} bytes arrived)",
+                            self->context_.read_timeout.count(), self->buffer_.size()));
   });
 }
 
@@ -145,6 +184,8 @@ void Connection::process() {
       return;
     }
     buffer_.erase(0, *size);
+    ++frames_done_;
+    account();
     try {
       handle(request);
     } catch (const Error& e) {

@@ -5,11 +5,12 @@
 // With a secret, the second must be an Auth that proves it (rendezvous/store_auth.hpp); nothing
 // else is served before. The whole handshake must finish within the read timeout.
 
-#include <array>
+#include <cstdint>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -35,7 +36,7 @@ class RefusalLog {
   int suppressed_ = 0;
 };
 
-// What every connection of one server shares.
+// What every connection of one server shares (all on the server's one thread).
 struct ConnectionContext {
   StoreState& state;
   const Limits& limits;
@@ -43,6 +44,13 @@ struct ConnectionContext {
   const std::string& secret;  // empty: no authentication
   std::function<void(const std::shared_ptr<Connection>&)> on_close;
   RefusalLog refusals{};
+  // Bytes received and not yet processed, over all connections, and the most allowed: a
+  // connection whose bytes would go beyond it is closed instead of buffered.
+  std::size_t buffered_total = 0;
+  std::size_t max_buffered_total = 0;
+  // Where every connection reads into before keeping what it got: one buffer for the server,
+  // not one per connection (an idle connection costs no read buffer).
+  std::vector<char> chunk = std::vector<char>(64 * 1024);
 };
 
 class Connection final : public std::enable_shared_from_this<Connection> {
@@ -52,10 +60,16 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void start();
   // Closes the socket and cancels any pending wait; `reason` is logged (empty: a normal close).
   void close(const std::string& reason);
+  // Still in the handshake (no hello, or no proof of the secret yet), and since when.
+  bool in_handshake() const { return stage_ != Stage::kReady; }
+  std::chrono::steady_clock::time_point connected_at() const { return connected_at_; }
 
  private:
+  // Waits until the socket is readable, then reads what is there into the shared chunk.
   void read();
-  void on_read(boost::system::error_code ec, std::size_t bytes);
+  void on_readable(boost::system::error_code ec);
+  // Keeps context_.buffered_total in step with buffer_.
+  void account();
   // Runs the frames in the buffer until one blocks or the buffer holds no whole frame.
   void process();
   void handle(const Request& request);
@@ -72,18 +86,21 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer wait_timer_;
   std::string peer_;
   std::string run_id_;
-  enum class Stage { kHello, kAuth, kReady } stage_ = Stage::kHello;
+  enum class Stage { kHello, kAuth, kReady };
+  Stage stage_ = Stage::kHello;
   std::string client_nonce_;
   std::string server_nonce_;
   bool busy_ = false;    // a request is waiting for keys or its response is being written
   bool closed_ = false;
-  bool stall_armed_ = false;   // the stall timer is running
-  std::size_t stall_size_ = 0; // bytes pending when it was armed
+  bool stall_armed_ = false;   // the frame timer is running
+  std::uint64_t frames_done_ = 0;   // frames taken from the buffer so far
+  std::uint64_t stall_frame_ = 0;   // frames_done_ when the frame timer was armed
+  std::size_t accounted_ = 0;  // buffer_.size() as counted in context_.buffered_total
+  std::chrono::steady_clock::time_point connected_at_ = std::chrono::steady_clock::now();
   StoreState::WaiterId waiter_ = 0;
   std::string buffer_;   // received, not yet processed
   std::string outgoing_;
   std::string close_after_write_;  // set when the reply being written is a refusal
-  std::array<char, 64 * 1024> chunk_{};
 };
 
 }  // namespace ddprun::store

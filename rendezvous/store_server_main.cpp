@@ -28,7 +28,16 @@ int main(int argc, char** argv) {
   app.add_option("--port", options.port, "Port to listen on (0: any free port)")
       ->capture_default_str();
   app.add_option("--read-timeout", read_timeout_s,
-                 "Seconds after which a client that sent part of a frame is dropped")
+                 "Seconds a frame may take to arrive whole, and the handshake after connecting")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections", options.max_connections,
+                 "Connections open at once; at the limit, ones still in their handshake make "
+                 "room (0: the open-files limit less 64)")
+      ->capture_default_str();
+  std::size_t max_buffered_mib = options.max_buffered >> 20;
+  app.add_option("--max-buffered-mib", max_buffered_mib,
+                 "MiB of unfinished requests held over all connections")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--token-file", token_file,
@@ -46,6 +55,7 @@ int main(int argc, char** argv) {
     ddprun::raise_open_files_limit();
     options.read_timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(read_timeout_s * 1000));
+    options.max_buffered = max_buffered_mib << 20;
     std::vector<std::string> notes;
     std::map<std::string, std::string> env;
     if (const char* value = std::getenv(ddprun::store::kTokenEnv)) env[ddprun::store::kTokenEnv] = value;

@@ -1,5 +1,7 @@
 #include "rendezvous/tcp_store_server.hpp"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <thread>
 #include <unordered_set>
@@ -36,6 +38,13 @@ class TcpStoreServer::Impl {
                                         ec.message()));
     }
     bound_ = acceptor_.local_endpoint();
+    context_.max_buffered_total = options_.max_buffered;
+    max_connections_ = options_.max_connections;
+    if (max_connections_ == 0) {
+      rlimit limit{};
+      getrlimit(RLIMIT_NOFILE, &limit);
+      max_connections_ = limit.rlim_cur > 128 ? static_cast<std::size_t>(limit.rlim_cur - 64) : 64;
+    }
     context_.on_close = [this](const std::shared_ptr<store::Connection>& c) { forget(c); };
     spdlog::info("store: listening on {}{}", endpoint_text(),
                  options_.secret.empty() ? "" : ", clients must prove the job's secret");
@@ -105,13 +114,36 @@ class TcpStoreServer::Impl {
           if (!timer_ec && !stopping_) accept();
         });
         return;
-      } else {
+      } else if (make_room()) {
         auto connection = std::make_shared<store::Connection>(std::move(socket), context_);
         connections_.insert(connection);
         connection->start();
+      } else {
+        boost::system::error_code peer_ec;
+        auto peer = socket.remote_endpoint(peer_ec);
+        context_.refusals.warn(fmt::format(
+            "store: refusing a connection from {}: {} connections are open, the limit",
+            peer_ec ? std::string("unknown peer")
+                    : format_host_port(peer.address().to_string(), peer.port()),
+            connections_.size()));
       }
       accept();
     });
+  }
+
+  // Below the connection limit, or brought below it by closing the oldest connection that has
+  // not finished its handshake. False: every open connection is a served client.
+  bool make_room() {
+    if (connections_.size() < max_connections_) return true;
+    std::shared_ptr<store::Connection> oldest;
+    for (const auto& c : connections_) {
+      if (c->in_handshake() && (!oldest || c->connected_at() < oldest->connected_at())) oldest = c;
+    }
+    if (!oldest) return false;
+    oldest->close(fmt::format("{} connections are open, the limit: this one, the oldest still in "
+                              "its handshake, makes room for a new one",
+                              connections_.size()));
+    return connections_.size() < max_connections_;
   }
 
   void forget(const std::shared_ptr<store::Connection>& c) {
@@ -126,6 +158,7 @@ class TcpStoreServer::Impl {
   store::StoreState state_;
   store::ConnectionContext context_;
   std::unordered_set<std::shared_ptr<store::Connection>> connections_;
+  std::size_t max_connections_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -21,6 +21,13 @@ struct StoreServerOptions {
   std::chrono::milliseconds read_timeout{30'000};
   // The job's shared secret (rendezvous/store_auth.hpp); empty: clients are not asked for one.
   std::string secret;
+  // Connections open at once. At the limit a new one takes the place of the oldest one that
+  // has not finished its handshake (a flood of idle or unauthenticated connections cannot lock
+  // agents out); with none such, it is refused. 0: the open-files limit less 64.
+  std::size_t max_connections = 0;
+  // Bytes of unfinished requests held over all connections; a connection that would go
+  // beyond is closed, not buffered.
+  std::size_t max_buffered = 256 * 1024 * 1024;
 };
 
 class TcpStoreServer {

@@ -12,7 +12,9 @@
 #include <atomic>
 #include <sstream>
 #include <fstream>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "common/error.hpp"
 #include "rendezvous/protocol.hpp"
@@ -42,6 +44,13 @@ TcpStoreClient connect_to(const TcpStoreServer& server, std::string run_id = "te
   o.port = server.port();
   o.run_id = std::move(run_id);
   return TcpStoreClient(o, Deadline::after(10s));
+}
+
+std::unique_ptr<TcpStoreClient> new_client(const TcpStoreServer& server) {
+  StoreClientOptions o;
+  o.port = server.port();
+  o.run_id = "test";
+  return std::make_unique<TcpStoreClient>(o, Deadline::after(10s));
 }
 
 std::string hello_frame(std::uint32_t magic = store::kMagic) {
@@ -434,4 +443,88 @@ TEST_CASE("tcp store: refusals are logged at a bounded rate", "[tcp_store]") {
   CHECK(std::count(text.begin(), text.end(), '\n') == store::RefusalLog::kPerWindow);
   CHECK_THAT(text, Catch::Contains("refused 19"));
   CHECK_THAT(text, !Catch::Contains("refused 20"));
+}
+
+TEST_CASE("tcp store: a frame must arrive whole within the read timeout, however it trickles",
+          "[tcp_store][limits]") {
+  auto options = local();
+  options.read_timeout = 1s;
+  TcpStoreServer server(options);
+  server.start();
+  test::RawSocket raw("127.0.0.1", server.port());
+  const auto frame = hello_frame();
+  // One byte every 100 ms: each byte would restart a per-byte timeout. The whole frame needs
+  // longer than the read timeout, and the server must drop the connection before it is done.
+  REQUIRE(frame.size() > 20);
+  bool closed = false;
+  for (std::size_t i = 0; i + 1 < frame.size() && !closed; ++i) {
+    raw.send(frame.substr(i, 1));
+    closed = raw.closed_by_peer_within(100ms);
+  }
+  if (!closed) closed = raw.closed_by_peer_within(10s);
+  CHECK(closed);
+  require_server_healthy(server);
+}
+
+TEST_CASE("tcp store: at the connection limit, idle connections make room for clients",
+          "[tcp_store][limits]") {
+  auto options = local();
+  options.max_connections = 4;
+  options.read_timeout = 60s;  // the idle ones are not dropped by their handshake deadline
+  TcpStoreServer server(options);
+  server.start();
+  std::vector<std::unique_ptr<test::RawSocket>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<test::RawSocket>("127.0.0.1", server.port()));
+  }
+  // Four served clients: each takes the place of an idle connection.
+  std::vector<std::unique_ptr<TcpStoreClient>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(new_client(server));
+  for (auto& raw : idle) CHECK(raw->closed_by_peer_within(10s));
+  // A fifth finds only served clients: refused, and its deadline ends its tries.
+  StoreClientOptions o;
+  o.port = server.port();
+  CHECK_THROWS_AS(TcpStoreClient(o, Deadline::after(1s)), ConnectionError);
+  clients.pop_back();  // one leaves: room again
+  CHECK_NOTHROW(connect_to(server).ping(Deadline::after(5s)));
+}
+
+TEST_CASE("tcp store: unfinished requests are capped over all connections",
+          "[tcp_store][limits]") {
+  auto options = local();
+  options.max_buffered = 1 << 20;
+  options.read_timeout = 60s;
+  TcpStoreServer server(options);
+  server.start();
+  // A header announcing a 900 KiB body (a Set of one key and a large value), then part of it.
+  auto part_of_big_frame = [](std::size_t sent) {
+    std::string header(store::kFrameHeaderSize, '\0');
+    const std::uint64_t body = 900 * 1024;
+    for (std::size_t i = 0; i < store::kFrameHeaderSize; ++i) {
+      header[store::kFrameHeaderSize - 1 - i] = static_cast<char>((body >> (8 * i)) & 0xff);
+    }
+    return hello_frame() + header + std::string(sent, 'x');
+  };
+  test::RawSocket first("127.0.0.1", server.port());
+  first.send(part_of_big_frame(600 * 1024));
+  require_server_healthy(server);  // its 600 KiB are held
+  test::RawSocket second("127.0.0.1", server.port());
+  second.send(part_of_big_frame(600 * 1024));  // 1.2 MiB together: over the cap
+  CHECK(second.closed_by_peer_within(10s));
+  require_server_healthy(server);
+}
+
+TEST_CASE("tcp store: an idle connection costs no read buffer", "[tcp_store][limits]") {
+  TcpStoreServer server(local());
+  server.start();
+  require_server_healthy(server);
+  const long before = test::rss_kib();
+  std::vector<std::unique_ptr<test::RawSocket>> idle;
+  for (int i = 0; i < 300; ++i) {
+    idle.push_back(std::make_unique<test::RawSocket>("127.0.0.1", server.port()));
+    idle.back()->send(hello_frame());
+  }
+  require_server_healthy(server);  // accepted after all the others
+  // Per connection: a socket and a few small objects. A 64 KiB read buffer each was 19 MB.
+  CHECK(test::rss_kib() - before < 4 * 1024);
 }

@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -45,17 +46,51 @@ void write_all(int fd, std::string_view data) {
   }
 }
 
+namespace {
+
+std::mutex lost_mutex;
+std::vector<std::string> lost;
+
+// The file's error, reported once: a warning now, and a line in the job's summary.
+void report_lost_output(const std::string& path, int err) {
+  const auto line = fmt::format("{}: {}", path, errno_message(err));
+  spdlog::warn("worker output lost: cannot write {}; the rest of this stream is not saved",
+               line);
+  std::lock_guard lock(lost_mutex);
+  lost.push_back(line);
+}
+
+}  // namespace
+
+std::vector<std::string> lost_output_files() {
+  std::lock_guard lock(lost_mutex);
+  return lost;
+}
+
 struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   State(asio::readable_pipe p, OutputTarget t) : pipe(std::move(p)), target(std::move(t)) {
     if (!target.file.empty()) {
-      file = std::fopen(target.file.c_str(), "a");
-      if (!file) {
-        spdlog::warn("cannot open worker log {}: {}", target.file, errno_message(errno));
-      }
+      file = ::open(target.file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (file < 0) report_lost_output(target.file, errno);
     }
   }
   ~State() {
-    if (file) std::fclose(file);
+    if (file >= 0) ::close(file);
+  }
+
+  // The file is a faithful copy: every byte as read, no newline added, however long a line.
+  void write_file(std::string_view bytes) {
+    while (file >= 0 && !bytes.empty()) {
+      const auto n = ::write(file, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        report_lost_output(target.file, n < 0 ? errno : ENOSPC);
+        ::close(file);
+        file = -1;
+        return;
+      }
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
   }
 
   void read() {
@@ -68,12 +103,12 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   void on_read(boost::system::error_code ec, std::size_t n) {
     if (detached) return;
     if (!ec) {
+      write_file(std::string_view(chunk.data(), n));
       emit(splitter.feed(std::string_view(chunk.data(), n)));
       read();
       return;
     }
     emit(splitter.finish());
-    if (file) std::fflush(file);
     if (on_closed) {
       auto done = std::move(on_closed);
       on_closed = nullptr;
@@ -94,13 +129,6 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
       }
       write_all(target.console_fd, batch);
     }
-    if (file) {
-      for (const auto& line : lines) {
-        std::fwrite(line.data(), 1, line.size(), file);
-        std::fputc('\n', file);
-      }
-      std::fflush(file);
-    }
     for (const auto& line : lines) {
       if (target.keep_tail == 0) break;
       tail.push_back(line);
@@ -112,7 +140,7 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   OutputTarget target;
   LineSplitter splitter;
   std::array<char, 16 * 1024> chunk{};
-  std::FILE* file = nullptr;
+  int file = -1;
   std::deque<std::string> tail;
   std::function<void()> on_closed;
   bool detached = false;

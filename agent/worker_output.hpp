@@ -1,7 +1,7 @@
 #pragma once
-// One captured output stream of one worker: reads the pipe on the runner's thread, splits it into
-// whole lines, and writes each line to the console (with its prefix, in one write) and/or to a
-// log file, keeping the last lines for failure reports.
+// One captured output stream of one worker: reads the pipe on the runner's thread; the log file
+// gets the bytes exactly as the worker wrote them, the console whole lines (with their prefix,
+// in one write; a very long line in pieces), and the last lines are kept for failure reports.
 
 #include <cstdio>
 #include <deque>
@@ -42,6 +42,11 @@ class WorkerOutput {
 // Writes all of `data` to `fd`, retrying short writes; gives up silently when the fd is gone
 // (a closed console must not hold up the writer).
 void write_all(int fd, std::string_view data);
+
+// Log files that could not be written in full (a full disk, an I/O error): one line each,
+// "PATH: error", in the order the failures happened. Each file is reported once, as a warning,
+// when it fails; the job's summary names them again (output was lost).
+std::vector<std::string> lost_output_files();
 
 // Renders "{time}" in a prefix for the current local time (HH:MM:SS.mmm).
 std::string render_time_prefix(const std::string& prefix);

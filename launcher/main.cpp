@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <random>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.hpp"
 #include "agent/orphan_guard.hpp"
 #include "agent/posix_process_runner.hpp"
 #include "agent/program_check.hpp"
+#include "agent/worker_output.hpp"
 #include "cluster/cluster_report.hpp"
 #include "cluster/head.hpp"
 #include "cluster/head_link.hpp"
@@ -88,6 +90,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   // inherits the blocked signal mask.
   OrphanGuard guard;
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN);  // a file-size limit fails a log write (reported), not the agent
   raise_open_files_limit();
   SignalForwarder signals(handled_signals(config));
   if (session != nullptr) {
@@ -163,6 +166,10 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
     session->link->report({"result", body}, session->hello.token);
   } else {
     report(result);
+  }
+  if (const auto lost = lost_output_files(); !lost.empty()) {
+    spdlog::warn("output was lost: {} worker log file(s) could not be written in full: {}",
+                 lost.size(), fmt::join(lost, "; "));
   }
   return code;
 }

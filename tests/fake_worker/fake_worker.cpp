@@ -21,6 +21,7 @@
 //                        ignored) that appends "<daemon pid>\n" to $FAKE_PID_FILE and sleeps
 //                        forever; once it has, exit 0
 //   daemon_hang          the same, but the worker itself hangs
+//   long_line:N          write a line of N bytes, then "last" without a newline, exit 0
 //   env                  write the environment as KEY=VALUE lines to $FAKE_ENV_DIR/env_<RANK>.txt
 //   fds                  write the open descriptors as "FD TARGET" lines to
 //                        $FAKE_ENV_DIR/fds_<RANK>.txt, exit 0
@@ -324,6 +325,13 @@ int number(std::string_view mode, std::string_view text) {
   }
   if (name == "grandchild" && args == 0) grandchild_mode();
   if (name == "env" && args == 0) env_mode();
+  if (name == "long_line" && args == 1) {
+    std::string text;
+    const int n = number(mode, parts[1]);
+    for (int i = 0; i < n; ++i) text += static_cast<char>('a' + i % 26);
+    write_all(STDOUT_FILENO, text + "\nlast");
+    std::_Exit(0);
+  }
   if ((name == "daemon" || name == "daemon_hang") && args == 0) {
     start_daemon();
     if (name == "daemon_hang") sleep_forever();

@@ -23,12 +23,6 @@ namespace {
 
 constexpr auto kHang = 60s;
 
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
-
 // ddprun --hosts=HOSTS over the local stand-in, with the fake worker and these extra flags
 // (before the program).
 std::vector<std::string> on_hosts(const std::string& hosts, std::vector<std::string> flags) {

@@ -4,7 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -319,4 +324,58 @@ TEST_CASE("ddprun: the root cause is the earliest failure and not the first repo
     CHECK_THAT(out, Catch::Contains("rank        1 of 2"));
     CHECK_THAT(out, Catch::Contains("RuntimeError: fake failure on rank 1"));
   }
+}
+
+namespace {
+
+// The one file with this name under `dir`, however deep.
+std::string find_file(const std::string& dir, const std::string& name) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().filename() == name) return entry.path().string();
+  }
+  return {};
+}
+
+std::string expected_long_line(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) text += static_cast<char>('a' + i % 26);
+  return text + "\nlast";
+}
+
+}  // namespace
+
+TEST_CASE("ddprun: log files hold the worker's bytes exactly, however long its lines",
+          "[launcher][logs]") {
+  TempDir dir;
+  DdprunProcess p(fake({"-r", "3", "--log-dir=" + dir.path(), port_arg(free_port())}),
+                  {{"FAKE_MODE", "long_line:200000"}});
+  REQUIRE(p.wait() == 0);
+  const auto path = find_file(dir.path(), "stdout.log");
+  REQUIRE_FALSE(path.empty());
+  std::ifstream in(path, std::ios::binary);
+  const std::string content(std::istreambuf_iterator<char>(in), {});
+  // One 200,000-byte line (not cut in pieces) and a last line without a newline (none added).
+  CHECK(content.size() == 200'000 + 5);
+  CHECK(content == expected_long_line(200'000));
+  CHECK_THAT(p.output(), !Catch::Contains("output was lost"));
+}
+
+TEST_CASE("ddprun: a log file that cannot be written is reported, and the summary says so",
+          "[launcher][logs]") {
+  TempDir dir;
+  // A file-size limit of 64 KiB for ddprun (and what it starts) makes the 200 KB log file fail
+  // with EFBIG, as a full disk would with ENOSPC; the console output stays far below it.
+  rlimit previous{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &previous) == 0);
+  rlimit small{64 * 1024, previous.rlim_max};
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  DdprunProcess p(fake({"-r", "3", "--log-dir=" + dir.path(), port_arg(free_port())}),
+                  {{"FAKE_MODE", "long_line:200000"}});
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &previous) == 0);
+  CHECK(p.wait() == 0);  // the job's own result
+  const auto out = p.output();
+  CHECK(count_of(out, "worker output lost: cannot write") == 1);  // once per file
+  CHECK_THAT(out, Catch::Contains("stdout.log: File too large"));
+  CHECK_THAT(out,
+             Catch::Contains("output was lost: 1 worker log file(s) could not be written in full"));
 }

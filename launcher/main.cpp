@@ -61,7 +61,14 @@ std::string make_log_dir(const LaunchConfig& config) {
   }
   std::random_device rd;
   auto dir = base / fmt::format("{}_{:06x}", config.rdzv_id, rd() & 0xffffff);
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec && access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
+  if (ec) {
+    throw ConfigError(fmt::format("--log-dir={}: cannot create a writable directory {} in it: {}",
+                                  config.log_dir.empty() ? base.string() : config.log_dir,
+                                  dir.string(), ec.message()));
+  }
   return dir.string();
 }
 
@@ -125,6 +132,8 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   }
 
   const auto host = this_host(config);
+  // Before the store listens: a node that cannot keep its workers' logs says so at once.
+  auto log_dir = make_log_dir(config);
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
   PosixProcessRunner runner(&guard, config.progress_interval);
@@ -136,7 +145,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   ctx.runner = &runner;
   ctx.reserve_master_port = reserve_port;
   ctx.hosts_store = backend.serves_store();
-  ctx.log_dir = make_log_dir(config);
+  ctx.log_dir = std::move(log_dir);
   ctx.base_env = current_environment();
   ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);

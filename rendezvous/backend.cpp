@@ -70,6 +70,7 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     options.port = port;
     options.read_timeout = config.rdzv_conf.read_timeout;
     options.secret = config.store_secret;
+    options.served_for = config.rdzv_id;
     server_ = std::make_unique<TcpStoreServer>(options);
     server_->start();
     client_options_.port = server_->port();

@@ -349,9 +349,12 @@ std::string encode_response(Command command, const Response& resp, const Limits&
       w.u8(resp.number != 0 ? 1 : 0);
       break;
     case Command::kHello:
-      if (resp.values.size() != 1) throw ProtocolError("hello reply needs the server's nonce");
+      if (resp.values.size() != 2) {
+        throw ProtocolError("hello reply needs the server's nonce and whom it serves");
+      }
       w.u8(resp.number != 0 ? 1 : 0);
       w.key(resp.values[0]);
+      w.key(resp.values[1]);
       break;
     case Command::kAuth:
       if (resp.values.size() != 1) throw ProtocolError("auth reply needs the server's proof");
@@ -401,6 +404,7 @@ Response decode_response(Command command, std::string_view body, const Limits& l
       break;
     case Command::kHello:
       resp.number = rd.u8();
+      resp.values.push_back(rd.key());
       resp.values.push_back(rd.key());
       break;
     case Command::kAuth:

@@ -27,7 +27,8 @@
 //
 // Response bodies: u8 Status, then
 //   Ok:        Get/TryGet/CompareSet: str value; MultiGet: list<str> values; Add/NumKeys: i64;
-//              Check/Erase: u8 (0 or 1); Hello: u8 (1: Auth required) | str server nonce;
+//              Check/Erase: u8 (0 or 1); Hello: u8 (1: Auth required) | str server nonce |
+//              str the run id of the agent that hosts the store (empty: a ddprun-store);
 //              Auth: str the server's proof; everything else: nothing
 //   Missing:   nothing (TryGet of an absent key)
 //   Timeout:   nothing (a blocking request's timeout passed on the server)
@@ -96,7 +97,7 @@ struct Request {
 struct Response {
   Status status = Status::kOk;
   std::vector<std::string> values;  // Get/TryGet/CompareSet: [value]; MultiGet: values;
-                                    // Hello: [server nonce]; Auth: [server proof]
+                                    // Hello: [server nonce, host's run id]; Auth: [proof]
   std::int64_t number = 0;          // Add, NumKeys, Check and Erase (0/1); Hello: auth required
   std::string message;              // Error
 };

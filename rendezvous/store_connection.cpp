@@ -266,7 +266,7 @@ void Connection::greet(const Request& request) {
       reply.number = 1;
       stage_ = Stage::kAuth;
     }
-    reply.values = {server_nonce_};
+    reply.values = {server_nonce_, context_.served_for};
     respond(request.command, reply);
     return;
   }

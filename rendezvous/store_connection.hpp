@@ -41,7 +41,8 @@ struct ConnectionContext {
   StoreState& state;
   const Limits& limits;
   std::chrono::milliseconds read_timeout;
-  const std::string& secret;  // empty: no authentication
+  const std::string& secret;      // empty: no authentication
+  const std::string& served_for;  // the hosting agent's run id; empty: ddprun-store
   std::function<void(const std::shared_ptr<Connection>&)> on_close;
   RefusalLog refusals{};
   // Bytes received and not yet processed, over all connections, and the most allowed: a

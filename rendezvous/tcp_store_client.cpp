@@ -181,6 +181,14 @@ class TcpStoreClient::Impl {
     hello.nonce = store::random_bytes(store::kNonceSize);
     Response reply;
     if (auto ec = handshake(hello, deadline, &reply)) return ec;
+    if (const auto& host_job = reply.values.at(1); !host_job.empty() && host_job != options_.run_id) {
+      close();
+      throw ConnectionError(fmt::format(
+          "the store at {} is hosted by the agent of another job (run id '{}', this one is "
+          "'{}'): it ends when that job ends. Give this job its own port, or run a ddprun-store "
+          "there for both",
+          where_, host_job, options_.run_id));
+    }
     const bool server_asks = reply.number != 0;
     if (!server_asks && options_.secret.empty()) return {};
     if (!server_asks) {
@@ -217,14 +225,24 @@ class TcpStoreClient::Impl {
   // does not fix that), ProtocolError for other refusals.
   boost::system::error_code handshake(const Request& request, Deadline deadline,
                                       Response* reply) {
+    Response response;
     try {
       exchange(store::encode_request(request, options_.limits), deadline);
+      response = store::decode_response(request.command, reply_body_, options_.limits);
     } catch (const TimeoutError&) {
       return asio::error::timed_out;
     } catch (const ConnectionError&) {
       return asio::error::connection_reset;
+    } catch (const ProtocolError& e) {
+      // Another program on the port (a web server, a c10d TCPStore, a database): say so now
+      // rather than time out or report an internal error.
+      close();
+      throw ConnectionError(fmt::format(
+          "the program at {} is not a ddprun store: its answer to the {} is not the store's "
+          "protocol ({}); check --master-port / --rdzv-endpoint",
+          where_, request.command == Command::kHello ? "handshake" : "authentication",
+          e.what()));
     }
-    auto response = store::decode_response(request.command, reply_body_, options_.limits);
     if (response.status != Status::kOk) {
       close();
       if (request.command == Command::kAuth ||

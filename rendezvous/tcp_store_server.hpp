@@ -21,6 +21,9 @@ struct StoreServerOptions {
   std::chrono::milliseconds read_timeout{30'000};
   // The job's shared secret (rendezvous/store_auth.hpp); empty: clients are not asked for one.
   std::string secret;
+  // The run id of the agent that hosts this store (it ends with that job); clients of other
+  // jobs are told, and refuse to depend on it. Empty: a store of its own (ddprun-store).
+  std::string served_for;
   // Connections open at once. At the limit a new one takes the place of the oldest one that
   // has not finished its handshake (a flood of idle or unauthenticated connections cannot lock
   // agents out); with none such, it is refused. 0: the open-files limit less 64.

@@ -1,12 +1,17 @@
-// The store's secret end to end: real agents on 127.0.0.1, and a client that does not know it.
+// Hostile or mistaken surroundings, end to end with real agents on 127.0.0.1: a client that does
+// not know the job's secret, descriptors and daemons that must not outlive the job, another
+// program or another job on the store's port.
 
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -170,4 +175,88 @@ TEST_CASE("ddprun: daemons that workers start in sessions of their own end with 
   const auto pids = read_lines(pid_file);
   REQUIRE(pids.size() == 2);
   CHECK(wait_until_dead(pids, kHang));
+}
+
+namespace {
+
+// A program on a port that is not a ddprun store: it answers every connection as a web
+// server would, and closes it.
+class ForeignServer {
+ public:
+  ForeignServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;  // the listener was shut down
+        char request[256];
+        (void)!::recv(c, request, sizeof(request), 0);
+        const std::string reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        ::close(c);
+      }
+    });
+  }
+  ~ForeignServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("ddprun: another program on the master port is named at once, not waited for",
+          "[security]") {
+  ForeignServer foreign;
+  DdprunProcess p(fake({"--nnodes=2", "--node-rank=1",
+                        "--master-port=" + std::to_string(foreign.port()),
+                        "--rdzv-conf=join_timeout=120"}),
+                  {{"FAKE_MODE", "sleep:0"}});
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(p.wait(kHang) == 124);
+  CHECK(std::chrono::steady_clock::now() - start < 30s);  // not the 120 s join timeout
+  CHECK_THAT(p.output(), Contains("is not a ddprun store"));
+}
+
+TEST_CASE("ddprun: a c10d job does not lean on a store that another job's agent hosts",
+          "[security]") {
+  TempDir dir;
+  const auto endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port());
+  DdprunProcess first(fake({"--rdzv-backend=c10d", endpoint, "--rdzv-id=first",
+                            "--rdzv-conf=last_call_timeout=0.1"}),
+                      {{"FAKE_MODE", "after_file:go:0:0"}, {"FAKE_TOUCH_DIR", dir.path()}});
+  REQUIRE(wait_until([&] { return file_exists(dir.file("started_0_0")); }, kHang));
+  DdprunProcess second(fake({"--rdzv-backend=c10d", endpoint, "--rdzv-id=second"}),
+                       {{"FAKE_MODE", "sleep:0"}});
+  CHECK(second.wait(kHang) == 124);
+  CHECK_THAT(second.output(), Contains("hosted by the agent of another job (run id 'first'"));
+  std::ofstream(dir.file("go")).close();
+  CHECK(first.wait(kHang) == 0);
+}
+
+TEST_CASE("ddprun: a log directory that cannot be made is a usage error, before the store",
+          "[security]") {
+  TempDir dir;
+  std::ofstream(dir.file("a-file")) << "not a directory\n";
+  const auto port = free_port();
+  DdprunProcess p(fake({"--log-dir=" + dir.file("a-file") + "/logs", "-r", "3",
+                        "--master-port=" + std::to_string(port)}));
+  CHECK(p.wait(kHang) == 2);
+  CHECK_THAT(p.output(), Contains("cannot create a writable directory"));
+  CHECK_THAT(p.output(), !Contains("store: listening"));
 }

@@ -118,7 +118,7 @@ TEST_CASE("every response round-trips through the codec", "[protocol]") {
   CHECK(e.message == "nope");
   Response challenge;
   challenge.number = 1;
-  challenge.values = {std::string(32, 'c')};
+  challenge.values = {std::string(32, 'c'), "job-7"};
   auto greeting = rt(Command::kHello, challenge);
   CHECK(greeting.number == 1);
   CHECK(greeting.values == challenge.values);

@@ -180,7 +180,18 @@ class TcpStoreClient::Impl {
     hello.run_id = options_.run_id;
     hello.nonce = store::random_bytes(store::kNonceSize);
     Response reply;
-    if (auto ec = handshake(hello, deadline, &reply)) return ec;
+    const auto bounded = deadline.min(Deadline::after(options_.handshake_timeout));
+    if (auto ec = handshake(hello, bounded, &reply)) {
+      if (ec == asio::error::timed_out && !deadline.expired()) {
+        close();
+        throw ConnectionError(fmt::format(
+            "the program at {} accepted the connection but did not answer the store's "
+            "handshake within {}: it is not a ddprun store; check --master-port / "
+            "--rdzv-endpoint",
+            where_, format_duration(options_.handshake_timeout)));
+      }
+      return ec;
+    }
     if (const auto& host_job = reply.values.at(1); !host_job.empty() && host_job != options_.run_id) {
       close();
       throw ConnectionError(fmt::format(

@@ -28,6 +28,10 @@ struct StoreClientOptions {
   // Extra time allowed for the server's answer to a blocking request to arrive after its
   // timeout passed on the server (network latency).
   std::chrono::milliseconds reply_grace{2'000};
+  // A ddprun store answers the handshake in milliseconds; a program on the port that accepts
+  // the connection and stays silent this long is not one (reported, not retried until the
+  // deadline).
+  std::chrono::milliseconds handshake_timeout{10'000};
 };
 
 class TcpStoreClient final : public Store {

@@ -48,3 +48,9 @@ add_test(NAME "netns: --hosts over ssh: ranks, exit codes, signals, unreachable 
     $<TARGET_FILE:fake_worker>)
 set_tests_properties("netns: --hosts over ssh: ranks, exit codes, signals, unreachable hosts, output"
   PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# The fault matrix's smoke subset (scripts/faults.sh --smoke): a few faults once each, every
+# expected outcome checked; the full matrix is a script people run (docs/reliability.md).
+add_test(NAME "faults: smoke subset of the fault matrix"
+  COMMAND ${PROJECT_SOURCE_DIR}/scripts/faults.sh --smoke --build ${CMAKE_BINARY_DIR})
+set_tests_properties("faults: smoke subset of the fault matrix" PROPERTIES TIMEOUT 300)

@@ -4,7 +4,9 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -527,4 +529,25 @@ TEST_CASE("tcp store: an idle connection costs no read buffer", "[tcp_store][lim
   require_server_healthy(server);  // accepted after all the others
   // Per connection: a socket and a few small objects. A 64 KiB read buffer each was 19 MB.
   CHECK(test::rss_kib() - before < 4 * 1024);
+}
+
+TEST_CASE("tcp store: a silent program on the port is named after the handshake timeout",
+          "[tcp_store]") {
+  // A listener that never accepts: the kernel completes the connection and nobody answers.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  StoreClientOptions o;
+  o.port = ntohs(addr.sin_port);
+  o.handshake_timeout = 300ms;
+  const auto start = Clock::now();
+  CHECK_THROWS_WITH(TcpStoreClient(o, Deadline::after(60s)),
+                    Catch::Contains("did not answer the store's handshake within 0.300s"));
+  CHECK(Clock::now() - start < 30s);  // not the 60 s deadline
+  ::close(fd);
 }

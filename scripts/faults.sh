@@ -304,7 +304,7 @@ expect_foreign_program="exit 124 within the handshake timeout (10 s): not a ddpr
 # Sends garbage, oversized headers and truncated frames to a store, 20 connections each.
 abuse_store() {
   "$python" - "$1" "$2" <<'EOF'
-import os, socket, struct, sys
+import os, socket, struct, sys, time
 port, kind = int(sys.argv[1]), sys.argv[2]
 held = []
 def conn():
@@ -317,6 +317,29 @@ if kind == "frames":
 elif kind == "flood":
     for i in range(2000):
         conn()
+    time.sleep(2)  # held while the agent's memory is sampled
+elif kind == "huge":
+    # 12 connections, each announcing a 100 MiB frame and sending 10 MiB of it.
+    for i in range(12):
+        s = conn()
+        s.sendall(struct.pack(">Q", 100 << 20) + b"\x02" + b"x" * (10 << 20))
+    time.sleep(2)
+elif kind == "slowloris":
+    # One byte every 100 ms of a frame; prints how long until the store hangs up.
+    s = conn()
+    s.settimeout(0.1)
+    start = time.monotonic()
+    frame = struct.pack(">Q", 1 << 20) + b"\x02" * 1000
+    for b in frame:
+        try:
+            s.send(bytes([b]))
+            if s.recv(1) == b"":
+                break
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+    print(int((time.monotonic() - start) * 1000))
 elif kind == "forge":
     # A hello with no proof of the secret, then the forged outcome.
     def key(b): return struct.pack(">I", len(b)) + b
@@ -365,6 +388,41 @@ fault_idle_flood() {
 }
 expect_idle_flood="the job unaffected (exit 0), memory bounded"
 
+fault_huge_frames() {
+  local port; port=$(free_port)
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" $(fake)
+  wait_file "$dir/started_0_0"
+  local before; before=$(rss_kib "$agent")
+  abuse_store "$port" huge &
+  local abuser=$!
+  local peak=$before i
+  for ((i = 0; i < 80; i++)); do
+    local r; r=$(rss_kib "$agent"); ((r > peak)) && peak=$r
+    kill -0 "$abuser" 2>/dev/null || break
+    sleep 0.05
+  done
+  wait "$abuser" || true
+  local after; after=$(rss_kib "$agent")
+  touch "$dir/go"
+  wait_pid "$agent"
+  [[ $status == 0 ]] && met=1
+  note="12 x 10 MiB of 100 MiB frames: agent RSS +$(( (peak - before) / 1024 )) MiB at most, +$(( (after - before) / 1024 )) MiB after they closed"
+}
+expect_huge_frames="the job unaffected (exit 0); memory bounded and given back"
+
+fault_slowloris() {
+  local port; port=$(free_port)
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" \
+    --rdzv-conf=read_timeout=2 $(fake)
+  wait_file "$dir/started_0_0"
+  detect=$(abuse_store "$port" slowloris)
+  touch "$dir/go"
+  wait_pid "$agent"
+  [[ $status == 0 && $detect -lt 10000 ]] && met=1
+  note="one byte per 100 ms, read_timeout 2 s; detect: connect to the store hanging up"
+}
+expect_slowloris="the trickling client dropped about read_timeout after its frame began"
+
 fault_wrong_secret() {
   local port; port=$(free_port)
   printf 'right-secret-0123456789\n' >"$dir/right"; printf 'wrong-secret-0123456789\n' >"$dir/wrong"
@@ -407,7 +465,8 @@ expect_lines_under_crash="every line before the crash on the console, exit 134"
 faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restarts_exhausted
         agent_sigterm agent_sigkill agent_sigstop_static agent_sigkill_elastic store_host_death
         join_and_leave setsid_daemons_end setsid_daemons_sigterm setsid_daemons_sigkill
-        log_dir_full port_taken foreign_program malformed_frames idle_flood wrong_secret
+        log_dir_full port_taken foreign_program malformed_frames idle_flood huge_frames slowloris
+        wrong_secret
         missing_secret lines_under_crash)
 if ((smoke)); then
   faults=(worker_exit agent_sigkill setsid_daemons_end foreign_program missing_secret)

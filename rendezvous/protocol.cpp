@@ -204,7 +204,7 @@ std::string encode_request(const Request& r, const Limits& limits) {
       w.u32(r.magic);
       w.u16(r.version);
       w.key(r.run_id);
-      w.key(r.nonce);
+      if (r.version >= 2) w.key(r.nonce);  // version 1 had none (decoded as such)
       break;
     case Command::kAuth:
       require_count(r, 0, 1);

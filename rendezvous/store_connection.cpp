@@ -6,7 +6,6 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
-#include "rendezvous/store_auth.hpp"
 
 namespace ddprun::store {
 
@@ -36,7 +35,8 @@ Connection::Connection(asio::ip::tcp::socket socket, ConnectionContext& context)
     : socket_(std::move(socket)),
       context_(context),
       stall_timer_(socket_.get_executor()),
-      wait_timer_(socket_.get_executor()) {
+      wait_timer_(socket_.get_executor()),
+      handshake_(context.secret, context.served_for) {
   boost::system::error_code ec;
   auto remote = socket_.remote_endpoint(ec);
   peer_ = ec ? "unknown peer" : format_host_port(remote.address().to_string(), remote.port());
@@ -54,9 +54,8 @@ void Connection::arm_handshake_timer() {
   // The blocking requests' timer is free until the handshake is done.
   wait_timer_.expires_after(context_.read_timeout);
   wait_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (ec || self->closed_ || self->stage_ == Stage::kReady) return;
-    self->close(fmt::format("no {} within {} ms of connecting",
-                            self->stage_ == Stage::kHello ? "hello" : "auth",
+    if (ec || self->closed_ || self->handshake_.done()) return;
+    self->close(fmt::format("no {} within {} ms of connecting", self->handshake_.waiting_for(),
                             self->context_.read_timeout.count()));
   });
 }
@@ -201,7 +200,7 @@ void Connection::process() {
 }
 
 void Connection::handle(const Request& request) {
-  if (stage_ != Stage::kReady) {
+  if (!handshake_.done()) {
     greet(request);
     return;
   }
@@ -237,52 +236,12 @@ void Connection::handle(const Request& request) {
 }
 
 void Connection::greet(const Request& request) {
-  if (stage_ == Stage::kHello) {
-    if (request.command != Command::kHello) {
-      throw ProtocolError(fmt::format("expected hello first, got {}",
-                                      command_name(request.command)));
-    }
-    if (request.magic != kMagic) {
-      throw ProtocolError(fmt::format("wrong magic 0x{:08x} (expected 0x{:08x})", request.magic,
-                                      kMagic));
-    }
-    if (request.version != kProtocolVersion) {
-      throw ProtocolError(fmt::format("protocol version {} not supported (server speaks {})",
-                                      request.version, kProtocolVersion));
-    }
-    run_id_ = request.run_id;
-    Response reply;
-    if (context_.secret.empty()) {
-      stage_ = Stage::kReady;
-      wait_timer_.cancel();
-      spdlog::debug("store: client {} joined run '{}'", peer_, run_id_);
-    } else {
-      if (request.nonce.size() < kNonceSize) {
-        throw ProtocolError(fmt::format("hello with a {}-byte nonce (at least {})",
-                                        request.nonce.size(), kNonceSize));
-      }
-      client_nonce_ = request.nonce;
-      server_nonce_ = random_bytes(kNonceSize);
-      reply.number = 1;
-      stage_ = Stage::kAuth;
-    }
-    reply.values = {server_nonce_, context_.served_for};
-    respond(request.command, reply);
-    return;
+  auto reply = handshake_.on_request(request);  // throws the refusal
+  if (handshake_.done()) {
+    wait_timer_.cancel();
+    run_id_ = handshake_.run_id();
+    spdlog::debug("store: client {} joined run '{}'", peer_, run_id_);
   }
-  if (request.command != Command::kAuth) {
-    throw ProtocolError(fmt::format("this store needs the job's secret: expected auth, got {}",
-                                    command_name(request.command)));
-  }
-  if (!same_bytes(request.values.at(0),
-                  client_proof(context_.secret, run_id_, client_nonce_, server_nonce_))) {
-    throw ProtocolError("authentication failed: wrong proof of the job's secret");
-  }
-  stage_ = Stage::kReady;
-  wait_timer_.cancel();
-  spdlog::debug("store: client {} proved the secret and joined run '{}'", peer_, run_id_);
-  Response reply;
-  reply.values = {server_proof(context_.secret, run_id_, client_nonce_, server_nonce_)};
   respond(request.command, reply);
 }
 

@@ -15,6 +15,7 @@
 #include <boost/asio.hpp>
 
 #include "rendezvous/protocol.hpp"
+#include "rendezvous/store_handshake.hpp"
 #include "rendezvous/store_state.hpp"
 
 namespace ddprun::store {
@@ -62,7 +63,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // Closes the socket and cancels any pending wait; `reason` is logged (empty: a normal close).
   void close(const std::string& reason);
   // Still in the handshake (no hello, or no proof of the secret yet), and since when.
-  bool in_handshake() const { return stage_ != Stage::kReady; }
+  bool in_handshake() const { return !handshake_.done(); }
   std::chrono::steady_clock::time_point connected_at() const { return connected_at_; }
 
  private:
@@ -87,10 +88,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer wait_timer_;
   std::string peer_;
   std::string run_id_;
-  enum class Stage { kHello, kAuth, kReady };
-  Stage stage_ = Stage::kHello;
-  std::string client_nonce_;
-  std::string server_nonce_;
+  ServerHandshake handshake_;
   bool busy_ = false;    // a request is waiting for keys or its response is being written
   bool closed_ = false;
   bool stall_armed_ = false;   // the frame timer is running

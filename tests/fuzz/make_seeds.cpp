@@ -1,18 +1,52 @@
-// Writes one valid frame per command into a directory: the fuzzer's seed corpus.
+// Writes the fuzzers' seed corpora into a directory: one valid frame per command (fuzz_protocol),
+// or with --sequences a few client conversations in fuzz_server's input format.
 
 #include <fstream>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include "rendezvous/protocol.hpp"
 
 int main(int argc, char** argv) {
   using namespace ddprun::store;
-  if (argc != 2) {
-    std::cerr << "usage: make_seeds DIR\n";
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--sequences")) {
+    std::cerr << "usage: make_seeds DIR [--sequences]\n";
     return 2;
   }
   std::string dir = argv[1];
   int n = 0;
+  if (argc == 3) {
+    Request hello;
+    hello.command = Command::kHello;
+    hello.run_id = "job";
+    hello.nonce = std::string(32, 'n');
+    Request set;
+    set.command = Command::kSet;
+    set.keys = {"k"};
+    set.values = {"v"};
+    Request get;
+    get.command = Command::kGet;
+    get.keys = {"k"};
+    get.timeout_ms = 10;
+    Request wait = get;
+    wait.command = Command::kWait;
+    wait.keys = {"a", "k"};
+    Request auth;
+    auth.command = Command::kAuth;
+    auth.values = {std::string(32, 'p')};
+    using Step = std::pair<char, Request>;
+    auto sequence = [&](char flags, const std::vector<Step>& steps) {
+      std::string bytes(1, flags);
+      for (const auto& [client, request] : steps) bytes += client + encode_request(request);
+      std::ofstream(dir + "/seq_" + std::to_string(n++), std::ios::binary) << bytes;
+    };
+    sequence(0, {{0, hello}, {1, hello}, {1, wait}, {0, set}, {1, get}, {0, get}});
+    sequence(0, {{0, set}, {1, hello}, {1, hello}});
+    sequence(1, {{0, hello}, {0, auth}, {0, set}, {1, hello}, {1, get}});
+    std::cout << "wrote " << n << " sequence seeds to " << dir << "\n";
+    return 0;
+  }
   auto write = [&](const Request& r) {
     std::ofstream(dir + "/seed_" + std::to_string(n++), std::ios::binary) << encode_request(r);
   };

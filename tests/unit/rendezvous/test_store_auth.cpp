@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "rendezvous/store_auth.hpp"
+#include "rendezvous/store_handshake.hpp"
 #include "support/test_util.hpp"
 
 using namespace ddprun;
@@ -76,4 +77,70 @@ TEST_CASE("the secret comes from --token-file, else DDPRUN_TOKEN", "[auth]") {
   CHECK_THROWS_AS(read_secret(dir.file("missing"), "--token-file", {}, notes), ConfigError);
   CHECK_THROWS_WITH(read_secret(dir.file("missing"), "--token-file", {}, notes),
                     Catch::Contains("cannot read it: No such file"));
+}
+
+namespace {
+
+Request hello_with(std::string nonce, std::uint16_t version = kProtocolVersion) {
+  Request r;
+  r.command = Command::kHello;
+  r.version = version;
+  r.run_id = "job";
+  r.nonce = std::move(nonce);
+  return r;
+}
+
+Request with_proof(std::string proof) {
+  Request r;
+  r.command = Command::kAuth;
+  r.values = {std::move(proof)};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the server's handshake: hello, then the proof when there is a secret", "[auth]") {
+  const std::string served_for = "job";
+  const std::string none;
+  SECTION("without a secret, hello is all") {
+    ServerHandshake h(none, served_for);
+    Request set;
+    set.command = Command::kSet;
+    CHECK_THROWS_WITH(ServerHandshake(none, served_for).on_request(set),
+                      Catch::Contains("expected hello first, got set"));
+    CHECK_THROWS_WITH(h.on_request(hello_with("", 1)), Catch::Contains("protocol version 1"));
+    ServerHandshake fresh(none, served_for);
+    auto reply = fresh.on_request(hello_with(""));
+    CHECK(fresh.done());
+    CHECK(reply.number == 0);
+    CHECK(reply.values.at(1) == "job");
+    CHECK(fresh.run_id() == "job");
+  }
+  SECTION("with a secret, the right proof and only it finishes the handshake") {
+    const std::string secret = "the-job-secret-0123456789";
+    const std::string client_nonce = random_bytes(kNonceSize);
+    ServerHandshake h(secret, served_for);
+    CHECK_THROWS_WITH(ServerHandshake(secret, served_for).on_request(hello_with("short")),
+                      Catch::Contains("5-byte nonce"));
+    auto challenge = h.on_request(hello_with(client_nonce));
+    CHECK_FALSE(h.done());
+    CHECK(h.waiting_for() == std::string("auth"));
+    REQUIRE(challenge.number == 1);
+    const auto server_nonce = challenge.values.at(0);
+    CHECK(server_nonce.size() == kNonceSize);
+
+    ServerHandshake other(secret, served_for);
+    (void)other.on_request(hello_with(client_nonce));
+    // A proof made for another server nonce (a replay) or with another secret fails.
+    CHECK_THROWS_WITH(other.on_request(with_proof(client_proof(secret, "job", client_nonce,
+                                                               server_nonce))),
+                      Catch::Contains("authentication failed"));
+    CHECK_THROWS_WITH(h.on_request(with_proof(client_proof(secret + "!", "job", client_nonce,
+                                                           server_nonce))),
+                      Catch::Contains("authentication failed"));
+    CHECK_FALSE(h.done());
+    auto done = h.on_request(with_proof(client_proof(secret, "job", client_nonce, server_nonce)));
+    CHECK(h.done());
+    CHECK(same_bytes(done.values.at(0), server_proof(secret, "job", client_nonce, server_nonce)));
+  }
 }

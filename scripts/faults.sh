@@ -356,69 +356,52 @@ for s in held:
 EOF
 }
 
-fault_malformed_frames() {
+# A job whose worker waits for $dir/go while `abuse_store KIND` works on its store; the agent's
+# RSS before, at its peak and after in rss_before/rss_peak/rss_after (KiB), the abuser's output
+# in $dir/abuse.out; met when the job outlived the abuse and then ends as its worker does
+# (exit 0). Extra arguments go to ddprun.
+abused_job() {
+  local kind=$1; shift
   local port; port=$(free_port)
-  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" $(fake)
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" "$@" $(fake)
   wait_file "$dir/started_0_0"
-  abuse_store "$port" frames
-  touch "$dir/go"
-  wait_pid "$agent"
-  [[ $status == 0 ]] && met=1
-}
-expect_malformed_frames="the job unaffected (exit 0); each bad connection closed"
-
-fault_idle_flood() {
-  local port; port=$(free_port)
-  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" $(fake)
-  wait_file "$dir/started_0_0"
-  local before; before=$(rss_kib "$agent")
-  abuse_store "$port" flood &
-  local flood=$!
-  local peak=$before i
-  for ((i = 0; i < 60; i++)); do
-    local r; r=$(rss_kib "$agent"); ((r > peak)) && peak=$r
-    kill -0 "$flood" 2>/dev/null || break
-    sleep 0.05
-  done
-  wait "$flood" || true
-  touch "$dir/go"
-  wait_pid "$agent"
-  [[ $status == 0 ]] && met=1
-  note="2000 idle connections: agent RSS +$(( (peak - before) / 1024 )) MiB at most"
-}
-expect_idle_flood="the job unaffected (exit 0), memory bounded"
-
-fault_huge_frames() {
-  local port; port=$(free_port)
-  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" $(fake)
-  wait_file "$dir/started_0_0"
-  local before; before=$(rss_kib "$agent")
-  abuse_store "$port" huge &
-  local abuser=$!
-  local peak=$before i
-  for ((i = 0; i < 80; i++)); do
-    local r; r=$(rss_kib "$agent"); ((r > peak)) && peak=$r
+  rss_before=$(rss_kib "$agent"); rss_peak=$rss_before
+  abuse_store "$port" "$kind" >"$dir/abuse.out" &
+  local abuser=$! i r
+  for ((i = 0; i < 600; i++)); do
+    r=$(rss_kib "$agent"); ((r > rss_peak)) && rss_peak=$r
     kill -0 "$abuser" 2>/dev/null || break
     sleep 0.05
   done
   wait "$abuser" || true
-  local after; after=$(rss_kib "$agent")
+  rss_after=$(rss_kib "$agent")
+  local alive=0
+  kill -0 "$agent" 2>/dev/null && alive=1  # not ended (nor told it succeeded) by the abuse
   touch "$dir/go"
   wait_pid "$agent"
-  [[ $status == 0 ]] && met=1
-  note="12 x 10 MiB of 100 MiB frames: agent RSS +$(( (peak - before) / 1024 )) MiB at most, +$(( (after - before) / 1024 )) MiB after they closed"
+  [[ $status == 0 && $alive == 1 ]] && met=1
+}
+mib() { echo $(( ($1 - rss_before) / 1024 )); }
+
+fault_malformed_frames() { abused_job frames; }
+expect_malformed_frames="the job unaffected (exit 0); each bad connection closed"
+
+fault_idle_flood() {
+  abused_job flood
+  note="2000 idle connections: agent RSS +$(mib "$rss_peak") MiB at most"
+}
+expect_idle_flood="the job unaffected (exit 0), memory bounded"
+
+fault_huge_frames() {
+  abused_job huge
+  note="12 x 10 MiB of 100 MiB frames: agent RSS +$(mib "$rss_peak") MiB at most, +$(mib "$rss_after") MiB after they closed"
 }
 expect_huge_frames="the job unaffected (exit 0); memory bounded and given back"
 
 fault_slowloris() {
-  local port; port=$(free_port)
-  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" \
-    --rdzv-conf=read_timeout=2 $(fake)
-  wait_file "$dir/started_0_0"
-  detect=$(abuse_store "$port" slowloris)
-  touch "$dir/go"
-  wait_pid "$agent"
-  [[ $status == 0 && $detect -lt 10000 ]] && met=1
+  abused_job slowloris --rdzv-conf=read_timeout=2
+  detect=$(cat "$dir/abuse.out")
+  [[ $detect -lt 10000 ]] || met=0
   note="one byte per 100 ms, read_timeout 2 s; detect: connect to the store hanging up"
 }
 expect_slowloris="the trickling client dropped about read_timeout after its frame began"
@@ -441,14 +424,8 @@ fault_wrong_secret() {
 expect_wrong_secret="the node with the wrong secret exits 124 at once"
 
 fault_missing_secret() {
-  local port; port=$(free_port)
   printf 'the-job-secret-0123456789\n' >"$dir/token"; chmod 600 "$dir/token"
-  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" --token-file="$dir/token" $(fake)
-  wait_file "$dir/started_0_0"
-  abuse_store "$port" forge
-  touch "$dir/go"
-  wait_pid "$agent"
-  [[ $status == 0 ]] && ! grep -q "all workers succeeded.*attacker" "$dir/a.out" && met=1
+  abused_job forge --token-file="$dir/token"
   note="a client without the secret sends the forged outcome"
 }
 expect_missing_secret="the forged outcome refused; the job ends as its worker does (0)"

@@ -366,12 +366,12 @@ TEST_CASE("tcp store: with a secret, only clients that prove it are served", "[t
     CHECK_THROWS_AS(client_with("not-the-job-secret-012345"), AuthError);
     CHECK_THROWS_WITH(client_with("not-the-job-secret-012345"), Catch::Contains("authentication failed"));
   }
+  store::Request hello;
+  hello.command = store::Command::kHello;
+  hello.run_id = "job";
+  hello.nonce = std::string(store::kNonceSize, 'n');
   SECTION("a request instead of the proof") {
     test::RawSocket raw("127.0.0.1", server.port());
-    store::Request hello;
-    hello.command = store::Command::kHello;
-    hello.run_id = "job";
-    hello.nonce = std::string(store::kNonceSize, 'n');
     store::Request forged;
     forged.command = store::Command::kSet;
     forged.keys = {"attempt/0/outcome"};
@@ -381,10 +381,6 @@ TEST_CASE("tcp store: with a secret, only clients that prove it are served", "[t
   }
   SECTION("a hello and then silence: dropped after the read timeout") {
     test::RawSocket raw("127.0.0.1", server.port());
-    store::Request hello;
-    hello.command = store::Command::kHello;
-    hello.run_id = "job";
-    hello.nonce = std::string(store::kNonceSize, 'n');
     raw.send(store::encode_request(hello));
     CHECK(raw.closed_by_peer_within(30s));
   }
@@ -534,16 +530,10 @@ TEST_CASE("tcp store: an idle connection costs no read buffer", "[tcp_store][lim
 TEST_CASE("tcp store: a silent program on the port is named after the handshake timeout",
           "[tcp_store]") {
   // A listener that never accepts: the kernel completes the connection and nobody answers.
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(::listen(fd, 16) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::uint16_t port = 0;
+  const int fd = test::listen_on_loopback(&port);
   StoreClientOptions o;
-  o.port = ntohs(addr.sin_port);
+  o.port = port;
   o.handshake_timeout = 300ms;
   const auto start = Clock::now();
   CHECK_THROWS_WITH(TcpStoreClient(o, Deadline::after(60s)),

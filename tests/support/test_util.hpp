@@ -38,6 +38,10 @@ int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 bool process_alive(pid_t pid);
 // Waits until none of these pids (decimal text, as pid files hold them) is alive.
 bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::milliseconds timeout);
+// A listening TCP socket on 127.0.0.1, at a port the kernel picked (stored in *port). It is
+// never accepted from unless the caller does: connections complete and then hear nothing.
+// The caller closes it.
+int listen_on_loopback(std::uint16_t* port);
 // A TCP port that was free on 127.0.0.1 a moment ago.
 std::uint16_t free_port();
 

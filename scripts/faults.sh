@@ -88,7 +88,7 @@ worker_pid() {
   local p
   for p in $(marked "$run_id"); do
     [[ $(cat "/proc/$p/comm" 2>/dev/null) == fake_worker ]] || continue
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$1" && { echo "$p"; return; }
+    grep -qsxz "RANK=$1" "/proc/$p/environ" && { echo "$p"; return; }
   done
 }
 

@@ -11,6 +11,7 @@
 // The token is random per job and known only to the head and its agents (workers do not get
 // it), so a worker cannot forge a report by printing one.
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -42,6 +43,11 @@ struct SessionHello {
   // Until "go" the agent waits this long in silence: the command may be busy opening other
   // hosts' connections (and not pinging) for up to its --connect-timeout.
   std::chrono::milliseconds connect_timeout{30'000};
+
+  // How long the agent waits for "go" in silence: the longer of the two.
+  std::chrono::milliseconds silence_before_go() const {
+    return std::max(hangup_timeout, connect_timeout);
+  }
 };
 
 std::string encode_hello(const SessionHello& hello);  // one line, without '\n'

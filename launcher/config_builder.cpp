@@ -442,11 +442,10 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   const RawOptions raw = cluster ? build_cluster(raw_options, forward, env, out) : raw_options;
   Options options(raw);
   build_rendezvous(options, out);
-  if (auto* v = options.find("token-file")) {
-    out.config.store_secret = store::read_secret(std::string(trim(v->text)), v->label, env, out.notes);
-  } else {
-    out.config.store_secret = store::read_secret("", "--token-file", env, out.notes);
-  }
+  const RawValue* token_file = options.find("token-file");
+  out.config.store_secret =
+      store::read_secret(token_file ? std::string(trim(token_file->text)) : std::string(),
+                         options.label("token-file"), env, out.notes);
   // Before the workers: a missing program is reported without probing the CUDA driver.
   build_program(options, program_and_args, env, out);
   build_workers_and_output(options, env, out.config);

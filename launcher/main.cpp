@@ -241,7 +241,7 @@ int run_session(const std::vector<std::string>& args) {
   // relays still need to hear it (end of input), and the command to hear of their end.
   auto stand_down = [&] {
     std::string ignored;
-    if (relay && link.wait_for_go(std::max(hello.hangup_timeout, hello.connect_timeout), &ignored)) {
+    if (relay && link.wait_for_go(hello.silence_before_go(), &ignored)) {
       std::fprintf(stderr, "ddprun@%s: told to start after refusing\n", hello.host.c_str());
     }
     if (relay) {
@@ -276,7 +276,7 @@ int run_session(const std::vector<std::string>& args) {
   }
   send("ready", {{"nproc_per_node", config.nproc_per_node}, {"pid", getpid()}});
   std::string why;
-  if (!link.wait_for_go(std::max(hello.hangup_timeout, hello.connect_timeout), &why)) {
+  if (!link.wait_for_go(hello.silence_before_go(), &why)) {
     std::fprintf(stderr, "ddprun@%s: %s: not starting\n", hello.host.c_str(), why.c_str());
     stand_down();
     return kExitHosts;

@@ -31,15 +31,20 @@ void RefusalLog::warn(const std::string& message) {
   }
 }
 
+std::string peer_text(const asio::ip::tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  return ec ? "unknown peer" : format_host_port(remote.address().to_string(), remote.port());
+}
+
 Connection::Connection(asio::ip::tcp::socket socket, ConnectionContext& context)
     : socket_(std::move(socket)),
       context_(context),
       stall_timer_(socket_.get_executor()),
       wait_timer_(socket_.get_executor()),
       handshake_(context.secret, context.served_for) {
+  peer_ = peer_text(socket_);
   boost::system::error_code ec;
-  auto remote = socket_.remote_endpoint(ec);
-  peer_ = ec ? "unknown peer" : format_host_port(remote.address().to_string(), remote.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);
 }

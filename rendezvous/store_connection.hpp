@@ -22,6 +22,9 @@ namespace ddprun::store {
 
 class Connection;
 
+// "host:port" of the socket's peer, for messages ("unknown peer" when it is gone already).
+std::string peer_text(const boost::asio::ip::tcp::socket& socket);
+
 // Refusals are logged at a bounded rate: a flood of bad clients must not flood the log too.
 class RefusalLog {
  public:

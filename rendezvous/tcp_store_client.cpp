@@ -232,8 +232,8 @@ class TcpStoreClient::Impl {
   }
 
   // One request of the handshake. An error code: the connection broke or timed out (worth
-  // another try); throws AuthError when the server refused for want of the secret (retrying
-  // does not fix that), ProtocolError for other refusals.
+  // another try); throws AuthError when the server refused the proof (retrying does not fix
+  // that), ProtocolError for other refusals.
   boost::system::error_code handshake(const Request& request, Deadline deadline,
                                       Response* reply) {
     Response response;
@@ -256,8 +256,7 @@ class TcpStoreClient::Impl {
     }
     if (response.status != Status::kOk) {
       close();
-      if (request.command == Command::kAuth ||
-          response.message.find("secret") != std::string::npos) {
+      if (request.command == Command::kAuth) {
         throw AuthError(fmt::format("store at {} refused this agent: {}", where_,
                                     response.message));
       }

@@ -120,13 +120,9 @@ class TcpStoreServer::Impl {
         connections_.insert(connection);
         connection->start();
       } else {
-        boost::system::error_code peer_ec;
-        auto peer = socket.remote_endpoint(peer_ec);
         context_.refusals.warn(fmt::format(
             "store: refusing a connection from {}: {} connections are open, the limit",
-            peer_ec ? std::string("unknown peer")
-                    : format_host_port(peer.address().to_string(), peer.port()),
-            connections_.size()));
+            store::peer_text(socket), connections_.size()));
       }
       accept();
     });

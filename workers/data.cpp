@@ -34,6 +34,10 @@ class FixedSynthetic final : public Dataset {
     const auto n = std::min<std::int64_t>(static_cast<std::int64_t>(indices.size()), images_.size(0));
     return {images_.narrow(0, 0, n), labels_.narrow(0, 0, n)};
   }
+  void pin_memory() override {
+    images_ = images_.pin_memory();
+    labels_ = labels_.pin_memory();
+  }
 
  private:
   std::size_t size_;

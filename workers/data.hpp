@@ -25,6 +25,9 @@ class Dataset {
   virtual std::int64_t num_classes() const = 0;
   // Throws std::out_of_range for an index >= size().
   virtual Batch batch(std::span<const std::size_t> indices, std::uint64_t epoch) const = 0;
+  // Moves what the data set keeps between batches into page-locked memory (CUDA training:
+  // asynchronous host-to-device copies). Only for a libtorch with CUDA.
+  virtual void pin_memory() {}
 };
 
 // The Python example's synthetic data: one batch of uniform random images, all labelled 0,

@@ -22,6 +22,13 @@ std::string validate(const Options& o, bool cuda_built) {
     return "--backend=nccl: this ddp_resnet was built against a CPU-only libtorch, so NCCL "
            "and CUDA are not available; use --backend=gloo (CPU)";
   }
+  if (o.device == Device::kCuda && !cuda_built) {
+    return "--device=cuda: this ddp_resnet was built against a CPU-only libtorch; use "
+           "--device=cpu";
+  }
+  if (o.backend == Backend::kNccl && o.device == Device::kCpu) {
+    return "--device=cpu: NCCL reduces CUDA tensors only; use --backend=gloo for the CPU";
+  }
   if (o.batch_size <= 0) return fmt::format("--batch_size={}: must be positive", o.batch_size);
   if (o.num_epochs <= 0) return fmt::format("--num_epochs={}: must be positive", o.num_epochs);
   if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) {
@@ -71,6 +78,15 @@ const char* to_string(Precision precision) {
   return "?";
 }
 
+const char* to_string(Device device) {
+  switch (device) {
+    case Device::kAuto: return "auto";
+    case Device::kCpu: return "cpu";
+    case Device::kCuda: return "cuda";
+  }
+  return "?";
+}
+
 const std::vector<std::string>& known_archs() {
   static const std::vector<std::string> archs{"resnet18", "resnet34", "resnet50", "resnet101",
                                               "resnet152"};
@@ -88,10 +104,13 @@ ParseOutcome parse_options(const std::vector<std::string>& args, bool cuda_built
 
   std::string backend = "nccl";
   std::string precision = "fp32";
+  std::string device = "auto";
   std::optional<int> num_classes;
   app.add_option("--arch", o.arch, "resnet18|resnet34|resnet50|resnet101|resnet152")
       ->capture_default_str();
   app.add_option("--backend", backend, "nccl (CUDA) or gloo (CPU)")->capture_default_str();
+  app.add_option("--device", device, "auto (cuda with nccl, cpu with gloo), cpu or cuda "
+                 "(gloo over CUDA tensors; ranks may share a GPU)")->capture_default_str();
   app.add_option("--batch_size", o.batch_size, "batch size of one process")->capture_default_str();
   app.add_option("--num_epochs", o.num_epochs, "epochs")->capture_default_str();
   app.add_option("--learning_rate", o.learning_rate, "SGD learning rate (momentum 0.9, "
@@ -148,6 +167,17 @@ ParseOutcome parse_options(const std::vector<std::string>& args, bool cuda_built
     o.backend = Backend::kNccl;
   } else {
     out.message = usage_line(fmt::format("--backend={}: must be nccl or gloo", backend));
+    out.exit_code = kExitUsage;
+    return out;
+  }
+  if (device == "auto") {
+    o.device = Device::kAuto;
+  } else if (device == "cpu") {
+    o.device = Device::kCpu;
+  } else if (device == "cuda") {
+    o.device = Device::kCuda;
+  } else {
+    out.message = usage_line(fmt::format("--device={}: must be auto, cpu or cuda", device));
     out.exit_code = kExitUsage;
     return out;
   }

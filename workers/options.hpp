@@ -19,13 +19,18 @@ inline constexpr int kExitOutOfSync = 4;          // --verify_sync found ranks t
 
 enum class Backend { kGloo, kNccl };
 enum class Precision { kFp32, kBf16 };
+// Where the model and the gradients live. kAuto: CUDA with NCCL, the CPU with Gloo. Gloo also
+// reduces CUDA tensors (through host memory), and with it several ranks may share one GPU.
+enum class Device { kAuto, kCpu, kCuda };
 
 const char* to_string(Backend backend);
 const char* to_string(Precision precision);
+const char* to_string(Device device);
 
 struct Options {
   std::string arch = "resnet50";
   Backend backend = Backend::kNccl;
+  Device device = Device::kAuto;
   int batch_size = 256;              // per process
   int num_epochs = 10000;
   double learning_rate = 0.1;
@@ -62,7 +67,7 @@ struct ParseOutcome {
 };
 
 // `args`: argv without argv[0]. `cuda_built`: whether this binary has the NCCL/CUDA path
-// (--backend nccl is a usage error otherwise). Never throws for bad input.
+// (--backend nccl and --device cuda are usage errors otherwise). Never throws for bad input.
 ParseOutcome parse_options(const std::vector<std::string>& args, bool cuda_built);
 
 // "resnet18" ... "resnet152".

@@ -9,12 +9,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
-#include <torch/version.h>
 
 #ifdef DDPRUN_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -28,6 +28,7 @@
 #include "workers/param_sync.hpp"
 #include "workers/resnet.hpp"
 #include "workers/sampler.hpp"
+#include "workers/torch_compat.hpp"
 #include "workers/worker_error.hpp"
 
 namespace ddprun::workers {
@@ -42,24 +43,37 @@ void say(fmt::format_string<Args...> format, Args&&... args) {
   std::fflush(stdout);
 }
 
+bool wants_cuda(const Options& o) {
+  return o.device == Device::kCuda || (o.device == Device::kAuto && o.backend == Backend::kNccl);
+}
+
+// NCCL: the GPU LOCAL_RANK (one per rank, as NCCL requires). Gloo over CUDA tensors: ranks
+// beyond the GPU count share them (LOCAL_RANK modulo the count).
 torch::Device pick_device(const Options& options, const DistEnv& env) {
-  if (options.backend == Backend::kGloo) return torch::kCPU;
+  if (!wants_cuda(options)) return torch::kCPU;
 #ifdef DDPRUN_WITH_CUDA
+  const bool nccl = options.backend == Backend::kNccl;
   const int count = checked("counting CUDA devices", [] { return static_cast<int>(c10::cuda::device_count()); });
   if (count == 0) {
-    throw ConfigError("--backend nccl: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and "
-                      "the driver); use --backend gloo for CPU training");
+    throw ConfigError(fmt::format("{}: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and "
+                                  "the driver); use --backend=gloo --device=cpu for CPU training",
+                                  nccl ? "--backend=nccl" : "--device=cuda"));
   }
-  if (env.local_rank >= count) {
-    throw ConfigError(fmt::format("LOCAL_RANK {} but only {} CUDA devices are visible; start at "
-                                  "most {} workers on this node", env.local_rank, count, count));
+  if (nccl && env.local_rank >= count) {
+    throw ConfigError(fmt::format("LOCAL_RANK {} but only {} CUDA devices are visible, and NCCL "
+                                  "needs a GPU per rank; start at most {} workers on this node "
+                                  "(or share GPUs with --backend=gloo --device=cuda)",
+                                  env.local_rank, count, count));
   }
-  checked(fmt::format("selecting CUDA device {}", env.local_rank),
-          [&] { c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank)); });
-  return {torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)};
+  const auto index = static_cast<c10::DeviceIndex>(env.local_rank % count);
+  checked(fmt::format("selecting CUDA device {}", index), [&] { c10::cuda::set_device(index); });
+  // Let cuDNN time its convolution algorithms for the shapes it sees (the batch never changes
+  // shape but for an epoch's last one), as torch.backends.cudnn.benchmark = True does.
+  at::globalContext().setBenchmarkCuDNN(true);
+  return {torch::kCUDA, index};
 #else
   (void)env;
-  throw ConfigError("--backend nccl: this ddp_resnet was built without CUDA");
+  throw ConfigError("--backend=nccl/--device=cuda: this ddp_resnet was built without CUDA");
 #endif
 }
 
@@ -79,41 +93,24 @@ void to_channels_last(torch::nn::Module& module) {
 }
 
 // bf16 autocast around forward and loss, like `with torch.autocast(device, torch.bfloat16)`.
-// libtorch 2.4 replaced the per-device setters with ones that take the device type.
 class AutocastScope {
  public:
-  AutocastScope(bool enabled, bool cuda) : enabled_(enabled), cuda_(cuda) {
+  AutocastScope(bool enabled, c10::DeviceType device) : enabled_(enabled), device_(device) {
     if (!enabled_) return;
-    set(true);
+    compat::set_autocast(device_, true, at::kBFloat16);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
     if (!enabled_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    set(false);
+    compat::set_autocast(device_, false, at::kBFloat16);
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
-  void set(bool on) const {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-    if (on) at::autocast::set_autocast_dtype(type, at::kBFloat16);
-    at::autocast::set_autocast_enabled(type, on);
-#else
-    if (cuda_) {
-      if (on) at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-      at::autocast::set_enabled(on);
-    } else {
-      if (on) at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(on);
-    }
-#endif
-  }
-
   bool enabled_;
-  bool cuda_;
+  c10::DeviceType device_;
 };
 
 struct Run {
@@ -236,6 +233,7 @@ void run_training(const Options& o, const DistEnv& env) {
                                   std::chrono::milliseconds(static_cast<std::int64_t>(o.dist_timeout_s * 1000)));
   const int world = run.dist->world_size();
   run.dataset = make_dataset(o, world);
+  if (run.device.is_cuda()) run.dataset->pin_memory();
   run.sampler = std::make_unique<DistributedSampler>(run.dataset->size(), world, env.rank,
                                                      /*shuffle=*/!(o.use_syn && !o.syn_learnable),
                                                      static_cast<std::uint64_t>(o.random_seed));
@@ -279,6 +277,11 @@ void run_training(const Options& o, const DistEnv& env) {
       const auto count = std::min(static_cast<std::size_t>(o.batch_size), indices.size() - begin);
       Batch batch = run.dataset->batch(std::span(indices).subspan(begin, count),
                                        static_cast<std::uint64_t>(run.position.epoch));
+      if (run.device.is_cuda() && !batch.images.is_pinned()) {
+        // Page-locked, so that the copies below do not block the host until the GPU is idle.
+        batch.images = batch.images.pin_memory();
+        batch.labels = batch.labels.pin_memory();
+      }
       at::Tensor images = batch.images.to(run.device, /*non_blocking=*/true);
       if (o.channels_last) images = images.contiguous(at::MemoryFormat::ChannelsLast);
       at::Tensor labels = batch.labels.to(run.device, /*non_blocking=*/true);
@@ -287,7 +290,7 @@ void run_training(const Options& o, const DistEnv& env) {
       run.optimizer->zero_grad();
       at::Tensor loss;
       {
-        AutocastScope autocast(o.precision == Precision::kBf16, run.device.is_cuda());
+        AutocastScope autocast(o.precision == Precision::kBf16, run.device.type());
         loss = torch::nn::functional::cross_entropy(run.model->forward(images), labels);
       }
       loss.backward();

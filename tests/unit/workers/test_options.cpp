@@ -126,11 +126,33 @@ TEST_CASE("options: --backend nccl without CUDA says so plainly", "[workers][opt
   CHECK(parse({"--backend=nccl", "--use_syn"}, /*cuda=*/true).options);
 }
 
+TEST_CASE("options: --device places the model; gloo may use CUDA, nccl never the CPU", "[workers][options]") {
+  CHECK(parse({"--backend=gloo"}).options->device == Device::kAuto);
+  CHECK(parse({"--backend=gloo", "--device=cpu"}).options->device == Device::kCpu);
+  auto gloo_cuda = parse({"--backend=gloo", "--device", "cuda"}, /*cuda=*/true);
+  REQUIRE(gloo_cuda.options);
+  CHECK(gloo_cuda.options->device == Device::kCuda);
+
+  auto cpu_build = parse({"--backend=gloo", "--device=cuda"}, /*cuda=*/false);
+  CHECK_FALSE(cpu_build.options);
+  CHECK(cpu_build.exit_code == kExitUsage);
+  CHECK(cpu_build.message.find("--device=cuda: this ddp_resnet was built against a CPU-only") !=
+        std::string::npos);
+
+  auto nccl_cpu = parse({"--backend=nccl", "--device=cpu"}, /*cuda=*/true);
+  CHECK_FALSE(nccl_cpu.options);
+  CHECK(nccl_cpu.message.find("NCCL reduces CUDA tensors only") != std::string::npos);
+
+  auto bad = parse({"--backend=gloo", "--device=tpu"});
+  CHECK(bad.exit_code == kExitUsage);
+  CHECK(bad.message == "ddp_resnet: --device=tpu: must be auto, cpu or cuda");
+}
+
 TEST_CASE("options: --help exits 0 and lists the flags", "[workers][options]") {
   auto out = parse({"--help"});
   CHECK_FALSE(out.options);
   CHECK(out.exit_code == 0);
-  for (const char* flag : {"--arch", "--backend", "--batch_size", "--use_syn", "--verify_sync",
+  for (const char* flag : {"--arch", "--backend", "--device", "--batch_size", "--use_syn", "--verify_sync",
                            "--fail_at_step", "--checkpoint_every", "--data_dir"}) {
     CHECK(out.message.find(flag) != std::string::npos);
   }

@@ -41,6 +41,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arch", default="resnet50", choices=ARCHS)
     p.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--num_epochs", type=int, default=10000)
     p.add_argument("--learning_rate", type=float, default=0.1)
@@ -63,6 +64,12 @@ def parse_args():
     p.add_argument("--dist_timeout", type=float, default=1800)
     p.add_argument("--fail_at_step", type=int)
     p.add_argument("--fail_rank", type=int)
+    p.add_argument("--pin_memory", action="store_true",
+                   help="page-locked host batches, copied without blocking (as ddp_resnet on CUDA)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the DDP model (2.x)")
+    p.add_argument("--profile", action="store_true",
+                   help="profile 5 steps of the second epoch (torch.profiler) and print the "
+                        "top kernels on rank 0")
     a = p.parse_args()
     if a.syn_learnable:
         a.use_syn = True
@@ -71,8 +78,12 @@ def parse_args():
     for name in ["batch_size", "num_epochs", "steps_syn", "image_size"]:
         if getattr(a, name) <= 0:
             p.exit(EXIT_USAGE, f"reference_ddp.py: --{name}={getattr(a, name)}: must be positive\n")
-    if a.backend == "nccl" and not torch.cuda.is_available():
-        p.exit(EXIT_USAGE, "reference_ddp.py: --backend=nccl: no CUDA device; use --backend=gloo\n")
+    if a.backend == "nccl" and a.device == "cpu":
+        p.exit(EXIT_USAGE, "reference_ddp.py: --device=cpu: NCCL reduces CUDA tensors only\n")
+    if a.device == "auto":
+        a.device = "cuda" if a.backend == "nccl" else "cpu"
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.exit(EXIT_USAGE, "reference_ddp.py: no CUDA device; use --backend=gloo --device=cpu\n")
     return a
 
 
@@ -159,6 +170,32 @@ def checksum_and_digest(model):
     return total, int.from_bytes(h.digest()[:8], "big")
 
 
+def start_profiler(a, epoch, rank):
+    if not a.profile or epoch != 1 or rank != 0:
+        return None
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if a.device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    profiler = torch.profiler.profile(activities=activities)
+    profiler.__enter__()
+    return profiler
+
+
+def stop_profiler(profiler, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    profiler.__exit__(None, None, None)
+    say("profile of 5 steps (rank 0):")
+    averages = profiler.key_averages()
+    if device.type != "cuda":
+        say(averages.table(sort_by="self_cpu_time_total", row_limit=25))
+        return
+    try:  # torch 2.4 renamed cuda_time to device_time
+        say(averages.table(sort_by="self_device_time_total", row_limit=25))
+    except (AttributeError, KeyError, ValueError):
+        say(averages.table(sort_by="self_cuda_time_total", row_limit=25))
+
+
 def save(path, model, optimizer, state):
     tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp.{os.getpid()}"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **state}, tmp)
@@ -170,9 +207,11 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    device = torch.device(f"cuda:{local_rank}" if a.backend == "nccl" else "cpu")
-    if device.type == "cuda":
+    device = torch.device("cpu")
+    if a.device == "cuda":  # as ddp_resnet: Gloo ranks beyond the GPU count share them
+        device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
         torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
     torch.manual_seed(a.random_seed)
     model = getattr(torchvision.models, a.arch)(num_classes=a.num_classes).to(device)
     if a.channels_last:
@@ -187,6 +226,8 @@ def main():
         data = FixedSynthetic(syn_size, a)
     else:
         data = Cifar10(a.data_dir, a.random_seed)
+    if a.pin_memory and device.type == "cuda" and isinstance(data, FixedSynthetic):
+        data.images = data.images.pin_memory()
     sampler = DistributedSampler(range(len(data)), num_replicas=world, rank=rank,
                                  shuffle=not (a.use_syn and not a.syn_learnable), seed=a.random_seed)
     steps_per_epoch = math.ceil(len(sampler) / a.batch_size)
@@ -201,7 +242,8 @@ def main():
             epoch, epoch_step = epoch + 1, 0
         say(f"Local Rank: {local_rank}, resumed from {path}: epoch {epoch}, step {epoch_step}, "
             f"global step {global_step}")
-    ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    step_model = torch.compile(ddp) if a.compile else ddp
     if rank == 0:
         say(f"reference_ddp.py: {a.arch} ({sum(p.numel() for p in model.parameters())} parameters, "
             f"{a.num_classes} classes), {a.batch_size} x {world} ranks, backend {a.backend}, "
@@ -215,21 +257,27 @@ def main():
         sampler.set_epoch(epoch)
         indices = list(sampler)
         start, first = time.time(), epoch_step
+        profiler = start_profiler(a, epoch, rank)
         while epoch_step < steps_per_epoch:
             if a.fail_at_step == global_step and restart == 0 and rank == fail_rank:
                 print(f"reference_ddp.py: injected failure (--fail_at_step {global_step}) on rank "
                       f"{rank}, attempt 0: exiting with {EXIT_INJECTED}", file=sys.stderr, flush=True)
                 sys.exit(EXIT_INJECTED)
             images, labels = data.batch(indices[epoch_step * a.batch_size:(epoch_step + 1) * a.batch_size], epoch)
+            if a.pin_memory and device.type == "cuda" and not images.is_pinned():
+                images, labels = images.pin_memory(), labels.pin_memory()
             images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             if a.channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad()
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-                loss = F.cross_entropy(ddp(images), labels)
+                loss = F.cross_entropy(step_model(images), labels)
             loss.backward()
             optimizer.step()
             epoch_step, global_step = epoch_step + 1, global_step + 1
+            if profiler is not None and epoch_step - first == 5:
+                stop_profiler(profiler, device)
+                profiler = None
             if a.log_every and global_step % a.log_every == 0:
                 mean = loss.detach().double().cpu()
                 dist.all_reduce(mean)

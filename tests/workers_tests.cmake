@@ -34,3 +34,14 @@ if(NOT DDPRUN_WORKERS_WITH_CUDA)
 endif()
 add_dependencies(workers_tests ddprun ddp_resnet)
 catch_discover_tests(workers_tests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 300)
+
+# On a real GPU (ddp_resnet built against a CUDA libtorch): NCCL, Gloo over CUDA tensors,
+# --nproc-per-node=gpu, a failure and resume; skipped (77) when no GPU is visible. Never in
+# CPU-only CI, where this target does not exist.
+if(DDPRUN_WORKERS_WITH_CUDA)
+  add_test(NAME "gpu: ddp_resnet on CUDA (NCCL, Gloo over CUDA, restart and resume)"
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_checks.sh $<TARGET_FILE:ddprun>
+            $<TARGET_FILE:ddp_resnet>)
+  set_tests_properties("gpu: ddp_resnet on CUDA (NCCL, Gloo over CUDA, restart and resume)"
+    PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+endif()

@@ -164,9 +164,9 @@ if want 8; then
   fi
 fi
 if want 9; then
-  why="not measured: no GPU available in this run"
+  why="not measured here: no GPU (scripts/gpu_bench.sh on a GPU machine; see the analysis, Figure 9)"
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-    why="not measured: a GPU is present, but the GPU run is not part of the suite yet"
+    why="not measured by this suite: run scripts/gpu_bench.sh (see the analysis, Figure 9)"
   fi
   for arch in ResNet-50 ResNet-152; do
     not_measured 9 "$arch, bf16, channels_last, NCCL" "training throughput" \

@@ -15,7 +15,8 @@ add_executable(workers_unit_tests
   unit/workers/test_data.cpp
   unit/workers/test_ddp_engine.cpp
   unit/workers/test_distributed.cpp
-  unit/workers/test_resnet.cpp)
+  unit/workers/test_resnet.cpp
+  unit/workers/test_sgd_step.cpp)
 target_link_libraries(workers_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddp_worker_lib)
 target_precompile_headers(workers_unit_tests REUSE_FROM ddp_worker_lib)
 catch_discover_tests(workers_unit_tests TEST_PREFIX "workers unit: "

@@ -5,6 +5,11 @@
 // moved (ProcessGroup in 1.x, Backend in 2.x) but kept their methods, which
 // C10dCollectives (collectives.hpp) uses through a template.
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include <ATen/Tensor.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
@@ -31,6 +36,21 @@ inline void set_autocast(c10::DeviceType device, bool on, at::ScalarType dtype) 
     at::autocast::set_cpu_enabled(on);
   }
 #endif
+}
+
+// The key of a parameter's entry in torch::optim::Optimizer::state(): the TensorImpl's address,
+// printed as text in 1.x (c10::guts::to_string: "0x..."), the address itself in later versions.
+// Chosen by the map's key type, so whichever a version uses is matched exactly.
+template <class StateMap>
+auto optimizer_state_key(const StateMap&, const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return text.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
 }
 
 }  // namespace ddprun::workers::compat

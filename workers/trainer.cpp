@@ -28,6 +28,7 @@
 #include "workers/param_sync.hpp"
 #include "workers/resnet.hpp"
 #include "workers/sampler.hpp"
+#include "workers/sgd_step.hpp"
 #include "workers/torch_compat.hpp"
 #include "workers/worker_error.hpp"
 
@@ -295,7 +296,7 @@ void run_training(const Options& o, const DistEnv& env) {
       }
       loss.backward();
       engine.finish_backward();
-      run.optimizer->step();
+      foreach_sgd_step(*run.optimizer);
       ++run.position.global_step;
       if (!reported_buckets && env.rank == 0) {
         reported_buckets = true;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -10,6 +12,24 @@ namespace ddprun::workers {
 namespace {
 
 std::string usage_line(const std::string& what) { return "ddp_resnet: " + what; }
+
+// Sets `target` to the choice named `text`; otherwise returns "<flag>=<text>: must be a, b or c".
+template <class Enum>
+std::string choose(Enum& target, const char* flag, const std::string& text,
+                   std::initializer_list<std::pair<const char*, Enum>> choices) {
+  std::string names;
+  std::size_t i = 0;
+  for (const auto& [name, value] : choices) {
+    if (text == name) {
+      target = value;
+      return {};
+    }
+    if (i > 0) names += i + 1 == choices.size() ? " or " : ", ";
+    names += name;
+    ++i;
+  }
+  return fmt::format("{}={}: must be {}", flag, text, names);
+}
 
 // The first problem found, as "<flag>: <what is wrong>", or empty.
 std::string validate(const Options& o, bool cuda_built) {
@@ -161,39 +181,20 @@ ParseOutcome parse_options(const std::vector<std::string>& args, bool cuda_built
     return out;
   }
 
-  if (backend == "gloo") {
-    o.backend = Backend::kGloo;
-  } else if (backend == "nccl") {
-    o.backend = Backend::kNccl;
-  } else {
-    out.message = usage_line(fmt::format("--backend={}: must be nccl or gloo", backend));
-    out.exit_code = kExitUsage;
-    return out;
+  std::string problem = choose(o.backend, "--backend", backend,
+                                {{"nccl", Backend::kNccl}, {"gloo", Backend::kGloo}});
+  if (problem.empty()) {
+    problem = choose(o.device, "--device", device,
+                     {{"auto", Device::kAuto}, {"cpu", Device::kCpu}, {"cuda", Device::kCuda}});
   }
-  if (device == "auto") {
-    o.device = Device::kAuto;
-  } else if (device == "cpu") {
-    o.device = Device::kCpu;
-  } else if (device == "cuda") {
-    o.device = Device::kCuda;
-  } else {
-    out.message = usage_line(fmt::format("--device={}: must be auto, cpu or cuda", device));
-    out.exit_code = kExitUsage;
-    return out;
-  }
-  if (precision == "fp32") {
-    o.precision = Precision::kFp32;
-  } else if (precision == "bf16") {
-    o.precision = Precision::kBf16;
-  } else {
-    out.message = usage_line(fmt::format("--precision={}: must be fp32 or bf16", precision));
-    out.exit_code = kExitUsage;
-    return out;
+  if (problem.empty()) {
+    problem = choose(o.precision, "--precision", precision,
+                     {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}});
   }
   if (o.syn_learnable) o.use_syn = true;
   o.num_classes = num_classes.value_or(o.use_syn && !o.syn_learnable ? 1000 : 10);
-
-  if (std::string problem = validate(o, cuda_built); !problem.empty()) {
+  if (problem.empty()) problem = validate(o, cuda_built);
+  if (!problem.empty()) {
     out.message = usage_line(problem);
     out.exit_code = kExitUsage;
     return out;

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,7 +27,47 @@
 namespace ddprun {
 namespace {
 
-[[noreturn]] void guardian_main(int fd) {
+// Reads /proc/PID/environ; empty when the process is gone, a zombie, or not readable.
+std::string read_environ(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/environ", std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool holds_variable(const std::string& environ, const std::string& entry) {
+  for (std::size_t at = environ.find(entry); at != std::string::npos; at = environ.find(entry, at + 1)) {
+    const bool starts = at == 0 || environ[at - 1] == '\0';
+    const bool ends = at + entry.size() == environ.size() || environ[at + entry.size()] == '\0';
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+// SIGKILLs every other process whose environment holds `marker` ("NAME=value"), scanning
+// again until a scan finds none (one killed while forking leaves a marked child), at most
+// `rounds` scans. Returns how many processes were killed.
+int kill_marked(const std::string& marker, int rounds) {
+  const std::string self = std::to_string(getpid());
+  std::set<std::string> killed;
+  for (int round = 0; round < rounds; ++round) {
+    int found = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const auto pid = entry.path().filename().string();
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) {
+        continue;
+      }
+      if (holds_variable(read_environ(pid), marker) &&
+          kill(static_cast<pid_t>(std::atol(pid.c_str())), SIGKILL) == 0) {
+        ++found;
+        killed.insert(pid);
+      }
+    }
+    if (found == 0) break;
+  }
+  return static_cast<int>(killed.size());
+}
+
+[[noreturn]] void guardian_main(int fd, const std::string& marker) {
   prctl(PR_SET_NAME, "ddprun-guard", 0, 0, 0);
   // A Ctrl-C on the terminal reaches the whole foreground group: the guardian must outlive the
   // agent's own shutdown, so it ignores the usual stop signals (SIGKILL still works).
@@ -51,6 +93,13 @@ namespace {
     }
   }
   for (auto pgid : groups) kill(-pgid, SIGKILL);
+  // A killed process that is not yet reaped still shows its environment; later scans see it
+  // again until it is a zombie, so a few rounds are normal.
+  if (const int killed = kill_marked(marker, 50); killed > 0) {
+    const std::string note = "ddprun-guard: the agent is gone; ended " + std::to_string(killed) +
+                             " process(es) its workers had left running\n";
+    (void)!write(STDERR_FILENO, note.data(), note.size());
+  }
   _exit(0);
 }
 
@@ -136,6 +185,14 @@ int stop_adopted_daemons(int rounds) {
 }
 
 OrphanGuard::OrphanGuard() {
+  // Random, so that only this agent's descendants carry it (and nothing can guess it).
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char bytes[12] = {};
+  if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) {
+    throw Error("orphan guard: cannot read /dev/urandom");
+  }
+  marker_ = "DDPRUN_GUARD=";
+  for (unsigned char b : bytes) marker_ += fmt::format("{:02x}", b);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     throw Error("orphan guard: pipe failed: " + errno_message(errno));
@@ -149,7 +206,7 @@ OrphanGuard::OrphanGuard() {
   }
   if (guardian_ == 0) {
     close(fds[1]);
-    guardian_main(fds[0]);
+    guardian_main(fds[0], marker_);
   }
   close(fds[0]);
   fd_ = fds[1];
@@ -158,13 +215,15 @@ OrphanGuard::OrphanGuard() {
 }
 
 OrphanGuard::~OrphanGuard() {
+  // First the adopted daemons, named in a warning; the guardian then finds only what escaped
+  // this process (reparented elsewhere) and still carries the marker.
+  stop_adopted_daemons();
   if (fd_ >= 0) close(fd_);
   if (guardian_ > 0) {
-    // It exits as soon as it sees the pipe close; reap it so it does not linger as a zombie.
+    // It exits as soon as it has swept; reap it so it does not linger as a zombie.
     int status = 0;
     waitpid(guardian_, &status, 0);
   }
-  stop_adopted_daemons();
 }
 
 void OrphanGuard::watch(pid_t pgid) { send('+', pgid); }

@@ -7,11 +7,19 @@
 // however it died), the guardian SIGKILLs every process group it still knows, then exits.
 //
 // Daemons that a worker starts leave its process group and session (setsid), so the groups do
-// not reach them. The agent is therefore a child subreaper: such a process, once its parent
-// is gone, becomes the agent's child, and the agent ends every adopted child of another session
-// when it ends normally or is stopped by a signal (not when it is SIGKILLed: see the README).
+// not reach them. Two things catch those:
+//  - the agent is a child subreaper: such a process, once its parent is gone, becomes the
+//    agent's child, and the agent ends every adopted child of another session when it ends
+//    normally or is stopped by a signal (with a warning naming them);
+//  - every worker's environment carries a marker, DDPRUN_GUARD=<random>, which its
+//    descendants inherit wherever they move: when the pipe closes, the guardian also SIGKILLs
+//    every process whose environment holds this agent's marker. That covers a SIGKILLed agent,
+//    whose adopted children would otherwise pass to init. A descendant that clears its
+//    environment (env -i, some daemons' own sanitizing) escapes both only in that case.
 
 #include <sys/types.h>
+
+#include <string>
 
 namespace ddprun {
 
@@ -37,6 +45,8 @@ class OrphanGuard {
   void forget(pid_t pgid);
 
   pid_t guardian_pid() const { return guardian_; }
+  // "DDPRUN_GUARD=<random>": put in every worker's environment (PosixProcessRunner does).
+  const std::string& marker() const { return marker_; }
   // The pipe's write end: a forked worker announces its own group on it before exec.
   int fd() const { return fd_; }
 
@@ -45,6 +55,7 @@ class OrphanGuard {
 
   int fd_ = -1;
   pid_t guardian_ = -1;
+  std::string marker_;
 };
 
 }  // namespace ddprun

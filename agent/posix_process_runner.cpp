@@ -207,6 +207,8 @@ class PosixProcessRunner::Impl {
     worker->launch = launch;
     worker->on_exit = on_exit;
     auto exe = resolve_program(launch.argv[0], launch.env);
+    std::vector<std::string> env = launch.env;
+    if (guard_) env.push_back(guard_->marker());  // see OrphanGuard: found wherever they go
     std::vector<std::string> args(launch.argv.begin() + 1, launch.argv.end());
 
     const auto& o = launch.output;
@@ -219,7 +221,7 @@ class PosixProcessRunner::Impl {
     bp::default_process_launcher launcher;
     auto spawn = [&](auto&& out, auto&& err) {
       return launcher(io_.get_executor(), exe, args, bp::process_stdio{nullptr, out, err},
-                      bp::process_environment(launch.env), WorkerExecSetup{getpid(), guard_ ? guard_->fd() : -1});
+                      bp::process_environment(env), WorkerExecSetup{getpid(), guard_ ? guard_->fd() : -1});
     };
     bp::process proc =
         pipe_out ? (pipe_err ? spawn(out_pipe, err_pipe) : spawn(out_pipe, STDERR_FILENO))

@@ -242,9 +242,9 @@ expect_setsid_daemons_sigterm="exit 143; the daemons ended"
 
 fault_setsid_daemons_sigkill() {
   signalled_job daemon_hang 2 KILL 137
-  note="known limit: daemons of a SIGKILLed agent survive (see README)"
+  note="the guardian finds the daemons by the marker in their environment"
 }
-expect_setsid_daemons_sigkill="exit 137 (the daemons are left: known limit)"
+expect_setsid_daemons_sigkill="exit 137; the daemons ended (guardian)"
 
 fault_log_dir_full() {
   # A 64 KiB file-size limit stands in for a full disk (EFBIG where a disk gives ENOSPC).

@@ -627,3 +627,55 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
     ::kill(guardian, SIGKILL);
   }
 }
+
+TEST_CASE("a daemon that left the worker's session does not outlive a SIGKILLed agent",
+          "[runner][orphan]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  const auto guardian_file = dir.file("guardian");
+  std::cout.flush();
+  std::fflush(nullptr);
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {
+    try {
+      ddprun::OrphanGuard guard;
+      PosixProcessRunner runner(&guard);
+      // The worker starts a daemon (setsid: another session and group, SIGTERM ignored) and
+      // hangs; neither the worker's group nor the subreaper reaches the daemon once the agent
+      // is SIGKILLed: only the marker in its environment does.
+      runner.start({Fake("daemon_hang").env("FAKE_PID_FILE", pid_file).launch()}, {});
+      {
+        std::ofstream(guardian_file + ".tmp") << guard.guardian_pid() << "\n";
+        std::rename((guardian_file + ".tmp").c_str(), guardian_file.c_str());
+      }
+      while (true) ::pause();
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+
+  const bool ready = wait_until([&] {
+    return !read_pids(pid_file).empty() && read_pids(guardian_file).size() == 1;
+  }, kBound);
+  if (!ready) {
+    ::kill(agent, SIGKILL);
+    ddprun::test::wait_for_exit(agent, kBound);
+    FAIL("the stand-in agent did not start its worker's daemon and the guardian");
+  }
+  const pid_t daemon = read_pids(pid_file)[0];
+  const pid_t guardian = read_pids(guardian_file)[0];
+  REQUIRE(process_alive(daemon));
+  CHECK(::getsid(daemon) == daemon);  // really in a session of its own
+
+  ::kill(agent, SIGKILL);
+  REQUIRE(ddprun::test::wait_for_exit(agent, kBound) != -1);
+
+  const bool gone = wait_until([&] { return !process_alive(daemon) && !process_alive(guardian); }, 10s);
+  CHECK_FALSE(process_alive(daemon));
+  CHECK_FALSE(process_alive(guardian));
+  if (!gone) {
+    ::kill(daemon, SIGKILL);
+    ::kill(guardian, SIGKILL);
+  }
+}

@@ -38,7 +38,8 @@ done
 [[ -x $python ]] || python=python3
 
 work=$(mktemp -d /tmp/ddprun-faults.XXXXXX)
-trap 'kill_marked all; rm -rf "$work"' EXIT
+cut_tag=  # the network namespaces of the node_cut faults, while they exist
+trap 'kill_marked all; [[ -z $cut_tag ]] || scripts/netns-cluster.sh down "$cut_tag" >/dev/null 2>&1; rm -rf "$work"' EXIT
 
 # ---- helpers -------------------------------------------------------------------------------
 
@@ -424,8 +425,61 @@ fault_lines_under_crash() {
 }
 expect_lines_under_crash="every line before the crash on the console, exit 134"
 
+# Two static nodes in network namespaces of their own (scripts/netns-cluster.sh: veths on a
+# bridge kept in another namespace), keep-alive 1 s x 3, workers waiting for $dir/go; then node
+# 2's link goes down. Sets $a and $b (the agents), $t0 (the cut), $cut_tag (the cluster).
+cut_node_2() {
+  local tag="fc$$$r"
+  cut_tag=$tag
+  "$cluster" up "$tag" 2 >/dev/null
+  local m; m=$("$cluster" addr "$tag" 1)
+  local conf=--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=3
+  local node
+  for node in 1 2; do
+    FAULTS_RUN=$run_id FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir "$cluster" exec "$tag" "$node" \
+      "$ddprun" --nnodes=2 --node-rank=$((node - 1)) --master-addr="$m" --master-port=29500 \
+      --local-addr="$("$cluster" addr "$tag" "$node")" "$conf" --shutdown-timeout=2 $(fake) \
+      >"$dir/node$node.out" 2>&1 &
+    if [[ $node == 1 ]]; then a=$!; else b=$!; fi
+  done
+  wait_file "$dir/started_0_0" 30
+  wait_file "$dir/started_1_0" 30
+  t0=$(now_ms)
+  "$cluster" cut "$tag" 2
+}
+heal_node_2() {
+  "$cluster" heal "$cut_tag" 2
+  wait_pid "$a" 30; sa=$status
+  wait_pid "$b" 30; sb=$status
+  "$cluster" down "$cut_tag" >/dev/null 2>&1 || true
+  cut_tag=
+}
+
+fault_node_cut_short() {
+  local a b t0 sa sb; cut_node_2
+  sleep 0.5  # the fault's length, not a wait for anything
+  touch "$dir/go"
+  heal_node_2
+  [[ $sa == 0 && $sb == 0 ]] && met=1
+  note="cut for 0.5 s, within the keep-alive deadline of 3 s"
+}
+expect_node_cut_short="the job goes on; both nodes finish (exit 0)"
+
+fault_node_cut_long() {
+  local a b t0 sa sb; cut_node_2
+  # Cut until node 1 (the store's host) has declared node 2 dead and stopped; node 2 then finds
+  # the store gone once its link is back.
+  local i; for ((i = 0; i < 600; i++)); do kill -0 "$a" 2>/dev/null || break; sleep 0.05; done
+  detect=$(( $(now_ms) - t0 ))
+  heal_node_2
+  [[ $sa == 124 && $sb == 124 ]] && met=1
+  note="keep-alive deadline 3 s; healed once node 1 stopped; detect: cut to node 1's exit"
+}
+expect_node_cut_long="both nodes stop (124), their workers too"
+
 faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restarts_exhausted
         agent_sigterm agent_sigkill agent_sigstop_static agent_sigkill_elastic store_host_death
+        node_cut_short node_cut_long
         join_and_leave setsid_daemons_end setsid_daemons_sigterm setsid_daemons_sigkill
         log_dir_full port_taken foreign_program malformed_frames idle_flood huge_frames slowloris
         wrong_secret
@@ -434,6 +488,13 @@ if ((smoke)); then
   faults=(worker_exit agent_sigkill setsid_daemons_end foreign_program missing_secret)
 fi
 if [[ -n $only ]]; then IFS=, read -ra faults <<<"$only"; fi
+cluster=scripts/netns-cluster.sh
+netns_ok=1
+if ! "$cluster" check; then
+  netns_ok=0
+  for i in "${!faults[@]}"; do [[ ${faults[$i]} == node_cut_* ]] && unset "faults[$i]"; done
+  faults=("${faults[@]}")
+fi
 
 # ---- the matrix -----------------------------------------------------------------------------
 
@@ -497,16 +558,20 @@ kept=
   printf '%s\n' "${rows[@]}"
   echo
   echo "Not in this matrix here:"
-  if tc qdisc add dev lo root netem loss 1% 2>/dev/null; then
-    tc qdisc del dev lo root 2>/dev/null || true
+  # The probe runs in a namespace of its own: the machine's own links are never touched.
+  probe="ddp-netem-$$"
+  if ((netns_ok)) && ip netns add "$probe" 2>/dev/null &&
+     ip netns exec "$probe" tc qdisc add dev lo root netem loss 1% 2>/dev/null; then
     echo "- packet loss: \`tc netem\` works here but no case uses it yet."
   else
     echo "- packet loss on a node's link: \`tc netem\` is not available on this machine (the"
     echo "  kernel has no sch_netem), so this fault was not injected."
   fi
-  echo "- a node cut off the network and healed: covered by the netns test"
-  echo "  (\`tests/netns/elastic_netns.sh\`: the survivors re-form without the cut-off node), not"
-  echo "  repeated here."
+  ip netns del "$probe" 2>/dev/null || true
+  if ((!netns_ok)); then
+    echo "- a node cut off the network and healed (node_cut_short, node_cut_long): network"
+    echo "  namespaces cannot be made here (needs root and iproute2), so they were not run."
+  fi
   if [[ -n $kept ]]; then echo; printf '%s\n' "$kept"; fi
 } >"$output"
 echo "faults.sh: wrote $output"

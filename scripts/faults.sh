@@ -548,7 +548,7 @@ kept=
   echo "# Reliability: the fault matrix"
   echo
   echo "Written by \`scripts/faults.sh\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(uname -r));"
-  echo "$runs runs per fault, real ddprun agents on 127.0.0.1 with the project's fake worker."
+  echo "$runs runs per fault, real ddprun agents on 127.0.0.1 (node_cut_*: two network namespaces) with the project's fake worker."
   echo "\"Left behind\": processes of the run (found by an environment marker every process of"
   echo "the run inherits) still alive after ddprun exited, over all runs. \"Detect\": the median"
   echo "time from the fault to ddprun acting on it (its exit, or the survivor's round ending)."

@@ -1,5 +1,8 @@
 #include "rendezvous/heartbeat.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -41,25 +44,37 @@ void Heartbeat::run() {
   const auto mine = beat_key(o.prefix, o.group_rank);
   const int watched = (o.group_rank + 1) % o.members;
   const auto theirs = beat_key(o.prefix, watched);
+  // Silence is judged by time, not by counting checks: the watched member is dead once its
+  // counter has not changed for interval x max_attempts, and it is looked at kChecksPerInterval
+  // times per interval, so a death is seen within a fraction of an interval of that deadline
+  // whatever the two members' phases.
+  const auto silence_limit = t.interval * t.max_attempts;
+  const auto tick = std::max<std::chrono::milliseconds>(t.interval / kChecksPerInterval,
+                                                        std::chrono::milliseconds(1));
   std::optional<std::string> last_seen;
-  int missed = 0;
+  auto last_change = Clock::now();
+  auto next_beat = Clock::now();
   bool reported = false;
   while (true) {
     try {
-      store_->add(mine, 1, Deadline::after(t.read_timeout));
+      if (Clock::now() >= next_beat) {
+        store_->add(mine, 1, Deadline::after(t.read_timeout));
+        next_beat = Clock::now() + t.interval;
+      }
       if (o.members > 1 && !reported) {
         auto seen = store_->try_get(theirs, Deadline::after(t.read_timeout));
+        const auto now = Clock::now();
         if (seen == kHeartbeatDone) {
           reported = true;  // it finished and left on purpose: nothing more to watch
-        } else {
-          missed = (seen && seen != last_seen) ? 0 : missed + 1;
+        } else if (seen && seen != last_seen) {
           last_seen = seen;
-          if (missed >= t.max_attempts) {
-            reported = true;
-            spdlog::warn("keep-alive: node {} missed {} heartbeats ({} apart)", watched, missed,
-                         format_duration(t.interval));
-            on_dead_(watched);
-          }
+          last_change = now;
+        } else if (now - last_change >= silence_limit) {
+          reported = true;
+          spdlog::warn("keep-alive: node {} sent no heartbeat for {} (keep-alive {} x {})", watched,
+                       format_duration(now - last_change),
+                       format_duration(t.interval), t.max_attempts);
+          on_dead_(watched);
         }
       }
     } catch (const InterruptedError&) {
@@ -69,8 +84,8 @@ void Heartbeat::run() {
       return;
     }
     std::unique_lock lock(mutex_);
-    // A timer, not a poll: the wait ends at the next beat or at once on stop.
-    if (stop_cv_.wait_for(lock, t.interval, [&] { return stop_; })) return;
+    // A timer, not a poll of a condition: the wait ends at the next check or at once on stop.
+    if (stop_cv_.wait_for(lock, tick, [&] { return stop_; })) return;
   }
 }
 

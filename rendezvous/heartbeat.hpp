@@ -1,9 +1,10 @@
 #pragma once
 // Keep-alive over the store, for the static and the c10d rendezvous alike. Every member bumps
 // its own counter each interval and watches one other member, its successor in group-rank
-// order, so the whole job costs O(n) store operations per interval. A successor whose counter
-// has not moved for max_attempts intervals is declared dead (once). Runs on its own thread with
-// its own store connection.
+// order, reading its counter kChecksPerInterval times per interval, so the whole job costs O(n)
+// store operations per interval. A successor whose counter has not changed for
+// interval x max_attempts (time since the change was seen, not a count of checks) is declared
+// dead, once. Runs on its own thread with its own store connection.
 
 #include <chrono>
 #include <condition_variable>
@@ -21,6 +22,8 @@ namespace ddprun {
 // What a member writes in place of its counter when it leaves on purpose (its work is done),
 // so that its silence is not taken for death.
 inline constexpr const char* kHeartbeatDone = "done";
+// How often per keep-alive interval a member looks at the member it watches (it beats once).
+inline constexpr int kChecksPerInterval = 4;
 
 struct KeepAliveTiming {
   std::chrono::milliseconds interval{5'000};

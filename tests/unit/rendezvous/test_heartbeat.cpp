@@ -1,6 +1,7 @@
 // The ring keep-alive on the in-memory store. Nothing here sleeps: "nothing happened" is
 // asserted only after the heartbeat has shown progress past the point where it would have
-// happened (its own counter, bumped once per check), and liveness gets a silence allowance
+// happened (its own counter, bumped once per interval, between which it checks its successor
+// kChecksPerInterval times), and liveness gets a silence allowance
 // that a busy machine cannot starve.
 
 #include <catch2/catch.hpp>
@@ -29,7 +30,7 @@ HeartbeatOptions options(int group_rank, int members, std::chrono::milliseconds 
   return o;
 }
 
-// How many times member `g` has beaten (each beat is followed by one check of its successor).
+// How many times member `g` has beaten (each beat is followed by checks of its successor).
 std::int64_t beats(MemoryStore& store, int g) {
   auto v = store.try_get("r/0/hb/" + std::to_string(g), Deadline::after(kHang));
   return v && *v != kHeartbeatDone ? parse_counter(*v, "hb") : 0;
@@ -53,6 +54,21 @@ TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") 
   // Ten more checks of the silent successor: still reported only once.
   REQUIRE(beats_more(store, 2, 10));
   CHECK(calls == 1);
+}
+
+TEST_CASE("heartbeat: silence is time since the last change, never less than the deadline",
+          "[heartbeat]") {
+  MemoryStore store;
+  std::atomic<bool> dead{false};
+  // Member 1 watches member 0, whose counter the test sets once: from that moment on it is
+  // silent. Checks come four times per interval, so a count of unchanged checks would say
+  // "dead" after 3 checks (75 ms); the deadline is 3 intervals of time (300 ms).
+  store.set("r/0/hb/0", "1", Deadline::after(kHang));
+  const auto last_beat = std::chrono::steady_clock::now();
+  Heartbeat hb(store.connect(), options(1, 2, 100ms, 3), [&](int) { dead = true; },
+               [](std::string) {});
+  REQUIRE(test::wait_until([&] { return dead.load(); }, kHang));
+  CHECK(std::chrono::steady_clock::now() - last_beat >= 300ms);
 }
 
 TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {

@@ -120,7 +120,9 @@ TEST_CASE("ddprun: a worker that fails once is restarted and the job succeeds", 
                         "--events-file", events_file}),
                   {{"FAKE_MODE", "fail_rank:1:3"}, {"FAKE_TOUCH_DIR", dir.path()}});
   REQUIRE(p.wait() == 0);
-  for (const char* f : {"started_0_0", "started_1_0", "started_0_1", "started_1_1"}) {
+  // Rank 0's first attempt is not checked: rank 1 fails at once, and on a loaded machine rank
+  // 0 may be stopped before its first instruction (ddprun did start it: workers_started below).
+  for (const char* f : {"started_1_0", "started_0_1", "started_1_1"}) {
     CHECK(file_exists(dir.file(f)));
   }
   CHECK_THAT(p.output(), Catch::Contains("restarting all workers"));

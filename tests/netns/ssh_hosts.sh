@@ -115,7 +115,17 @@ finish() {  # finish SECONDS: wait until the command exits; its exit status in $
   local exited=1
   # In braces, so that bash's own "Killed" line about the job (after a SIGKILL) goes nowhere.
   { timeout "$1" tail --pid="$cmd_pid" -s 0.1 -f /dev/null || exited=0; } 2>/dev/null
-  ((exited)) || fail "the command did not exit within $1 s"
+  if ((!exited)); then
+    # What it waits for, for the next reader of a failure: its threads' kernel waits, its open
+    # descriptors and its children.
+    {
+      echo "--- the command (pid $cmd_pid) still runs: threads' wchan, descriptors, children"
+      for t in /proc/"$cmd_pid"/task/*; do echo "thread ${t##*/}: $(cat "$t/comm" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)"; done
+      ls -l /proc/"$cmd_pid"/fd 2>/dev/null | sed 1d
+      ps -o pid,stat,etime,args --ppid "$cmd_pid" 2>/dev/null
+    } >&2
+    fail "the command did not exit within $1 s"
+  fi
   status=0
   { wait "$cmd_pid" || status=$?; } 2>/dev/null
   cmd_pid=""

@@ -76,6 +76,10 @@ struct ClusterHead::Impl {
   std::size_t next_to_start = 0;
   int opening = 0;  // top sessions started, their host not yet ready or failed
   Phase phase = Phase::kChecking;
+  // Every session has ended: no timer may be armed again, or the io_context never runs out of
+  // work. (A timer whose expiry is already queued when it is cancelled still runs its handler
+  // with success.)
+  bool finished = false;
   ClusterResult result;
   Clock::time_point started_at;
 
@@ -288,7 +292,7 @@ struct ClusterHead::Impl {
     ping_timer.expires_after(std::max<Clock::duration>(cluster.hangup_timeout / 4,
                                                        std::chrono::milliseconds(50)));
     ping_timer.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      if (ec || finished) return;
       for (std::size_t t = 0; t < next_to_start; ++t) {
         if (!session_ended[t]) sessions[t]->send(encode_control({}));
       }
@@ -297,9 +301,10 @@ struct ClusterHead::Impl {
   }
 
   void arm_stop_timer(Clock::duration after) {
+    if (finished) return;
     stop_timer.expires_after(after);
     stop_timer.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      if (ec || finished) return;
       spdlog::warn("hosts still running {} after the stop: ending their connections",
                    format_duration(Clock::now() - started_at));
       for (auto& s : sessions) s->kill();
@@ -338,6 +343,7 @@ struct ClusterHead::Impl {
       if (!session_ended[t]) return;  // its host, or one it relays, still runs
     }
     // Sessions never started (a check failed first) have nothing to wait for.
+    finished = true;
     connect_timer.cancel();
     ping_timer.cancel();
     stop_timer.cancel();
@@ -370,7 +376,7 @@ struct ClusterHead::Impl {
     }
     connect_timer.expires_after(cluster.connect_timeout);
     connect_timer.async_wait([this](boost::system::error_code ec) {
-      if (!ec) on_connect_timeout();
+      if (!ec && !finished) on_connect_timeout();
     });
     ping();
     asio::post(io, [this] {

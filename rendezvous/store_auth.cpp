@@ -4,8 +4,8 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -64,10 +64,21 @@ std::string read_secret(const std::string& token_file, const std::string& label,
   return secret;
 }
 
+// The kernel's generator (what OpenSSL's own seeds from), not RAND_bytes: every connection
+// draws a nonce, and the first RAND_bytes call sets up OpenSSL's providers and DRBG (about a
+// millisecond of an agent's start, and its cleanup at exit), which a job without a secret
+// does not otherwise need.
 std::string random_bytes(std::size_t n) {
   std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1) {
-    throw Error(fmt::format("cannot draw {} random bytes: OpenSSL error {}", n, ERR_get_error()));
+  std::size_t filled = 0;
+  while (filled < n) {
+    const ssize_t got = getrandom(out.data() + filled, n - filled, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw Error(fmt::format("cannot draw {} random bytes from the kernel: {}", n,
+                              errno_message(errno)));
+    }
+    filled += static_cast<std::size_t>(got);
   }
   return out;
 }

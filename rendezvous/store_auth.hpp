@@ -30,7 +30,7 @@ std::string read_secret(const std::string& token_file, const std::string& label,
                         const std::map<std::string, std::string>& env,
                         std::vector<std::string>& notes);
 
-// `n` bytes from OpenSSL's CSPRNG. Throws Error when it cannot be seeded.
+// `n` bytes from the kernel's CSPRNG (getrandom). Throws Error when it fails.
 std::string random_bytes(std::size_t n);
 // A fresh secret for one job, as 64 hex digits (what `ddprun --hosts` hands its agents).
 std::string random_secret();

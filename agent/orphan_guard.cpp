@@ -226,7 +226,6 @@ OrphanGuard::~OrphanGuard() {
   }
 }
 
-void OrphanGuard::watch(pid_t pgid) { send('+', pgid); }
 void OrphanGuard::forget(pid_t pgid) { send('-', pgid); }
 
 void OrphanGuard::send(char op, pid_t pgid) {

@@ -39,15 +39,14 @@ class OrphanGuard {
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 
-  // A new worker process group to kill if the agent dies.
-  void watch(pid_t pgid);
   // The group was stopped and reaped; forget it (its number may be reused).
   void forget(pid_t pgid);
 
   pid_t guardian_pid() const { return guardian_; }
   // "DDPRUN_GUARD=<random>": put in every worker's environment (PosixProcessRunner does).
   const std::string& marker() const { return marker_; }
-  // The pipe's write end: a forked worker announces its own group on it before exec.
+  // The pipe's write end: a new worker announces its own group on it ("+PGID\n") before exec
+  // (SpawnRequest::announce_fd), so no window exists in which the agent could die unheard.
   int fd() const { return fd_; }
 
  private:

@@ -15,10 +15,10 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/child_setup.hpp"
 #include "agent/line_splitter.hpp"
 #include "agent/orphan_guard.hpp"
 #include "agent/program_check.hpp"
+#include "agent/spawn.hpp"
 #include "agent/worker_output.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
@@ -32,46 +32,14 @@ namespace bp = boost::process::v2;
 
 namespace {
 
-// Runs in the forked child between fork and exec: only async-signal-safe calls here.
-struct WorkerExecSetup {
-  pid_t parent;
-  int guard_fd;  // -1: no orphan guard
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
-    setpgid(0, 0);
-    // Tell the guardian about this group before exec: if the agent is SIGKILLed before it
-    // could do so itself, the group is still known. (Hand-made digits: no allocation here.)
-    if (guard_fd >= 0) {
-      char buf[24];
-      int n = sizeof(buf);
-      buf[--n] = '\n';
-      for (auto pid = getpid(); pid > 0 && n > 1; pid /= 10) {
-        buf[--n] = static_cast<char>('0' + pid % 10);
-      }
-      buf[--n] = '+';
-      (void)!write(guard_fd, buf + n, sizeof(buf) - static_cast<std::size_t>(n));
-    }
-    // Dies with the agent's runner thread (which outlives every worker it started).
-    die_with(parent);
-    reset_signals_for_exec();
-    close_on_exec_above_stderr();
-    return {};
-  }
-};
-
 // A failure to start a worker in the user's words: the system's reason, without the names of
-// library internals (Boost.Process prefixes "default_launcher: " and appends "[system:N]").
+// library internals (Boost's errors append "[system:N]").
 std::string plain_reason(const WorkerLaunch& launch, const std::exception& e) {
   if (const auto* se = dynamic_cast<const boost::system::system_error*>(&e)) {
     return fmt::format("cannot run {}: {}", launch.argv.empty() ? "" : launch.argv[0],
                        se->code().message());
   }
-  std::string text = e.what();
-  if (auto colon = text.find("default_launcher: "); colon != std::string::npos) {
-    text.erase(colon, std::string("default_launcher: ").size());
-  }
-  if (auto bracket = text.find(" [system:"); bracket != std::string::npos) text.resize(bracket);
-  return text;
+  return e.what();
 }
 
 // The file to execute, looked up on the PATH the worker gets (as execvp would).
@@ -209,35 +177,38 @@ class PosixProcessRunner::Impl {
     auto exe = resolve_program(launch.argv[0], launch.env);
     std::vector<std::string> env = launch.env;
     if (guard_) env.push_back(guard_->marker());  // see OrphanGuard: found wherever they go
-    std::vector<std::string> args(launch.argv.begin() + 1, launch.argv.end());
 
     const auto& o = launch.output;
     const bool pipe_out = !(o.raw && o.stdout_file.empty());
     const bool pipe_err = !(o.raw && o.stderr_file.empty());
-    asio::readable_pipe out_pipe(io_);
-    asio::readable_pipe err_pipe(io_);
-    // process_io_binding owns the child's end of each pipe and closes it when destroyed, so
-    // the bindings are built in place (copying one would close the descriptor early).
-    bp::default_process_launcher launcher;
-    auto spawn = [&](auto&& out, auto&& err) {
-      return launcher(io_.get_executor(), exe, args, bp::process_stdio{nullptr, out, err},
-                      bp::process_environment(env), WorkerExecSetup{getpid(), guard_ ? guard_->fd() : -1});
-    };
-    bp::process proc =
-        pipe_out ? (pipe_err ? spawn(out_pipe, err_pipe) : spawn(out_pipe, STDERR_FILENO))
-                 : (pipe_err ? spawn(STDOUT_FILENO, err_pipe) : spawn(STDOUT_FILENO, STDERR_FILENO));
-    worker->pid = proc.id();
-    auto handle = proc.detach();
-    worker->handle = std::make_unique<decltype(handle)>(std::move(handle));
-    if (guard_) guard_->watch(worker->pid);
+    ChildPipe out_pipe;
+    ChildPipe err_pipe;
+    if (pipe_out) out_pipe.open();
+    if (pipe_err) err_pipe.open();
+    SpawnRequest request;
+    request.path = exe.string();
+    request.argv = launch.argv;
+    request.argv[0] = request.path;
+    request.env = std::move(env);
+    request.stdout_fd = pipe_out ? out_pipe.write_end() : STDOUT_FILENO;
+    request.stderr_fd = pipe_err ? err_pipe.write_end() : STDERR_FILENO;
+    // It dies with this runner thread (which outlives every worker it started), and it tells
+    // the guardian about its group itself before exec: spawn_process returns after that.
+    request.announce_fd = guard_ ? guard_->fd() : -1;
+    worker->pid = spawn_process(request);
+    out_pipe.close_write();
+    err_pipe.close_write();
+    worker->handle = std::make_unique<bp::process::handle_type>(io_.get_executor(), worker->pid);
 
     auto* w = worker.get();
     if (pipe_out) {
-      w->out = std::make_unique<WorkerOutput>(std::move(out_pipe), output_target(launch, false));
+      w->out = std::make_unique<WorkerOutput>(asio::readable_pipe(io_, out_pipe.release_read()),
+                                              output_target(launch, false));
       ++w->open_streams;
     }
     if (pipe_err) {
-      w->err = std::make_unique<WorkerOutput>(std::move(err_pipe), output_target(launch, true));
+      w->err = std::make_unique<WorkerOutput>(asio::readable_pipe(io_, err_pipe.release_read()),
+                                              output_target(launch, true));
       ++w->open_streams;
     }
     workers_.push_back(std::move(worker));

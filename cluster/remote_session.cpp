@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/boost_process.hpp"
-#include "agent/child_setup.hpp"
+#include "agent/spawn.hpp"
 #include "agent/line_splitter.hpp"
 #include "agent/worker_output.hpp"
 #include "common/error.hpp"
@@ -22,21 +22,6 @@ namespace bp = boost::process::v2;
 namespace {
 
 constexpr std::size_t kHeldLines = 20;
-
-// Between fork and exec (async-signal-safe calls only): its own process group, so that the
-// terminal's Ctrl-C reaches only the command, which forwards it in the session; and death with
-// the command, which closes the connection, which the remote agent notices.
-struct SessionExecSetup {
-  pid_t parent;
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
-    setpgid(0, 0);
-    die_with(parent);
-    reset_signals_for_exec();
-    close_on_exec_above_stderr();
-    return {};
-  }
-};
 
 }  // namespace
 
@@ -95,16 +80,31 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     if (exe.empty()) {
       throw Error(fmt::format("cannot start {}: not found on PATH", argv.at(0)));
     }
-    std::vector<std::string> args(argv.begin() + 1, argv.end());
+    // Its own process group, so that the terminal's Ctrl-C reaches only the command, which
+    // forwards it in the session; and death with the command, which closes the connection,
+    // which the remote agent notices.
+    ChildPipe stdin_pipe;
+    ChildPipe stdout_pipe;
+    ChildPipe stderr_pipe;
+    stdin_pipe.open();
+    stdout_pipe.open();
+    stderr_pipe.open();
+    SpawnRequest request;
+    request.path = exe.string();
+    request.argv = argv;
+    request.argv[0] = request.path;
+    request.stdin_fd = stdin_pipe.read_end();
+    request.stdout_fd = stdout_pipe.write_end();
+    request.stderr_fd = stderr_pipe.write_end();
     try {
-      bp::process process = bp::default_process_launcher()(
-          io.get_executor(), exe, args, bp::process_stdio{in, out, err},
-          SessionExecSetup{getpid()});
-      pid = process.id();
-      handle = std::make_unique<bp::process::handle_type>(process.detach());
-    } catch (const boost::system::system_error& e) {
-      throw Error(fmt::format("cannot start {}: {}", argv.at(0), e.code().message()));
+      pid = spawn_process(request);
+    } catch (const SpawnError& e) {
+      throw Error(fmt::format("cannot start {}: {}", argv.at(0), errno_message(e.error())));
     }
+    in.assign(stdin_pipe.release_write());
+    out.assign(stdout_pipe.release_read());
+    err.assign(stderr_pipe.release_read());
+    handle = std::make_unique<bp::process::handle_type>(io.get_executor(), pid);
     open_streams = 2;
     send(hello);
     read(out, stdout_stream, false);

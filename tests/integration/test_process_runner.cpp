@@ -580,8 +580,7 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
       ddprun::OrphanGuard guard;
       PosixProcessRunner runner(&guard);
       runner.start({Fake("grandchild").env("FAKE_PID_FILE", pid_file).launch()}, {});
-      // Only now has the guardian been told the worker's group: a SIGKILL between fork and
-      // watch() is a window no guard can close, so the test must not aim at it.
+      // start() returns once the worker has told the guardian its group (before its exec).
       {
         std::ofstream(guardian_file + ".tmp") << guard.guardian_pid() << "\n";
         std::rename((guardian_file + ".tmp").c_str(), guardian_file.c_str());

@@ -1,6 +1,7 @@
 #pragma once
-// What every child ddprun starts (a worker, a remote shell) does between fork and exec. Only
-// async-signal-safe calls: these run in the forked child of a multi-threaded process.
+// What every child ddprun starts (a worker, a remote shell) does between clone and exec
+// (agent/spawn.cpp). System calls only: the child of a multi-threaded process, running in its
+// parent's memory until exec.
 
 #include <fcntl.h>
 #include <signal.h>

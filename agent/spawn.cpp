@@ -128,7 +128,7 @@ pid_t spawn_process(const SpawnRequest& r) {
   a.error = 0;
   // The child's stack: it makes system calls only, a few hundred bytes deep.
   constexpr std::size_t kStackSize = 64 * 1024;
-  auto stack = std::make_unique<char[]>(kStackSize);
+  auto stack = std::make_unique_for_overwrite<char[]>(kStackSize);
   sigset_t all;
   sigset_t old;
   sigfillset(&all);

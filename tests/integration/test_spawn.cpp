@@ -58,21 +58,27 @@ int wait_exit(pid_t pid, std::chrono::seconds limit = 30s) {
   return -1;
 }
 
-// Runs `sh -c SCRIPT` with its stdout on a pipe; returns what it printed, after its exit 0.
-std::string run_shell(const std::string& script, SpawnRequest request = {}) {
+// Runs the request's program with its stdout on a pipe; returns what it printed, after its
+// exit 0.
+std::string run_program(SpawnRequest request) {
   ChildPipe out;
   out.open();
-  request.path = "/bin/sh";
-  request.argv = {"sh", "-c", script};
   request.stdout_fd = out.write_end();
   const pid_t pid = spawn_process(request);
   out.close_write();
   const std::string text = read_all(out.read_end());
   const int status = wait_exit(pid);
-  INFO("script: " << script << "\noutput: " << text);
+  INFO("program: " << request.path << "\noutput: " << text);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   return text;
+}
+
+// `sh -c SCRIPT`, as run_program.
+std::string run_shell(const std::string& script, SpawnRequest request = {}) {
+  request.path = "/bin/sh";
+  request.argv = {"sh", "-c", script};
+  return run_program(std::move(request));
 }
 
 }  // namespace
@@ -136,7 +142,7 @@ TEST_CASE("spawn: no descriptor above stderr reaches the program", "[spawn]") {
   CHECK(text == "closed\n");
 }
 
-TEST_CASE("spawn: the program starts with no blocked, ignored or handled signal", "[spawn]") {
+TEST_CASE("spawn: the program starts with no blocked or ignored signal", "[spawn]") {
   // This process: SIGPIPE ignored, SIGUSR1 handled, SIGUSR2 blocked on this thread.
   auto old_pipe = signal(SIGPIPE, SIG_IGN);
   auto old_usr1 = signal(SIGUSR1, [](int) {});
@@ -145,17 +151,19 @@ TEST_CASE("spawn: the program starts with no blocked, ignored or handled signal"
   sigaddset(&usr2, SIGUSR2);
   sigset_t old_mask;
   pthread_sigmask(SIG_BLOCK, &usr2, &old_mask);
-  const auto text = run_shell("grep -E '^Sig(Blk|Ign|Cgt):' /proc/$$/status");
+  // grep reads its own status: the state it was started with (a shell in between would
+  // block signals around its own forks).
+  SpawnRequest request;
+  request.path = "/bin/grep";
+  request.argv = {"grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"};
+  const auto text = run_program(request);
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   signal(SIGUSR1, old_usr1);
   signal(SIGPIPE, old_pipe);
+  INFO(text);
   CHECK(text.find("SigBlk:\t0000000000000000") != std::string::npos);
   CHECK(text.find("SigIgn:\t0000000000000000") != std::string::npos);
-  INFO(text);
-  // The shell installs handlers of its own, but not for SIGUSR1: its bit in SigCgt would be
-  // this process's handler leaking through.
-  const auto caught = text.substr(text.find("SigCgt:\t") + 8, 16);
-  CHECK((std::stoull(caught, nullptr, 16) & (1ULL << (SIGUSR1 - 1))) == 0);
+  // (Handlers need no check here: exec itself resets them, and grep installs its own.)
 }
 
 TEST_CASE("spawn: the child announces its group on the guard's pipe before exec", "[spawn]") {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ using ddprun::ChildPipe;
 using ddprun::SpawnError;
 using ddprun::SpawnRequest;
 using ddprun::spawn_process;
+using ddprun::test::wait_for_exit;
 
 namespace {
 
@@ -34,7 +36,12 @@ std::string read_all(int fd, std::chrono::seconds limit = 30s) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::string text;
   char buf[4096];
-  while (std::chrono::steady_clock::now() < deadline) {
+  for (auto now = std::chrono::steady_clock::now(); now < deadline;
+       now = std::chrono::steady_clock::now()) {
+    // A read only once data or the end is there: a child that hangs cannot outlast `limit`.
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n > 0) {
       text.append(buf, static_cast<std::size_t>(n));
@@ -43,19 +50,6 @@ std::string read_all(int fd, std::chrono::seconds limit = 30s) {
     }
   }
   return text;
-}
-
-// The exit status of `pid`, waiting at most `limit` (-1 if it did not exit).
-int wait_exit(pid_t pid, std::chrono::seconds limit = 30s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const pid_t got = waitpid(pid, &status, WNOHANG);
-    if (got == pid) return status;
-    if (got < 0) return -1;
-    std::this_thread::sleep_for(5ms);  // polling interval for a child's exit
-  }
-  return -1;
 }
 
 // Runs the request's program with its stdout on a pipe; returns what it printed, after its
@@ -67,7 +61,7 @@ std::string run_program(SpawnRequest request) {
   const pid_t pid = spawn_process(request);
   out.close_write();
   const std::string text = read_all(out.read_end());
-  const int status = wait_exit(pid);
+  const int status = wait_for_exit(pid, 30s);
   INFO("program: " << request.path << "\noutput: " << text);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
@@ -176,7 +170,7 @@ TEST_CASE("spawn: the child announces its group on the guard's pipe before exec"
   const pid_t pid = spawn_process(request);
   guard.close_write();
   CHECK(read_all(guard.read_end()) == "+" + std::to_string(pid) + "\n");
-  CHECK(WIFEXITED(wait_exit(pid)));
+  CHECK(WIFEXITED(wait_for_exit(pid, 30s)));
 }
 
 TEST_CASE("spawn: the child dies with the thread that started it", "[spawn]") {
@@ -189,7 +183,7 @@ TEST_CASE("spawn: the child dies with the thread that started it", "[spawn]") {
   });
   starter.join();
   REQUIRE(pid > 0);
-  const int status = wait_exit(pid);
+  const int status = wait_for_exit(pid, 30s);
   REQUIRE(status != -1);
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);

@@ -3,14 +3,18 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -85,16 +89,25 @@ pid_t spawn(const std::vector<std::string>& argv) {
 }
 
 int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    auto r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (r < 0) return -1;
-    // Tests only: a short poll keeps this helper simple and it has a hard deadline.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  int status = 0;
+  const auto first = waitpid(pid, &status, WNOHANG);
+  if (first == pid) return status;
+  if (first < 0) return -1;  // not a child of this process
+  // The child's pidfd becomes readable when it exits: wait for that, not in a polling loop.
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    pollfd p{fd, POLLIN, 0};
+    int ready = 0;
+    do {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+    } while (ready < 0 && errno == EINTR);
+    close(fd);
   }
-  return -1;
+  const auto r = waitpid(pid, &status, WNOHANG);
+  return r == pid ? status : -1;
 }
 
 bool process_alive(pid_t pid) {

@@ -10,6 +10,7 @@
 
 #include "common/deadline.hpp"
 #include "integration/ddprun_process.hpp"
+#include "integration/elastic_cluster.hpp"
 #include "support/test_util.hpp"
 
 using namespace ddprun::test;
@@ -18,67 +19,13 @@ using nlohmann::json;
 
 namespace {
 
-// A worker that waits at the cluster's gate, then succeeds: a job's workers run until the test
-// has seen the rounds it waits for and opens the gate, however slow the machine is.
-const char* kWorker = "exec flock -s \"$DDPRUN_TEST_GATE\" true";
-
-struct Cluster {
+// A c10d job: every agent on 127.0.0.1, the store at a free port (served by the first agent).
+struct Cluster : ElasticCluster {
   explicit Cluster(std::string nnodes, std::string extra_conf = "")
-      : nnodes_(std::move(nnodes)), port_(free_port()), conf_(std::move(extra_conf)) {}
-
-  std::unique_ptr<DdprunProcess> start(const std::string& name, std::string run_id = "elastic") {
-    std::vector<std::string> args{
-        "--nnodes=" + nnodes_, "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port_), "--rdzv-id=" + run_id,
-        "--local-addr=127.0.0.1",
-        "--rdzv-conf=last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
-        "join_timeout=30" + conf_,
-        "--shutdown-timeout=2", "--events-file", events(name), "--no-python", "sh", "-c",
-        kWorker};
-    return std::make_unique<DdprunProcess>(
-        args, std::map<std::string, std::string>{{"DDPRUN_TEST_GATE", gate_.path()}});
-  }
-
-  // Lets every worker, running or still to start, finish with exit 0.
-  void release_workers() { gate_.open(); }
-
-  std::string events(const std::string& name) const { return dir_.file(name + ".jsonl"); }
-
-  std::vector<json> read(const std::string& name, const std::string& event) const {
-    std::vector<json> out;
-    for (const auto& line : read_lines(events(name))) {
-      auto j = json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("event", "") == event) out.push_back(j);
-    }
-    return out;
-  }
-
-  // Waits until `name` has completed a rendezvous into a round of `world_size` workers (one
-  // later than round `after`, when given).
-  bool wait_for_round(const std::string& name, int world_size,
-                      std::chrono::milliseconds timeout = 40s, int after = -1) const {
-    return wait_until([&] {
-      for (const auto& e : read(name, "rendezvous_completed")) {
-        if (e.at("world_size") == world_size && e.at("round").get<int>() > after) return true;
-      }
-      return false;
-    }, timeout);
-  }
-
-  // The round of `name`'s latest completed rendezvous (-1 before the first).
-  int last_round(const std::string& name) const {
-    auto rounds = read(name, "rendezvous_completed");
-    return rounds.empty() ? -1 : rounds.back().at("round").get<int>();
-  }
-
-  std::uint16_t port() const { return port_; }
-
- private:
-  std::string nnodes_;
-  std::uint16_t port_;
-  std::string conf_;
-  TempDir dir_;
-  Gate gate_;
+      : ElasticCluster(std::move(nnodes),
+                       {"--rdzv-backend=c10d",
+                        "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port())},
+                       std::move(extra_conf)) {}
 };
 
 }  // namespace

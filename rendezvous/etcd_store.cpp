@@ -1,0 +1,241 @@
+#include "rendezvous/etcd_store.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+using json = nlohmann::json;
+
+namespace {
+
+// etcd's default --max-txn-ops.
+constexpr std::size_t kMaxTxnOps = 128;
+
+json put_op(const std::string& key, const std::string& value, std::int64_t lease = 0) {
+  json put{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  return json{{"request_put", put}};
+}
+
+json range_op(const std::string& key) {
+  return json{{"request_range", {{"key", base64_encode(key)}}}};
+}
+
+// "the key does not exist" (its create revision is 0).
+json absent(const std::string& key) {
+  return json{{"key", base64_encode(key)}, {"target", "CREATE"}, {"result", "EQUAL"},
+              {"create_revision", "0"}};
+}
+
+json unchanged_since(const std::string& key, std::int64_t mod_revision) {
+  return json{{"key", base64_encode(key)}, {"target", "MOD"}, {"result", "EQUAL"},
+              {"mod_revision", std::to_string(mod_revision)}};
+}
+
+json value_is(const std::string& key, const std::string& value) {
+  return json{{"key", base64_encode(key)}, {"target", "VALUE"}, {"result", "EQUAL"},
+              {"value", base64_encode(value)}};
+}
+
+// The first key-value of a range answer (plain, or inside a transaction's response_range).
+std::optional<EtcdKv> first_kv(const json& range) {
+  auto it = range.find("kvs");
+  if (it == range.end() || it->empty()) return std::nullopt;
+  return parse_kv(it->at(0));
+}
+
+}  // namespace
+
+std::string EtcdStoreOptions::run_prefix() const {
+  std::string p = prefix;
+  while (!p.empty() && p.back() == '/') p.pop_back();
+  return fmt::format("{}/{}/", p, run_id);
+}
+
+EtcdStore::EtcdStore(EtcdStoreOptions options, Deadline deadline)
+    : options_(std::move(options)), run_prefix_(options_.run_prefix()), client_(options_.endpoints) {
+  ping(deadline);
+}
+
+EtcdStore::~EtcdStore() = default;
+
+void EtcdStore::put(const std::string& key, const std::string& value, std::int64_t lease,
+                    Deadline deadline) {
+  json body{{"key", base64_encode(full_key(key))}, {"value", base64_encode(value)}};
+  if (lease != 0) body["lease"] = std::to_string(lease);
+  client_.call("/v3/kv/put", body, deadline);
+}
+
+void EtcdStore::set(const std::string& key, const std::string& value, Deadline deadline) {
+  put(key, value, 0, deadline);
+}
+
+EtcdStore::Read EtcdStore::read(const std::string& key, Deadline deadline) {
+  auto answer = client_.call("/v3/kv/range", {{"key", base64_encode(full_key(key))}}, deadline);
+  return Read{first_kv(answer), json_int(answer.at("header"), "revision")};
+}
+
+std::optional<std::string> EtcdStore::try_get(const std::string& key, Deadline deadline) {
+  auto r = read(key, deadline);
+  if (!r.kv) return std::nullopt;
+  return r.kv->value;
+}
+
+std::string EtcdStore::get(const std::string& key, Deadline deadline) {
+  const auto started = Clock::now();
+  auto r = read(key, deadline);
+  if (r.kv) return r.kv->value;
+  std::string value;
+  try {
+    client_.watch(full_key(key), "", r.revision + 1, deadline, [&](const EtcdEvent& event) {
+      if (event.deleted) return false;
+      value = event.kv.value;
+      return true;
+    });
+  } catch (const TimeoutError&) {
+    throw TimeoutError(fmt::format("etcd {}: key '{}' did not appear within {}", describe(), key,
+                                   format_duration(Clock::now() - started)));
+  }
+  return value;
+}
+
+bool EtcdStore::check(const std::vector<std::string>& keys, Deadline deadline) {
+  for (const auto& key : keys) {
+    if (!read(key, deadline).kv) return false;
+  }
+  return true;
+}
+
+std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta, Deadline deadline) {
+  const auto full = full_key(key);
+  auto current = read(key, deadline).kv;
+  while (true) {
+    const std::int64_t before = current ? parse_counter(current->value, key) : 0;
+    const std::int64_t after = before + delta;
+    json txn{{"compare", {current ? unchanged_since(full, current->mod_revision) : absent(full)}},
+             {"success", {put_op(full, std::to_string(after))}},
+             {"failure", {range_op(full)}}};
+    auto answer = client_.call("/v3/kv/txn", txn, deadline);
+    if (answer.value("succeeded", false)) return after;
+    // Another adder came first: start again from the value it left.
+    current = first_kv(answer.at("responses").at(0).at("response_range"));
+  }
+}
+
+std::string EtcdStore::compare_set(const std::string& key, const std::string& expected,
+                                   const std::string& desired, Deadline deadline) {
+  const auto full = full_key(key);
+  // A missing key equals "" (as in the TCP store).
+  json txn{{"compare", {expected.empty() ? absent(full) : value_is(full, expected)}},
+           {"success", {put_op(full, desired)}},
+           {"failure", {range_op(full)}}};
+  auto answer = client_.call("/v3/kv/txn", txn, deadline);
+  if (answer.value("succeeded", false)) return desired;
+  auto kv = first_kv(answer.at("responses").at(0).at("response_range"));
+  if (!kv) return std::string();
+  if (expected.empty() && kv->value.empty()) {
+    // Present but empty equals "" too: compare on its revision instead.
+    json retry{{"compare", {unchanged_since(full, kv->mod_revision)}},
+               {"success", {put_op(full, desired)}},
+               {"failure", {range_op(full)}}};
+    answer = client_.call("/v3/kv/txn", retry, deadline);
+    if (answer.value("succeeded", false)) return desired;
+    kv = first_kv(answer.at("responses").at(0).at("response_range"));
+    return kv ? kv->value : std::string();
+  }
+  return kv->value;
+}
+
+bool EtcdStore::erase(const std::string& key, Deadline deadline) {
+  auto answer =
+      client_.call("/v3/kv/deleterange", {{"key", base64_encode(full_key(key))}}, deadline);
+  return json_int(answer, "deleted") > 0;
+}
+
+std::vector<std::string> EtcdStore::multi_get(const std::vector<std::string>& keys,
+                                              Deadline deadline) {
+  std::vector<std::optional<std::string>> found(keys.size());
+  for (std::size_t begin = 0; begin < keys.size(); begin += kMaxTxnOps) {
+    const std::size_t end = std::min(keys.size(), begin + kMaxTxnOps);
+    json reads = json::array();
+    for (std::size_t i = begin; i < end; ++i) reads.push_back(range_op(full_key(keys[i])));
+    auto answer = client_.call("/v3/kv/txn", {{"success", reads}}, deadline);
+    const auto& responses = answer.at("responses");
+    for (std::size_t i = begin; i < end; ++i) {
+      if (auto kv = first_kv(responses.at(i - begin).at("response_range"))) found[i] = kv->value;
+    }
+  }
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    values.push_back(found[i] ? std::move(*found[i]) : get(keys[i], deadline));
+  }
+  return values;
+}
+
+void EtcdStore::multi_set(const std::vector<std::string>& keys,
+                          const std::vector<std::string>& values, Deadline deadline) {
+  if (keys.size() != values.size()) {
+    throw ProtocolError(fmt::format("multi_set: {} keys but {} values", keys.size(),
+                                    values.size()));
+  }
+  for (std::size_t begin = 0; begin < keys.size(); begin += kMaxTxnOps) {
+    const std::size_t end = std::min(keys.size(), begin + kMaxTxnOps);
+    json puts = json::array();
+    for (std::size_t i = begin; i < end; ++i) puts.push_back(put_op(full_key(keys[i]), values[i]));
+    client_.call("/v3/kv/txn", {{"success", puts}}, deadline);
+  }
+}
+
+void EtcdStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  for (const auto& key : keys) get(key, deadline);
+}
+
+std::int64_t EtcdStore::num_keys(Deadline deadline) { return count_prefix("", deadline); }
+
+std::int64_t EtcdStore::count_prefix(const std::string& key_prefix, Deadline deadline) {
+  const auto first = full_key(key_prefix);
+  auto answer = client_.call("/v3/kv/range",
+                             {{"key", base64_encode(first)},
+                              {"range_end", base64_encode(prefix_range_end(first))},
+                              {"count_only", true}},
+                             deadline);
+  return json_int(answer, "count");
+}
+
+std::int64_t EtcdStore::erase_run(Deadline deadline) {
+  auto answer = client_.call("/v3/kv/deleterange",
+                             {{"key", base64_encode(run_prefix_)},
+                              {"range_end", base64_encode(prefix_range_end(run_prefix_))}},
+                             deadline);
+  return json_int(answer, "deleted");
+}
+
+std::optional<std::int64_t> EtcdStore::erase_run_unless(const std::string& key_prefix,
+                                                        Deadline deadline) {
+  const auto first = full_key(key_prefix);
+  // A compare over a range holds for every key in it, and for none when the range is empty:
+  // "create revision 0" over the range means "no such key".
+  json none{{"key", base64_encode(first)}, {"range_end", base64_encode(prefix_range_end(first))},
+            {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
+  json erase{{"request_delete_range",
+              {{"key", base64_encode(run_prefix_)},
+               {"range_end", base64_encode(prefix_range_end(run_prefix_))}}}};
+  auto answer = client_.call("/v3/kv/txn", {{"compare", {none}}, {"success", {erase}}}, deadline);
+  if (!answer.value("succeeded", false)) return std::nullopt;
+  return json_int(answer.at("responses").at(0).at("response_delete_range"), "deleted");
+}
+
+void EtcdStore::ping(Deadline deadline) { client_.call("/v3/maintenance/status", json::object(), deadline); }
+
+std::string EtcdStore::describe() const {
+  return fmt::format("etcd {} under {}", client_.describe(), run_prefix_);
+}
+
+void EtcdStore::interrupt() { client_.interrupt(); }
+
+}  // namespace ddprun

@@ -1,0 +1,127 @@
+#include "support/etcd_cluster.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/etcd_client.hpp"
+
+namespace ddprun::test {
+
+using namespace std::chrono_literals;
+
+std::string etcd_binary() {
+  for (const char* path : {"/usr/bin/etcd", "/usr/local/bin/etcd"}) {
+    if (access(path, X_OK) == 0) return path;
+  }
+  return {};
+}
+
+void skip_unless_etcd() {
+  if (!etcd_binary().empty()) return;
+  std::fprintf(stderr, "SKIPPED: etcd is not installed (scripts/install-deps.sh installs Debian's "
+                       "etcd-server)\n");
+  std::exit(77);
+}
+
+EtcdCluster::EtcdCluster(int members) {
+  std::vector<std::string> peers;
+  for (int i = 0; i < members; ++i) {
+    client_ports_.push_back(free_port());
+    peer_ports_.push_back(free_port());
+    peers.push_back(fmt::format("m{}=http://127.0.0.1:{}", i, peer_ports_.back()));
+  }
+  const std::string token = fmt::format("ddprun-test-{}", getpid());
+  for (int i = 0; i < members; ++i) {
+    const auto client = fmt::format("http://127.0.0.1:{}", client_ports_[i]);
+    const auto peer = fmt::format("http://127.0.0.1:{}", peer_ports_[i]);
+    const std::string command = fmt::format(
+        "exec {} --name m{} --data-dir {} --listen-client-urls {} --advertise-client-urls {} "
+        "--listen-peer-urls {} --initial-advertise-peer-urls {} --initial-cluster {} "
+        "--initial-cluster-state new --initial-cluster-token {} >{} 2>&1",
+        etcd_binary(), i, dir_.file(fmt::format("m{}", i)), client, client, peer, peer,
+        fmt::format("{}", fmt::join(peers, ",")), token, dir_.file(fmt::format("m{}.log", i)));
+    pids_.push_back(spawn({"/bin/sh", "-c", command}));
+  }
+  for (int i = 0; i < members; ++i) {
+    EtcdClient client({EtcdEndpoint{"127.0.0.1", client_ports_[static_cast<std::size_t>(i)]}});
+    const bool healthy = wait_until(
+        [&] {
+          try {
+            // Asked with "has leader" metadata: answers once the member knows its leader.
+            client.call("/v3/maintenance/status", nlohmann::json::object(),
+                        Deadline::after(200ms));
+            return true;
+          } catch (const Error&) {
+            return false;
+          }
+        },
+        60s);
+    if (!healthy) {
+      throw std::runtime_error(
+          fmt::format("etcd member m{} did not become healthy within 60 s:\n{}", i, log_tail(i)));
+    }
+  }
+}
+
+EtcdCluster::~EtcdCluster() {
+  for (int i = 0; i < size(); ++i) {
+    if (alive(i)) kill(i);
+  }
+}
+
+std::string EtcdCluster::endpoint(int member) const {
+  return fmt::format("127.0.0.1:{}", client_ports_[static_cast<std::size_t>(member)]);
+}
+
+std::string EtcdCluster::endpoints() const {
+  std::vector<std::string> all;
+  for (int i = 0; i < size(); ++i) all.push_back(endpoint(i));
+  return fmt::format("{}", fmt::join(all, ","));
+}
+
+int EtcdCluster::leader() const {
+  // Every member's id, then the leader's id as a live member reports it.
+  std::vector<std::string> ids(static_cast<std::size_t>(size()));
+  std::string leader_id;
+  for (int i = 0; i < size(); ++i) {
+    if (!alive(i)) continue;
+    try {
+      EtcdClient client({EtcdEndpoint{"127.0.0.1", client_ports_[static_cast<std::size_t>(i)]}});
+      auto status = client.call("/v3/maintenance/status", nlohmann::json::object(),
+                                Deadline::after(2s));
+      ids[static_cast<std::size_t>(i)] = status.at("header").at("member_id").get<std::string>();
+      leader_id = status.value("leader", std::string());
+    } catch (const Error&) {
+    }
+  }
+  for (int i = 0; i < size(); ++i) {
+    if (!leader_id.empty() && ids[static_cast<std::size_t>(i)] == leader_id) return i;
+  }
+  return -1;
+}
+
+void EtcdCluster::kill(int member) {
+  auto& pid = pids_[static_cast<std::size_t>(member)];
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  wait_for_exit(pid, 30s);
+  pid = -1;
+}
+
+std::string EtcdCluster::log_tail(int member) const {
+  auto lines = read_lines(dir_.file(fmt::format("m{}.log", member)));
+  std::string out;
+  for (std::size_t i = lines.size() > 20 ? lines.size() - 20 : 0; i < lines.size(); ++i) {
+    out += lines[i] + "\n";
+  }
+  return out;
+}
+
+}  // namespace ddprun::test

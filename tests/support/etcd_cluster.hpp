@@ -1,0 +1,49 @@
+#pragma once
+// A real etcd cluster for tests: Debian's etcd binary, `members` members on 127.0.0.1 ports
+// picked at start, each in the foreground with its data and log under a temporary directory,
+// killed and removed at destruction.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "support/test_util.hpp"
+
+namespace ddprun::test {
+
+// Where etcd is; empty when it is not installed.
+std::string etcd_binary();
+// Ends the test process with exit code 77 (ctest's SKIP_RETURN_CODE for these tests) and a
+// message saying why, when etcd is not installed.
+void skip_unless_etcd();
+
+class EtcdCluster {
+ public:
+  // Starts the members and waits until every one answers with a leader (60 s at most; throws
+  // std::runtime_error with the members' log tails otherwise).
+  explicit EtcdCluster(int members = 3);
+  ~EtcdCluster();
+  EtcdCluster(const EtcdCluster&) = delete;
+  EtcdCluster& operator=(const EtcdCluster&) = delete;
+
+  int size() const { return static_cast<int>(pids_.size()); }
+  // "127.0.0.1:P1,127.0.0.1:P2,..." (all members, killed ones included).
+  std::string endpoints() const;
+  std::string endpoint(int member) const;
+  // The member that leads now, asked of a live member; -1 when none answers with one.
+  int leader() const;
+  // SIGKILLs a member and reaps it.
+  void kill(int member);
+  bool alive(int member) const { return pids_[static_cast<std::size_t>(member)] > 0; }
+  // The last lines of a member's log, for failure messages.
+  std::string log_tail(int member) const;
+
+ private:
+  TempDir dir_;
+  std::vector<std::uint16_t> client_ports_;
+  std::vector<std::uint16_t> peer_ports_;
+  std::vector<pid_t> pids_;
+};
+
+}  // namespace ddprun::test

@@ -29,6 +29,7 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds read_timeout{60'000};
   std::optional<bool> is_host;
+  std::string etcd_prefix = "/ddprun";  // etcd: the run's keys live under <prefix>/<run id>/
 };
 
 // One host of a one-command job (--hosts, --hostfile).
@@ -70,7 +71,7 @@ struct LaunchConfig {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::uint16_t master_port = 29500;
-  std::string rdzv_backend = "static";  // "static" or "c10d"
+  std::string rdzv_backend = "static";  // "static", "c10d" or "etcd"
   std::string rdzv_endpoint;            // host:port for c10d
   std::string rdzv_id = "none";
   // The job's shared secret for the store (--token-file or $DDPRUN_TOKEN); empty: none. Never
@@ -117,6 +118,7 @@ struct LaunchConfig {
   std::optional<ClusterConfig> cluster;
 
   bool is_static() const { return rdzv_backend == "static"; }
+  bool is_etcd() const { return rdzv_backend == "etcd"; }
 };
 
 }  // namespace ddprun

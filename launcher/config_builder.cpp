@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "launcher/cpu_count.hpp"
+#include "rendezvous/etcd_client.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/value_parsers.hpp"
 #include "rendezvous/store_auth.hpp"
@@ -123,12 +124,8 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
   }
   if (auto* v = options.find("rdzv-backend")) {
     auto backend = std::string(trim(v->text));
-    if (backend == "etcd" || backend == "etcd-v2") {
-      throw ConfigError(fmt::format(
-          "{}={}: the etcd rendezvous is not supported by ddprun (use static or c10d)", v->label,
-          v->text));
-    }
-    config.rdzv_backend = parse_choice(backend, v->label, {"static", "c10d"});
+    if (backend == "etcd-v2") backend = "etcd";  // torchrun's other name for it
+    config.rdzv_backend = parse_choice(backend, v->label, {"static", "c10d", "etcd"});
   }
   if (auto* v = options.find("rdzv-id")) config.rdzv_id = parse_nonempty(*v);
   if (auto* v = options.find("master-addr")) config.master_addr = parse_address(*v);
@@ -188,6 +185,15 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
                                     options.label("node-rank"), config.node_rank,
                                     config.max_nodes));
     }
+    return;
+  }
+
+  if (config.is_etcd()) {
+    // etcd's own default client URL when none is given.
+    config.rdzv_endpoint = endpoint != nullptr && !trim(endpoint->text).empty()
+                               ? std::string(trim(endpoint->text))
+                               : std::string("localhost:2379");
+    parse_etcd_endpoints(config.rdzv_endpoint, endpoint ? endpoint->label : "--rdzv-endpoint");
     return;
   }
 
@@ -377,8 +383,9 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
   // The membership the host list implies, unless the flags say otherwise where they may.
   RawOptions implied = raw;
   for (auto key : {"node-rank", "local-addr", "standalone"}) implied.erase(key);
-  const bool elastic = options.find("rdzv-backend") != nullptr &&
-                       trim(options.find("rdzv-backend")->text) == "c10d";
+  const std::string backend =
+      options.find("rdzv-backend") ? std::string(trim(options.find("rdzv-backend")->text)) : "";
+  const bool elastic = backend == "c10d" || backend == "etcd" || backend == "etcd-v2";
   if (auto* v = options.find("nnodes")) {
     auto [min_nodes, max_nodes] = parse_nnodes(v->text, v->label);
     if (!elastic && max_nodes != n) {

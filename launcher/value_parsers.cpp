@@ -153,6 +153,13 @@ RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label,
       auto flag = parse_bool(value);
       if (!flag) fail(key_label, value, "expected a boolean (true/false, 1/0)");
       conf.is_host = *flag;
+    } else if (key == "etcd_prefix") {
+      if (value.empty() || value.front() != '/') fail(key_label, value, "expected a key prefix starting with /");
+      conf.etcd_prefix = value;
+    } else if (key == "protocol") {
+      if (value != "http") {
+        fail(key_label, value, "only http is supported (ddprun speaks plain HTTP to etcd)");
+      }
     } else {
       if (unknown_keys) unknown_keys->push_back(key);
     }

@@ -76,6 +76,23 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     client_options_.port = server_->port();
   };
 
+  if (config.is_etcd()) {
+    EtcdStoreOptions etcd;
+    etcd.endpoints = parse_etcd_endpoints(config.rdzv_endpoint, "--rdzv-endpoint");
+    etcd.prefix = config.rdzv_conf.etcd_prefix;
+    etcd.run_id = config.rdzv_id;
+    etcd_ = etcd;
+    client_ = std::make_unique<EtcdStore>(etcd, deadline);
+    session_ = std::make_unique<EtcdSession>(etcd, fmt::format("{}:{}", host, getpid()),
+                                             keep_alive_timing(config.rdzv_conf), deadline);
+    handler_ = make_rendezvous_handler(
+        config, *client_, opener(), host,
+        [session = session_.get()](const Round& round, RendezvousHandler::LostCallback on_lost,
+                                   RendezvousHandler::ErrorCallback on_error) {
+          return session->keep_alive(round, std::move(on_lost), std::move(on_error));
+        });
+    return;
+  }
   if (config.is_static()) {
     client_options_.host = config.master_addr;
     client_options_.port = config.master_port;
@@ -99,9 +116,9 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
   handler_ = make_rendezvous_handler(config, *client_, opener(), host);
 }
 
-std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config,
-                                                           Store& store, StoreOpener open_store,
-                                                           const std::string& host) {
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
+    const LaunchConfig& config, Store& store, StoreOpener open_store, const std::string& host,
+    ElasticRendezvous::KeepAliveFactory keep_alive) {
   const auto timing = keep_alive_timing(config.rdzv_conf);
   if (config.is_static()) {
     StaticRendezvousOptions o;
@@ -125,22 +142,29 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& c
   self.host = host;
   self.nproc = config.nproc_per_node;
   return std::make_unique<ElasticRendezvous>(store, std::move(open_store), o, self, timing,
-                                             config.max_restarts);
+                                             config.max_restarts, std::move(keep_alive));
 }
 
 RendezvousBackend::~RendezvousBackend() {
   handler_.reset();
   client_.reset();
+  session_.reset();
   server_.reset();
 }
 
 StoreOpener RendezvousBackend::opener() const {
+  if (etcd_) {
+    return [options = *etcd_](Deadline deadline) -> std::unique_ptr<Store> {
+      return std::make_unique<EtcdStore>(options, deadline);
+    };
+  }
   return [options = client_options_](Deadline deadline) -> std::unique_ptr<Store> {
     return std::make_unique<TcpStoreClient>(options, deadline);
   };
 }
 
 std::string RendezvousBackend::describe() const {
+  if (etcd_) return client_->describe();
   return fmt::format("store {}, {}{}",
                      format_host_port(client_options_.host, client_options_.port),
                      server_ ? "served by this agent" : "joined as a client",

@@ -1,17 +1,24 @@
 #pragma once
 // The rendezvous backend a LaunchConfig asks for, chosen in one place: which store (served by
-// this agent, or joined), and which RendezvousHandler runs over it (static or c10d; etcd later).
+// this agent, or joined, or etcd), and which RendezvousHandler runs over it.
 //
 //   static  the store is node 0's, at --master-addr:--master-port (port 0: a free one, for
 //           --standalone); node 0 serves it.
 //   c10d    the store is at --rdzv-endpoint; the agent on the endpoint's host serves it
 //           (is_host forces the choice); when several agents share that host, the first to
 //           bind serves and the others join it.
+//   etcd    the store is the etcd cluster at --rdzv-endpoint (a list); no agent serves
+//           anything. The elastic rendezvous runs over it, with etcd leases for liveness
+//           (EtcdSession) in place of the heartbeat ring.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/launch_config.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
+#include "rendezvous/etcd_session.hpp"
+#include "rendezvous/etcd_store.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/store.hpp"
 #include "rendezvous/tcp_store_client.hpp"
@@ -38,15 +45,18 @@ class RendezvousBackend {
  private:
   std::unique_ptr<TcpStoreServer> server_;
   StoreClientOptions client_options_;
-  std::unique_ptr<TcpStoreClient> client_;
+  std::optional<EtcdStoreOptions> etcd_;  // set for --rdzv-backend=etcd
+  std::unique_ptr<Store> client_;
+  std::unique_ptr<EtcdSession> session_;
   std::unique_ptr<RendezvousHandler> handler_;
 };
 
 // The handler `config` asks for, over `store` (this agent's connection) and `open_store` (more
-// connections); `host` is this node's address as the others reach it.
-std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const LaunchConfig& config,
-                                                           Store& store, StoreOpener open_store,
-                                                           const std::string& host);
+// connections); `host` is this node's address as the others reach it. An elastic handler's
+// members watch each other with `keep_alive` when given (etcd), else with the heartbeat ring.
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
+    const LaunchConfig& config, Store& store, StoreOpener open_store, const std::string& host,
+    ElasticRendezvous::KeepAliveFactory keep_alive = nullptr);
 
 // A TCP port that is free on `address` now (the workers' store binds it moments later).
 // Throws ConnectionError when the address cannot be resolved.

@@ -219,13 +219,15 @@ RoundResult join_round(Store& store, int round, const ElasticNode& self,
 
 ElasticRendezvous::ElasticRendezvous(Store& store, StoreOpener open_store,
                                      ElasticRendezvousOptions options, ElasticNode self,
-                                     KeepAliveTiming keep_alive, int max_restarts)
+                                     KeepAliveTiming keep_alive, int max_restarts,
+                                     KeepAliveFactory keep_alive_factory)
     : store_(store),
       open_store_(std::move(open_store)),
       options_(options),
       self_(std::move(self)),
       keep_alive_(keep_alive),
-      max_restarts_(max_restarts) {}
+      max_restarts_(max_restarts),
+      keep_alive_factory_(std::move(keep_alive_factory)) {}
 
 NextRound ElasticRendezvous::next_round(int restart_count) {
   if (round_ < 0) round_ = current_round(store_, op());
@@ -294,6 +296,7 @@ std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {
 
 std::unique_ptr<KeepAlive> ElasticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
                                                          ErrorCallback on_error) {
+  if (keep_alive_factory_) return keep_alive_factory_(round, std::move(on_lost), std::move(on_error));
   return ring_keep_alive(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
 }
 

@@ -97,10 +97,17 @@ std::string round_key(int round, const std::string& name);
 
 class ElasticRendezvous final : public RendezvousHandler {
  public:
+  // How a round's members watch each other when the store offers better than the heartbeat
+  // ring (etcd's leases).
+  using KeepAliveFactory =
+      std::function<std::unique_ptr<KeepAlive>(const Round&, LostCallback, ErrorCallback)>;
+
   // `store` is the agent's own connection (used from its thread only). `max_restarts` tells a
-  // spare whether a failed round was the job's last.
+  // spare whether a failed round was the job's last. Without `keep_alive_factory`, the members
+  // watch each other with the heartbeat ring (ring_keep_alive).
   ElasticRendezvous(Store& store, StoreOpener open_store, ElasticRendezvousOptions options,
-                    ElasticNode self, KeepAliveTiming keep_alive, int max_restarts);
+                    ElasticNode self, KeepAliveTiming keep_alive, int max_restarts,
+                    KeepAliveFactory keep_alive_factory = nullptr);
 
   NextRound next_round(int restart_count) override;
   void round_ended(const Round& round) override;
@@ -121,6 +128,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   ElasticNode self_;
   KeepAliveTiming keep_alive_;
   int max_restarts_ = 0;
+  KeepAliveFactory keep_alive_factory_;
   int round_ = -1;  // the round to join next; -1: not looked up yet
 };
 

@@ -10,13 +10,9 @@
 
 namespace ddprun {
 
-namespace {
-
 std::string beat_key(const std::string& prefix, int group_rank) {
   return fmt::format("{}/hb/{}", prefix, group_rank);
 }
-
-}  // namespace
 
 Heartbeat::Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options,
                      RendezvousHandler::LostCallback on_dead,

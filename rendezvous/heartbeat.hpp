@@ -68,6 +68,9 @@ std::unique_ptr<KeepAlive> ring_keep_alive(const StoreOpener& open_store, const 
                                            RendezvousHandler::LostCallback on_lost,
                                            RendezvousHandler::ErrorCallback on_error);
 
+// "<prefix>/hb/<group rank>": the key a member's liveness lives at.
+std::string beat_key(const std::string& prefix, int group_rank);
+
 // Marks this node of `round` as gone on purpose (see kHeartbeatDone).
 void mark_left_on_purpose(Store& store, const Round& round, Deadline deadline);
 

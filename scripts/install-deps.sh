@@ -16,6 +16,7 @@ packages=(
   python3-torch python3-torchvision   # compatibility tests, reference training script
   iproute2 procps           # network namespaces, ps/pgrep for tests
   openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
+  etcd-server etcd-client   # --rdzv-backend=etcd's tests: a real 3-member etcd on loopback
 )
 optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec

@@ -54,3 +54,17 @@ set_tests_properties("netns: --hosts over ssh: ranks, exit codes, signals, unrea
 add_test(NAME "faults: smoke subset of the fault matrix"
   COMMAND ${PROJECT_SOURCE_DIR}/scripts/faults.sh --smoke --build ${CMAKE_BINARY_DIR})
 set_tests_properties("faults: smoke subset of the fault matrix" PROPERTIES TIMEOUT 300)
+
+# The etcd backend against a real etcd cluster on loopback (Debian's etcd-server; reported as
+# skipped, exit 77, where it is not installed).
+add_executable(etcd_tests
+  integration/ddprun_process.cpp
+  integration/test_etcd_store.cpp
+  integration/test_etcd_rendezvous.cpp
+  support/etcd_cluster.cpp)
+target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_rendezvous
+  nlohmann_json::nlohmann_json)
+target_compile_definitions(etcd_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddprun>")
+add_dependencies(etcd_tests ddprun)
+catch_discover_tests(etcd_tests TEST_PREFIX "etcd: "
+  PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -232,6 +232,20 @@ TEST_CASE("rendezvous endpoints", "[launcher][cli]") {
     REQUIRE(o.notes.size() == 1);
     CHECK_THAT(o.notes[0], Catch::Contains("other nodes cannot reach"));
   }
+  SECTION("etcd (and torchrun's etcd-v2): an endpoint list, elastic, default localhost:2379") {
+    LaunchConfig c = parse_ok({"--rdzv-backend=etcd", "--nnodes=2:4",
+                               "--rdzv-endpoint=http://e1:2379, e2:2380,e3", "--rdzv-conf",
+                               "etcd_prefix=/jobs,protocol=http", "x.py"});
+    CHECK(c.is_etcd());
+    CHECK_FALSE(c.is_static());
+    CHECK(c.min_nodes == 2);
+    CHECK(c.max_nodes == 4);
+    CHECK(c.rdzv_endpoint == "http://e1:2379, e2:2380,e3");
+    CHECK(c.rdzv_conf.etcd_prefix == "/jobs");
+    CHECK(parse_ok({"--rdzv-backend=etcd-v2", "x.py"}).rdzv_backend == "etcd");
+    CHECK(parse_ok({"--rdzv-backend=etcd", "x.py"}).rdzv_endpoint == "localhost:2379");
+    CHECK(parse_ok({"--rdzv-backend=etcd", "x.py"}).rdzv_conf.etcd_prefix == "/ddprun");
+  }
   SECTION("static: --rdzv-endpoint sets the master address and port") {
     LaunchConfig c = parse_ok({"--nnodes=2", "--rdzv-endpoint=10.0.0.9:2345", "x.py"});
     CHECK(c.master_addr == "10.0.0.9");

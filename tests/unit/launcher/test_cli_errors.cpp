@@ -65,9 +65,17 @@ TEST_CASE("integer and duration flags", "[launcher][cli][errors]") {
 }
 
 TEST_CASE("rendezvous backend and configuration", "[launcher][cli][errors]") {
-  expect_usage_error({"--rdzv-backend=etcd", "x.py"}, {"--rdzv-backend=etcd", "not supported"});
-  expect_usage_error({"--rdzv-backend=etcd-v2", "x.py"}, {"not supported"});
-  expect_usage_error({"--rdzv-backend=zookeeper", "x.py"}, {"--rdzv-backend", "static, c10d"});
+  expect_usage_error({"--rdzv-backend=zookeeper", "x.py"},
+                     {"--rdzv-backend", "static, c10d, etcd"});
+  expect_usage_error({"--rdzv-backend=etcd", "--rdzv-endpoint=https://e1:2379", "x.py"},
+                     {"--rdzv-endpoint=https://e1:2379", "not supported", "TLS proxy"});
+  expect_usage_error({"--rdzv-backend=etcd", "--rdzv-endpoint=e1:2379,e2:x", "x.py"},
+                     {"--rdzv-endpoint"});
+  expect_usage_error({"--rdzv-backend=etcd", "--rdzv-endpoint= , ", "x.py"}, {"--rdzv-endpoint"});
+  expect_usage_error({"--rdzv-backend=etcd", "--rdzv-conf=etcd_prefix=nope", "x.py"},
+                     {"etcd_prefix=nope", "starting with /"});
+  expect_usage_error({"--rdzv-backend=etcd", "--rdzv-conf=protocol=https", "x.py"},
+                     {"protocol", "only http"});
   expect_usage_error({"--rdzv-conf=join_timeout", "x.py"}, {"--rdzv-conf", "key=value"});
   expect_usage_error({"--rdzv-conf=join_timeout=abc", "x.py"},
                      {"--rdzv-conf join_timeout=abc"});

@@ -122,6 +122,7 @@ EtcdKv parse_kv(const json& kv) {
   out.value = base64_decode(kv.value("value", std::string()));
   out.create_revision = json_int(kv, "create_revision");
   out.mod_revision = json_int(kv, "mod_revision");
+  out.version = json_int(kv, "version");
   out.lease = json_int(kv, "lease");
   return out;
 }

@@ -62,6 +62,7 @@ struct EtcdKv {
   std::string value;
   std::int64_t create_revision = 0;
   std::int64_t mod_revision = 0;
+  std::int64_t version = 0;  // puts since the key was created
   std::int64_t lease = 0;
 };
 

@@ -111,19 +111,21 @@ bool EtcdStore::check(const std::vector<std::string>& keys, Deadline deadline) {
 }
 
 std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta, Deadline deadline) {
-  const auto full = full_key(key);
-  auto current = read(key, deadline).kv;
-  while (true) {
-    const std::int64_t before = current ? parse_counter(current->value, key) : 0;
-    const std::int64_t after = before + delta;
-    json txn{{"compare", {current ? unchanged_since(full, current->mod_revision) : absent(full)}},
-             {"success", {put_op(full, std::to_string(after))}},
-             {"failure", {range_op(full)}}};
-    auto answer = client_.call("/v3/kv/txn", txn, deadline);
-    if (answer.value("succeeded", false)) return after;
-    // Another adder came first: start again from the value it left.
-    current = first_kv(answer.at("responses").at(0).at("response_range"));
+  if (delta < 0) {
+    throw ProtocolError(fmt::format("etcd store: add({}, {}): counters only grow here", key,
+                                    delta));
   }
+  if (delta == 0) {
+    auto r = read(key, deadline);
+    return r.kv ? r.kv->version : 0;
+  }
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < delta; ++i) {
+    auto answer = client_.call(
+        "/v3/kv/put", {{"key", base64_encode(full_key(key))}, {"prev_kv", true}}, deadline);
+    count = (answer.contains("prev_kv") ? json_int(answer["prev_kv"], "version") : 0) + 1;
+  }
+  return count;
 }
 
 std::string EtcdStore::compare_set(const std::string& key, const std::string& expected,

@@ -3,8 +3,8 @@
 // id ("/ddprun/<run id>/"), so runs sharing an etcd stay apart and a job's end can remove its
 // keys with one range delete.
 //
-// What etcd offers is used rather than emulated: compare_set and add are transactions that
-// compare a key's revision; get and wait read once and then watch from the revision after that
+// What etcd offers is used rather than emulated: compare_set is a transaction comparing the
+// key's value (or its absence); add counts a key's versions (see add); get and wait read once and then watch from the revision after that
 // read (no polling); multi_get and multi_set are single transactions (in chunks of etcd's
 // default limit of 128 operations). See EtcdClient for failover between endpoints.
 
@@ -36,9 +36,13 @@ class EtcdStore final : public Store {
   std::string get(const std::string& key, Deadline deadline) override;
   std::optional<std::string> try_get(const std::string& key, Deadline deadline) override;
   bool check(const std::vector<std::string>& keys, Deadline deadline) override;
-  // A transaction comparing the key's revision, repeated while other adders win. After a
-  // connection broke mid-call, the retry on another endpoint may add twice (etcd gives no
-  // request ids); the rendezvous tolerates a join slot taken by nobody.
+  // A counter is the key's etcd version (how many puts it had since it was created): adding 1
+  // is one put that returns the version before it, so adders never conflict (a compare-and-set
+  // loop on one hot key costs O(n^2) transactions when n agents join at once). Hence: only
+  // deltas >= 0 (ProtocolError otherwise), a counter key is written by add alone, and its
+  // value is not the count. After a connection broke mid-put, the retry on another endpoint
+  // may count twice (etcd has no request ids); the rendezvous tolerates a join slot taken by
+  // nobody.
   std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) override;
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired, Deadline deadline) override;

@@ -72,9 +72,15 @@ TEST_CASE("etcd store: every operation against a real 3-member cluster", "[etcd]
     CHECK(store.compare_set("empty", "", "filled", soon()) == "filled");
   }
 
-  SECTION("add: concurrent adders on their own connections lose no increment") {
-    CHECK(store.add("n", 5, soon()) == 5);
-    CHECK(store.add("n", -2, soon()) == 3);
+  SECTION("add: counts, and concurrent adders on their own connections lose no increment") {
+    CHECK(store.add("n", 0, soon()) == 0);
+    CHECK(store.add("n", 1, soon()) == 1);
+    CHECK(store.add("n", 2, soon()) == 3);
+    CHECK(store.add("n", 0, soon()) == 3);
+    CHECK_THROWS_AS(store.add("n", -1, soon()), ProtocolError);
+    // A counter starts again from 0 once erased.
+    CHECK(store.erase("n", soon()));
+    CHECK(store.add("n", 3, soon()) == 3);
     constexpr int kThreads = 4;
     constexpr int kAdds = 25;
     std::vector<std::thread> threads;

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <random>
 #include <thread>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench_cli.hpp"
+#include "bench/etcd_harness.hpp"
 #include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
@@ -33,6 +35,7 @@ struct Options {
   double interval = 1;
   int attempts = 3;
   double last_call = 0.1;
+  int etcd_members = 0;  // > 0: --rdzv-backend=etcd against a cluster of this many members
 };
 
 // The first event named `event` in `path` that satisfies `pred`, waiting for it until
@@ -61,13 +64,20 @@ int main(int argc, char** argv) {
   app.add_option("--interval", o.interval, "keep_alive_interval, seconds")->capture_default_str();
   app.add_option("--attempts", o.attempts, "keep_alive_max_attempt")->capture_default_str();
   app.add_option("--last-call", o.last_call, "last_call_timeout, seconds")->capture_default_str();
+  app.add_option("--etcd-members", o.etcd_members,
+                 "rendezvous over an etcd cluster of this many members on loopback (liveness by "
+                 "leases) instead of c10d (the heartbeat ring)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   return guarded_main("bench_node_death", [&] {
-    const double deadline_s = o.interval * o.attempts;
+    std::unique_ptr<EtcdCluster> etcd;
+    if (o.etcd_members > 0) etcd = start_etcd(o.etcd_members);
+    // etcd: the lease's TTL is the deadline, whole seconds and at least etcd's minimum (2 s).
+    const double deadline_s = etcd ? std::max(2.0, std::ceil(o.interval * o.attempts))
+                                   : o.interval * o.attempts;
     const auto case_name = fmt::format(
         "3 agents, SIGKILL one; keep-alive {:g} s x {} (deadline {:g} s), last_call_timeout {:g} s",
         o.interval, o.attempts, deadline_s, o.last_call);
@@ -76,7 +86,8 @@ int main(int argc, char** argv) {
       s.figure = 7;
       s.case_name = case_name;
       s.metric = metric;
-      s.subject = "ddprun";
+      s.subject = etcd ? fmt::format("ddprun over etcd ({} members, leases)", o.etcd_members)
+                       : "ddprun";
       s.unit = "s";
       s.note = note;
       return s;
@@ -86,14 +97,19 @@ int main(int argc, char** argv) {
     Series detect = make("SIGKILL to the first survivor re-forming (detection)",
                          "first rendezvous_started of the new round on a survivor");
     total.target_max = deadline_s + 1;
-    total.target_text = fmt::format("<= keep-alive deadline + 1 s = {:g} s", deadline_s + 1);
+    total.target_text = fmt::format("<= {} + 1 s = {:g} s",
+                                    etcd ? "lease TTL" : "keep-alive deadline", deadline_s + 1);
     Series reform = make("re-forming (includes last_call_timeout)",
                          "last survivor's rendezvous_completed minus the first's rendezvous_started");
     TempDir dir("node-death");
     std::mt19937 rng(std::random_device{}());
     const auto timeout = std::chrono::milliseconds(static_cast<long>(deadline_s * 4000) + 30'000);
     repeat(o.common, [&](int i, bool recorded) {
-      const auto port = free_port();
+      const auto rendezvous =
+          etcd ? std::vector<std::string>{"--rdzv-backend=etcd",
+                                          "--rdzv-endpoint=" + etcd->endpoints()}
+               : std::vector<std::string>{"--rdzv-backend=c10d",
+                                          fmt::format("--rdzv-endpoint=127.0.0.1:{}", free_port())};
       const auto conf = fmt::format(
           "--rdzv-conf=last_call_timeout={},keep_alive_interval={},keep_alive_max_attempt={},"
           "join_timeout=60", o.last_call, o.interval, o.attempts);
@@ -102,13 +118,18 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 3; ++k) {
         events.push_back(dir.file(fmt::format("events{}-{}.jsonl", i, k)));
         logs.push_back(dir.file(fmt::format("agent{}-{}.log", i, k)));
-        agents.push_back(std::make_unique<Child>(SpawnSpec{
-            {o.ddprun, "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
-             fmt::format("--rdzv-endpoint=127.0.0.1:{}", port), fmt::format("--rdzv-id=bench{}", i),
-             "--local-addr=127.0.0.1", conf, "--shutdown-timeout=2", "--events-file", events.back(),
-             "--no-python", o.worker, "--sleep=600"},
-            {}, logs.back()}));
-        // The first agent binds the endpoint and serves the store; it is not the one killed.
+        std::vector<std::string> command{o.ddprun, "--nnodes=2:3", "--nproc-per-node=1"};
+        command.insert(command.end(), rendezvous.begin(), rendezvous.end());
+        for (std::string arg : {fmt::format("--rdzv-id=bench{}", i),
+                                std::string("--local-addr=127.0.0.1"), conf,
+                                std::string("--shutdown-timeout=2"), std::string("--events-file"),
+                                events.back(), std::string("--no-python"), o.worker,
+                                std::string("--sleep=600")}) {
+          command.push_back(std::move(arg));
+        }
+        agents.push_back(std::make_unique<Child>(SpawnSpec{command, {}, logs.back()}));
+        // c10d: the first agent binds the endpoint and serves the store; it is not the one
+        // killed. (etcd: no agent serves anything; the same order keeps the runs alike.)
         if (k == 0) await_event(events[0], "rendezvous_started", [](auto&) { return true; }, 20s, logs[0]);
       }
       int round = -1;

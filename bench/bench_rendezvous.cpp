@@ -1,6 +1,7 @@
 // bench_rendezvous: figure 6, the elastic rendezvous at scale. N simulated agents, each a
-// thread with its own TcpStoreClient (a real connection), run the real protocol
-// (rendezvous/elastic_rendezvous.hpp join_round) against one ddprun-store process, with
+// thread with its own store client (a real connection), run the real protocol
+// (rendezvous/elastic_rendezvous.hpp join_round) against one ddprun-store process (or, with
+// --etcd-members, an etcd cluster on loopback: the etcd backend's store), with
 // --nnodes=N:N, so the round closes when the N-th joins. The agents live in as few processes
 // as RLIMIT_NOFILE allows (rendezvous_agents.hpp; one process up to ~3000 agents with a limit
 // of 20000). Timed from the release of all N connected agents: until the round's "closed"
@@ -17,11 +18,13 @@
 
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "bench/bench_cli.hpp"
+#include "bench/etcd_harness.hpp"
 #include "bench/process.hpp"
 #include "bench/rendezvous_agents.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
-#include "rendezvous/tcp_store_client.hpp"
+#include "rendezvous/store.hpp"
+
 
 using namespace ddprun;
 using namespace ddprun::bench;
@@ -36,17 +39,13 @@ struct RunTimes {
   int processes = 0;
 };
 
-std::unique_ptr<TcpStoreClient> connect(std::uint16_t port, const std::string& run_id) {
-  StoreClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = port;
-  o.run_id = run_id;
-  return std::make_unique<TcpStoreClient>(o, Deadline::after(60s));
+std::unique_ptr<Store> connect(const StoreTarget& target, const std::string& run_id) {
+  return connect_store(target, run_id, Deadline::after(60s));
 }
 
 struct Context {
   std::string self;
-  std::uint16_t port = 0;
+  StoreTarget target;
   std::string run_id;
   int per_process = 0;
   TempDir* dir = nullptr;
@@ -76,8 +75,8 @@ void await(const std::function<void(Deadline)>& call, std::vector<std::unique_pt
 RunTimes run_once(const Context& c, int n) {
   RunTimes t;
   t.processes = (n + c.per_process - 1) / c.per_process;
-  auto sync = connect(c.port, c.run_id + "-sync");
-  auto watcher = connect(c.port, c.run_id);
+  auto sync = connect(c.target, c.run_id + "-sync");
+  auto watcher = connect(c.target, c.run_id);
   std::vector<std::unique_ptr<Child>> procs;
   std::vector<std::string> logs, rank_files;
   const double spawned = mono_now();
@@ -86,7 +85,8 @@ RunTimes run_once(const Context& c, int n) {
     logs.push_back(c.dir->file(fmt::format("{}-agents{}.log", c.run_id, p)));
     rank_files.push_back(c.dir->file(fmt::format("{}-ranks{}", c.run_id, p)));
     procs.push_back(std::make_unique<Child>(SpawnSpec{
-        {c.self, "--agent-process", "--port", std::to_string(c.port), "--run-id", c.run_id,
+        {c.self, "--agent-process", "--port", std::to_string(c.target.port), "--etcd",
+         c.target.etcd, "--run-id", c.run_id,
          "--first", std::to_string(first), "--count", std::to_string(count), "--total",
          std::to_string(n), "--ranks-file", rank_files.back()},
         {}, logs.back()}));
@@ -137,7 +137,12 @@ int main(int argc, char** argv) {
   app.add_option("--store", store_binary, "the ddprun-store binary");
   app.add_option("--agents", agents, "agent counts")->capture_default_str();
   app.add_flag("--agent-process", agent_process, "(internal) run agents for a coordinator");
-  app.add_option("--port", ap.port, "(internal) the store's port");
+  int etcd_members = 0;
+  app.add_option("--etcd-members", etcd_members,
+                 "rendezvous over an etcd cluster of this many members on loopback (started "
+                 "here) instead of a ddprun-store");
+  app.add_option("--port", ap.target.port, "(internal) the store's port");
+  app.add_option("--etcd", ap.target.etcd, "(internal) the etcd endpoints");
   app.add_option("--run-id", ap.run_id, "(internal) the rendezvous' run id");
   app.add_option("--first", ap.first, "(internal) first agent of this process");
   app.add_option("--count", ap.count, "(internal) agents in this process");
@@ -150,9 +155,13 @@ int main(int argc, char** argv) {
   }
   if (agent_process) return run_agent_process(ap);
   return guarded_main("bench_rendezvous", [&] {
-    if (common.results.empty() || store_binary.empty()) {
-      throw Error("--results and --store are required");
+    if (common.results.empty() || (store_binary.empty() && etcd_members == 0)) {
+      throw Error("--results and --store (or --etcd-members) are required");
     }
+    std::unique_ptr<EtcdCluster> etcd;
+    if (etcd_members > 0) etcd = start_etcd(etcd_members);
+    const std::string subject =
+        etcd ? fmt::format("ddprun over etcd ({} members)", etcd_members) : "ddprun";
     const int most = *std::max_element(agents.begin(), agents.end());
     // The store process inherits this limit and holds one descriptor per agent; the agent
     // processes raise their own.
@@ -167,10 +176,10 @@ int main(int argc, char** argv) {
       Series all, closed, conn;
       all.figure = closed.figure = conn.figure = 6;
       all.case_name = closed.case_name = conn.case_name = fmt::format("{} agents", n);
-      all.subject = closed.subject = conn.subject = "ddprun";
+      all.subject = closed.subject = conn.subject = subject;
       all.unit = closed.unit = conn.unit = "s";
       all.metric = "release to every agent holding its rank";
-      if (n == 4096) {
+      if (n == 4096 && !etcd) {
         all.target_max = 3;
         all.target_text = "4096 agents in <= 3 s on 2 cores";
       }
@@ -180,21 +189,31 @@ int main(int argc, char** argv) {
       conn.note = "before the release; not part of the figure";
       int processes = 0;
       repeat(common, [&](int i, bool recorded) {
-        c.port = free_port();
         c.run_id = fmt::format("bench{}-{}", n, i);
-        const auto log = dir.file(fmt::format("store-{}-{}.log", n, i));
-        Child server({{store_binary, "--host", "127.0.0.1", "--port", std::to_string(c.port),
-                       "--log-level", "warn"}, {}, log});
         RunTimes t;
-        try {
-          t = run_once(c, n);
-        } catch (const std::exception& e) {
-          dir.keep();
-          throw Error(fmt::format("{} agents: {}; store output ({}):\n{}", n, e.what(), log,
-                                  tail(log, 10)));
+        if (etcd) {
+          c.target.etcd = etcd->endpoints();
+          try {
+            t = run_once(c, n);
+          } catch (const std::exception& e) {
+            throw Error(fmt::format("{} agents over etcd: {}; etcd member 0's log:\n{}", n,
+                                    e.what(), etcd->log_tail(0)));
+          }
+        } else {
+          c.target.port = free_port();
+          const auto log = dir.file(fmt::format("store-{}-{}.log", n, i));
+          Child server({{store_binary, "--host", "127.0.0.1", "--port",
+                         std::to_string(c.target.port), "--log-level", "warn"}, {}, log});
+          try {
+            t = run_once(c, n);
+          } catch (const std::exception& e) {
+            dir.keep();
+            throw Error(fmt::format("{} agents: {}; store output ({}):\n{}", n, e.what(), log,
+                                    tail(log, 10)));
+          }
+          server.signal(SIGTERM);
+          (void)server.wait_for(10s);
         }
-        server.signal(SIGTERM);
-        (void)server.wait_for(10s);
         processes = t.processes;
         if (!recorded) return;
         all.samples.push_back(t.all_s);

@@ -20,6 +20,7 @@
 #include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
+#include "rendezvous/etcd_store.hpp"
 #include "rendezvous/tcp_store_client.hpp"
 
 namespace ddprun::bench {
@@ -28,14 +29,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr std::size_t kStackBytes = 256 * 1024;
-
-std::unique_ptr<TcpStoreClient> connect(std::uint16_t port, const std::string& run_id) {
-  StoreClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = port;
-  o.run_id = run_id;
-  return std::make_unique<TcpStoreClient>(o, Deadline::after(120s));
-}
 
 // The agent threads and their clients. Whatever fails, stop() interrupts every client, so
 // that no thread waits out the join timeout; the destructor joins them all.
@@ -55,7 +48,7 @@ class Agents {
     threads_.emplace_back(body, static_cast<int>(threads_.size()));
   }
   // Keeps client i (i = -1: the release client) so that stop() can interrupt it.
-  TcpStoreClient& hold(int i, std::unique_ptr<TcpStoreClient> client) {
+  Store& hold(int i, std::unique_ptr<Store> client) {
     std::lock_guard lock(mutex_);
     auto& slot = i < 0 ? sync_ : clients_[static_cast<std::size_t>(i)];
     slot = std::move(client);
@@ -103,12 +96,28 @@ class Agents {
   int ready_ = 0;
   bool go_ = false;
   bool stopped_ = false;
-  std::vector<std::unique_ptr<TcpStoreClient>> clients_;
-  std::unique_ptr<TcpStoreClient> sync_;
+  std::vector<std::unique_ptr<Store>> clients_;
+  std::unique_ptr<Store> sync_;
   std::vector<std::thread> threads_;
 };
 
 }  // namespace
+
+std::unique_ptr<Store> connect_store(const StoreTarget& target, const std::string& run_id,
+                                     Deadline deadline) {
+  if (!target.etcd.empty()) {
+    EtcdStoreOptions o;
+    o.endpoints = parse_etcd_endpoints(target.etcd, "--etcd");
+    o.prefix = "/ddprun-bench";
+    o.run_id = run_id;
+    return std::make_unique<EtcdStore>(o, deadline);
+  }
+  StoreClientOptions o;
+  o.host = "127.0.0.1";
+  o.port = target.port;
+  o.run_id = run_id;
+  return std::make_unique<TcpStoreClient>(o, deadline);
+}
 
 int run_agent_process(const AgentProcessOptions& o) {
   // join_round logs two lines per agent at info; a real agent would too, in its own process,
@@ -142,7 +151,7 @@ int run_agent_process(const AgentProcessOptions& o) {
     for (int i = 0; i < o.count; ++i) {
       agents.start([&](int k) {
         try {
-          auto& store = agents.hold(k, connect(o.port, o.run_id));
+          auto& store = agents.hold(k, connect_store(o.target, o.run_id, Deadline::after(120s)));
           if (!agents.ready_and_wait()) return;
           ElasticNode self;
           self.id = fmt::format("bench-agent-{}:{}", getpid(), o.first + k);
@@ -158,7 +167,7 @@ int run_agent_process(const AgentProcessOptions& o) {
       });
     }
     try {
-      auto& sync = agents.hold(-1, connect(o.port, o.run_id + "-sync"));
+      auto& sync = agents.hold(-1, connect_store(o.target, o.run_id + "-sync", Deadline::after(120s)));
       if (agents.wait_all_ready(o.count)) {
         if (sync.add("ready", o.count, Deadline::after(30s)) == o.total) {
           sync.set("all_ready", "1", Deadline::after(30s));

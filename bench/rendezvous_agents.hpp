@@ -11,7 +11,11 @@
 // agents' group ranks, one per line, to `ranks_file`; or prints "ERROR <message>" and exits 1.
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "common/deadline.hpp"
+#include "rendezvous/store.hpp"
 
 namespace ddprun::bench {
 
@@ -19,8 +23,18 @@ namespace ddprun::bench {
 // client's own descriptors (io_context, eventfd: 5 with the client of 08e159e), and a spare.
 inline constexpr long kFdsPerAgent = 6;
 
-struct AgentProcessOptions {
+// Where the simulated agents rendezvous: a ddprun-store on 127.0.0.1:port, or etcd.
+struct StoreTarget {
   std::uint16_t port = 0;
+  std::string etcd;  // endpoints; non-empty: etcd instead of the TCP store
+};
+
+// A connection to `target` in run id `run_id`'s namespace.
+std::unique_ptr<Store> connect_store(const StoreTarget& target, const std::string& run_id,
+                                     Deadline deadline);
+
+struct AgentProcessOptions {
+  StoreTarget target;
   std::string run_id;  // the rendezvous' namespace; the release uses run_id + "-sync"
   int first = 0;       // this process runs agents first .. first + count - 1
   int count = 0;

@@ -148,10 +148,30 @@ if want 5; then
   step "figure 5: store throughput" "$store_bench" --store "$store" "${store_args[@]}" \
     --results "$results" "${runs[@]}"
 fi
-want 6 && step "figure 6: rendezvous at scale" "$b/bench_rendezvous" --store "$store" \
-  "${rdzv_args[@]}" --results "$results" "${runs[@]}"
-want 7 && step "figure 7: node-death detection" "$b/bench_node_death" --ddprun "$ddprun" \
-  --worker "$b/bench_worker" "${keepalive[@]}" --results "$results" "${runs[@]}"
+# The etcd backend's figures (6 and 7 over a 3-member etcd on loopback) need Debian's etcd.
+have_etcd=0
+command -v etcd >/dev/null && have_etcd=1
+etcd_missing="not measured: etcd is not installed (scripts/install-deps.sh installs etcd-server)"
+if want 6; then
+  step "figure 6: rendezvous at scale" "$b/bench_rendezvous" --store "$store" \
+    "${rdzv_args[@]}" --results "$results" "${runs[@]}"
+  if [[ $have_etcd = 1 ]]; then
+    step "figure 6: rendezvous at scale, over etcd" "$b/bench_rendezvous" --etcd-members 3 \
+      "${rdzv_args[@]}" --results "$results" "${runs[@]}"
+  else
+    not_measured 6 "256 agents" "release to every agent holding its rank" \
+      "ddprun over etcd (3 members)" s true "$etcd_missing" ""
+  fi
+fi
+if want 7; then
+  step "figure 7: node-death detection" "$b/bench_node_death" --ddprun "$ddprun" \
+    --worker "$b/bench_worker" "${keepalive[@]}" --results "$results" "${runs[@]}"
+  if [[ $have_etcd = 1 ]]; then
+    step "figure 7: node-death detection, over etcd (leases)" "$b/bench_node_death" \
+      --etcd-members 3 --ddprun "$ddprun" --worker "$b/bench_worker" "${keepalive[@]}" \
+      --results "$results" "${runs[@]}"
+  fi
+fi
 if want 8; then
   if [[ $quick = 1 ]]; then
     not_measured 8 "ResNet-18 CPU" "training throughput" "ddp_resnet (libtorch C++)" samples/s \

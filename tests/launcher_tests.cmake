@@ -57,12 +57,13 @@ set_tests_properties("faults: smoke subset of the fault matrix" PROPERTIES TIMEO
 
 # The etcd backend against a real etcd cluster on loopback (Debian's etcd-server; reported as
 # skipped, exit 77, where it is not installed).
+add_library(ddprun_etcd_cluster STATIC support/etcd_cluster.cpp)
+target_link_libraries(ddprun_etcd_cluster PUBLIC ddprun_test_support ddprun_rendezvous)
 add_executable(etcd_tests
   integration/ddprun_process.cpp
   integration/test_etcd_store.cpp
-  integration/test_etcd_rendezvous.cpp
-  support/etcd_cluster.cpp)
-target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_rendezvous
+  integration/test_etcd_rendezvous.cpp)
+target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_etcd_cluster
   nlohmann_json::nlohmann_json)
 target_compile_definitions(etcd_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddprun>")
 add_dependencies(etcd_tests ddprun)

@@ -37,13 +37,14 @@ constexpr OptionSpec kOptions[] = {
     {"node-rank", "", "RANK", kNodes, "This node's rank, static rendezvous only [0]"},
     {"master-addr", "", "ADDR", kNodes, "Node 0's address, static only; IPv6 as [::1] [127.0.0.1]"},
     {"master-port", "", "PORT", kNodes, "Node 0's port, static only [29500]"},
-    {"rdzv-backend", "", "NAME", kNodes, "static or c10d (elastic) [static]"},
-    {"rdzv-endpoint", "", "HOST[:PORT]", kNodes, "c10d store address [port 29400]"},
+    {"rdzv-backend", "", "NAME", kNodes, "static, c10d or etcd (both elastic) [static]"},
+    {"rdzv-endpoint", "", "HOST[:PORT]", kNodes,
+     "c10d store address [port 29400];\netcd: HOST[:PORT],... [localhost:2379]"},
     {"rdzv-id", "", "ID", kNodes, "Job id, becomes TORCHELASTIC_RUN_ID [none]"},
     {"rdzv-conf", "", "K=V,...", kNodes,
      "Rendezvous settings (seconds): join_timeout [600],\nlast_call_timeout [30], "
      "close_timeout [30], read_timeout [60],\nkeep_alive_interval [5]; also "
-     "keep_alive_max_attempt [3], is_host"},
+     "keep_alive_max_attempt [3], is_host;\netcd: etcd_prefix [/ddprun]"},
     {"standalone", "", "", kNodes, "One node: store on a free local port, random run id"},
     {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]"},
     {"token-file", "", "PATH", kNodes,

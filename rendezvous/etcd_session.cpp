@@ -24,13 +24,18 @@ const char* const kAgentsDir = "agents/";
 
 }  // namespace
 
-// Renews the lease every keep-alive interval on its own thread and connection. A renewal that
+// Renews the lease every keep-alive interval (a third of the TTL at most, so that a renewal
+// delayed by one slow answer still comes in time) on its own thread and connection. A renewal that
 // fails, or an answer that the lease is gone, is reported once to the round's keep-alive (or,
 // between rounds, to the next one that starts).
 class EtcdSession::Renewer {
  public:
-  Renewer(const EtcdStoreOptions& options, std::int64_t lease, KeepAliveTiming timing)
-      : client_(options.endpoints), lease_(lease), timing_(timing) {
+  Renewer(const EtcdStoreOptions& options, std::int64_t lease, std::chrono::seconds ttl,
+          KeepAliveTiming timing)
+      : client_(options.endpoints),
+        lease_(lease),
+        every_(std::min<std::chrono::milliseconds>(timing.interval, ttl / 3)),
+        timing_(timing) {
     thread_ = std::thread([this] { run(); });
   }
 
@@ -62,7 +67,7 @@ class EtcdSession::Renewer {
     while (true) {
       {
         std::unique_lock lock(mutex_);
-        if (cv_.wait_for(lock, timing_.interval, [&] { return stop_; })) return;
+        if (cv_.wait_for(lock, every_, [&] { return stop_; })) return;
       }
       std::string failure;
       try {
@@ -97,6 +102,7 @@ class EtcdSession::Renewer {
 
   EtcdClient client_;
   std::int64_t lease_;
+  std::chrono::milliseconds every_;
   KeepAliveTiming timing_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -231,7 +237,7 @@ EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTimi
                  *stale, store_->full_key(""));
   }
   store_->put(kAgentsDir + id_, std::to_string(lease_), lease_, deadline);
-  renewer_ = std::make_unique<Renewer>(options_, lease_, timing_);
+  renewer_ = std::make_unique<Renewer>(options_, lease_, std::chrono::seconds(ttl_), timing_);
 }
 
 EtcdSession::~EtcdSession() {

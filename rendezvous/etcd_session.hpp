@@ -3,7 +3,8 @@
 // than by the heartbeat ring, and the run's keys removed when the job ends.
 //
 // The session grants one lease (TTL = keep-alive interval x max attempts, at least etcd's
-// minimum of 2 s) and renews it every keep-alive interval on a thread of its own. Two kinds of
+// minimum of 2 s) and renews it every keep-alive interval (at most a third of the TTL) on a
+// thread of its own. Two kinds of
 // keys hang on it:
 //   agents/<id>           "this agent is running"; removed by the agent at its end.
 //   <round>/hb/<rank>     this member's liveness in a round (the same key the heartbeat ring

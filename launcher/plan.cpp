@@ -134,7 +134,8 @@ std::string format_plan(const json& plan) {
   out += fmt::format("  rendezvous   {}, {} node(s), {}, run id {}\n", r["backend"].get<std::string>(),
                      r["nnodes"].get<std::string>(),
                      r.contains("endpoint")
-                         ? "store at " + r["endpoint"].get<std::string>()
+                         ? (r["backend"] == "etcd" ? "etcd at " : "store at ") +
+                               r["endpoint"].get<std::string>()
                          : fmt::format("master {}:{}", r["master_addr"].get<std::string>(),
                                        r["master_port"].get<int>()),
                      r["run_id"].get<std::string>());

@@ -53,6 +53,16 @@ TEST_CASE("dry run: an elastic job leaves ranks to the rendezvous", "[dry-run]")
   CHECK(plan["nodes"][0]["workers"] == 3);
   CHECK_FALSE(plan["nodes"][0].contains("ranks"));
   CHECK(plan["workers"].empty());
+
+  // etcd: the endpoint list as given, nothing contacted (no etcd runs at these addresses).
+  plan = plan_of({"--rdzv-backend=etcd-v2", "--nnodes=1:8",
+                  "--rdzv-endpoint=10.0.0.5:2379,10.0.0.6:2379", "--no-python", "/bin/true"});
+  CHECK(plan["rendezvous"]["backend"] == "etcd");
+  CHECK(plan["rendezvous"]["endpoint"] == "10.0.0.5:2379,10.0.0.6:2379");
+  DdprunProcess table({"--dry-run", "--rdzv-backend=etcd", "--rdzv-endpoint=10.0.0.5:2379",
+                       "--nnodes=2", "x.py"});
+  REQUIRE(table.wait(30s) == 0);
+  CHECK_THAT(table.output(), Contains("etcd, 2 node(s), etcd at 10.0.0.5:2379"));
 }
 
 TEST_CASE("dry run: several hosts, their ranks and commands, nothing contacted", "[dry-run]") {

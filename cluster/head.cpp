@@ -123,6 +123,10 @@ struct ClusterHead::Impl {
     std::vector<std::string> args{std::string(kSessionFlag)};
     auto rest = agent_args(i);
     args.insert(args.end(), rest.begin(), rest.end());
+    if (cluster.via_srun) {
+      // srun runs a program: the same command line, through a shell as ssh's would be.
+      argv.insert(argv.end(), {"/bin/sh", "-c"});
+    }
     argv.push_back(remote_command(remote_ddprun, args));
     return argv;
   }

@@ -45,6 +45,8 @@ struct ClusterConfig {
   std::vector<HostSpec> hosts;  // in node-rank order
   // The program and options that reach a host; the host and the remote command are appended.
   std::vector<std::string> ssh_command{"ssh", "-o", "BatchMode=yes"};
+  // --hosts=slurm: ssh_command is srun, which runs a program rather than a shell command line.
+  bool via_srun = false;
   std::vector<std::string> forward;  // -x: "NAME" or "NAME=VALUE"
   std::string remote_ddprun;         // ddprun's path on the hosts; empty: this executable's
   // Every host must be reached and pass its checks within this.

@@ -57,6 +57,10 @@ constexpr OptionSpec kOptions[] = {
     {"run-path", "", "", kWorkers, "Run PROGRAM with the Python interpreter"},
     {"start-method", "", "METHOD", kWorkers, "spawn, fork or forkserver; accepted, always spawn"},
     {"monitor-interval", "", "SECONDS", kWorkers, "Accepted; ddprun sees worker exits at once"},
+    {"pass-local-rank", "", "", kWorkers,
+     "Pass --local_rank=N to the script, as\ntorch.distributed.launch does without --use-env"},
+    {"use-env", "", "", kWorkers,
+     "torch.distributed.launch's flag; accepted: the\nworkers always get LOCAL_RANK in the environment"},
 
     {"max-restarts", "", "N", kFailures, "Restarts of all workers after a failure [0]"},
     {"signals-to-handle", "", "SIG,...", kFailures,
@@ -85,7 +89,8 @@ constexpr OptionSpec kOptions[] = {
      "A long wait says how far it got after this, then\nat doubling intervals up to a minute; 0: never [10]"},
 
     {"hosts", "", "HOST[:SLOTS],...", kHosts,
-     "Start an agent on every host over ssh; SLOTS\nworkers there [--nproc-per-node]; the first is the master"},
+     "Start an agent on every host over ssh; SLOTS\nworkers there [--nproc-per-node]; the first is the master;\n"
+     "slurm: every node of this Slurm allocation, over srun"},
     {"hostfile", "", "FILE", kHosts, "Hosts one per line: host, host slots=N or host:N"},
     {"ssh-command", "", "CMD", kHosts,
      "How to reach a host; the host is appended\n[\"ssh -o BatchMode=yes\"]"},

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <span>
 
 #include "cluster/host_list.hpp"
@@ -11,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "launcher/cpu_count.hpp"
+#include "launcher/slurm.hpp"
 #include "rendezvous/etcd_client.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/value_parsers.hpp"
@@ -216,6 +218,15 @@ void build_program(const Options& options, const std::vector<std::string>& progr
   LaunchConfig& config = out.config;
   config.module = options.flag("module");
   config.no_python = options.flag("no-python");
+  if (options.flag("pass-local-rank") && options.flag("use-env")) {
+    throw ConfigError(fmt::format("{} and {} cannot be used together (--use-env is "
+                                  "torch.distributed.launch's way of asking for no --local_rank)",
+                                  options.label("pass-local-rank"), options.label("use-env")));
+  }
+  if (options.flag("pass-local-rank") && options.flag("no-python")) {
+    throw ConfigError(fmt::format("{} needs a Python script (not {})",
+                                  options.label("pass-local-rank"), options.label("no-python")));
+  }
   config.run_path = options.flag("run-path");
   if (config.no_python && config.module) {
     throw ConfigError(fmt::format("{} and {} cannot be used together", options.label("no-python"),
@@ -238,7 +249,11 @@ void build_program(const Options& options, const std::vector<std::string>& progr
   std::string python = get_env(env, "PYTHON_EXEC");
   config.argv = {python.empty() ? "python3" : python, "-u"};
   if (config.module) config.argv.push_back("-m");
-  config.argv.insert(config.argv.end(), program_and_args.begin(), program_and_args.end());
+  config.argv.push_back(program_and_args.front());
+  // torch.distributed.launch's form: --local_rank=N right after the script, before its own
+  // arguments (${local_rank} becomes each worker's local rank).
+  if (options.flag("pass-local-rank")) config.argv.push_back("--local_rank=${local_rank}");
+  config.argv.insert(config.argv.end(), program_and_args.begin() + 1, program_and_args.end());
 }
 
 // --log-line-prefix (ddprun) and --log-line-prefix-template (torchrun) set the same thing:
@@ -332,11 +347,22 @@ bool is_one_of(std::string_view key, std::span<const std::string_view> keys) {
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
-std::vector<HostSpec> read_host_list(const Options& options) {
+bool slurm_hosts(const Options& options) {
+  const RawValue* hosts = options.find("hosts");
+  return hosts != nullptr && trim(hosts->text) == "slurm";
+}
+
+std::vector<HostSpec> read_host_list(const Options& options,
+                                     const std::map<std::string, std::string>& env) {
   const RawValue* hosts = options.find("hosts");
   const RawValue* file = options.find("hostfile");
   if (hosts != nullptr && file != nullptr) {
     throw ConfigError(fmt::format("{} and {} cannot be used together", hosts->label, file->label));
+  }
+  if (slurm_hosts(options)) {
+    std::vector<HostSpec> specs;
+    for (auto& h : slurm_allocation_hosts(env, hosts->label)) specs.push_back({std::move(h), {}});
+    return specs;
   }
   return hosts != nullptr ? parse_hosts(hosts->text, hosts->label)
                           : read_hostfile(std::string(trim(file->text)));
@@ -349,7 +375,7 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
                          const std::map<std::string, std::string>& env, BuiltConfig& out) {
   Options options(raw);
   ClusterConfig cluster;
-  cluster.hosts = read_host_list(options);
+  cluster.hosts = read_host_list(options, env);
   const int n = static_cast<int>(cluster.hosts.size());
   for (auto key : {"node-rank", "local-addr", "standalone"}) {
     if (const RawValue* v = options.find(key); v != nullptr && v->from_command_line) {
@@ -359,6 +385,17 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
                                         ? "the order of the hosts gives the node ranks"
                                         : "every host is a node of its own"));
     }
+  }
+  if (slurm_hosts(options)) {
+    if (auto* v = options.find("ssh-command")) {
+      throw ConfigError(fmt::format("{} does not apply to --hosts=slurm (the nodes are reached "
+                                    "with srun)",
+                                    v->label));
+    }
+    // One job step per node, started with Slurm's own launcher: Slurm tracks the agent and
+    // everything it starts, and scancel ends them. -u: the session's bytes pass unbuffered.
+    cluster.ssh_command = {"srun", "--nodes=1", "--ntasks=1", "--unbuffered", "--nodelist"};
+    cluster.via_srun = true;
   }
   if (auto* v = options.find("ssh-command")) {
     cluster.ssh_command = split_words(v->text, v->label);
@@ -377,6 +414,8 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
   if (auto* v = options.find("tree-threshold")) {
     cluster.tree_threshold = parse_int_at_least(v->text, v->label, 1);
   }
+  // srun does its own fan-out (slurmctld and the slurmds); agents never start other agents.
+  if (cluster.via_srun) cluster.tree_threshold = std::numeric_limits<int>::max();
   forwarded_environment(env, forward);  // checks the names
   cluster.forward = forward;
 
@@ -429,6 +468,37 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
   return implied;
 }
 
+// A task of a Slurm step (srun ddprun ...) with the static rendezvous: what the step says fills
+// in every rendezvous flag that neither the command line nor PET_* gave.
+RawOptions with_slurm_step(const RawOptions& raw, const std::map<std::string, std::string>& env,
+                           BuiltConfig& out) {
+  if (raw.contains("standalone")) return raw;
+  if (auto it = raw.find("rdzv-backend"); it != raw.end() && trim(it->second.text) != "static") {
+    return raw;
+  }
+  auto values = slurm_step_values(env);
+  if (!values) return raw;
+  RawOptions filled = raw;
+  std::vector<std::string> taken, given;
+  for (const auto& v : *values) {
+    if (raw.contains(v.flag)) {
+      given.push_back("--" + v.flag);
+      continue;
+    }
+    filled[v.flag] = RawValue{v.value, fmt::format("--{} (from Slurm: {})", v.flag, v.source),
+                              false};
+    taken.push_back(fmt::format("--{}={} ({})", v.flag, v.value, v.source));
+  }
+  // (An agent that --hosts=slurm started is given everything: nothing to say.)
+  if (!taken.empty()) {
+    out.notes.push_back(fmt::format("Slurm step {}.{}: {}{}", get_env(env, "SLURM_JOB_ID"),
+                                    get_env(env, "SLURM_STEP_ID"), fmt::join(taken, ", "),
+                                    given.empty() ? "" : fmt::format("; given, so kept: {}",
+                                                                     fmt::join(given, " "))));
+  }
+  return filled;
+}
+
 }  // namespace
 
 BuiltConfig build_launch_config(const RawOptions& raw_options,
@@ -446,7 +516,8 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
     }
     if (!forward.empty()) throw ConfigError("-x needs --hosts or --hostfile");
   }
-  const RawOptions raw = cluster ? build_cluster(raw_options, forward, env, out) : raw_options;
+  const RawOptions raw = cluster ? build_cluster(raw_options, forward, env, out)
+                                 : with_slurm_step(raw_options, env, out);
   Options options(raw);
   build_rendezvous(options, out);
   const RawValue* token_file = options.find("token-file");

@@ -5,7 +5,8 @@ add_executable(launcher_unit_tests
   unit/launcher/test_cli_errors.cpp
   unit/launcher/test_cli_hosts.cpp
   unit/launcher/test_value_parsers.cpp
-  unit/launcher/test_config_summary.cpp)
+  unit/launcher/test_config_summary.cpp
+  unit/launcher/test_slurm.cpp)
 target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib)
 catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 

@@ -113,6 +113,20 @@ TEST_CASE("ddprun: PET_ variables configure it, and the command line wins", "[la
   CHECK(read_env_file(dir.file("env_0.txt"))["TORCHELASTIC_MAX_RESTARTS"] == "1");
 }
 
+TEST_CASE("ddprun: --pass-local-rank gives each worker torch.distributed.launch's --local_rank",
+          "[launcher]") {
+  TempDir dir;
+  // The "interpreter" is sh, so that the script is a shell script that writes what it got.
+  const auto script = dir.file("train.sh");
+  std::ofstream(script) << "echo \"$*\" > \"$OUT_DIR/args_$LOCAL_RANK\"\n";
+  DdprunProcess p({"--standalone", "--nproc-per-node=2", "--pass-local-rank", script, "--lr",
+                   "0.1"},
+                  {{"PYTHON_EXEC", "/bin/sh"}, {"OUT_DIR", dir.path()}});
+  REQUIRE(p.wait() == 0);
+  CHECK(read_lines(dir.file("args_0")) == std::vector<std::string>{"--local_rank=0 --lr 0.1"});
+  CHECK(read_lines(dir.file("args_1")) == std::vector<std::string>{"--local_rank=1 --lr 0.1"});
+}
+
 TEST_CASE("ddprun: a worker that fails once is restarted and the job succeeds", "[launcher]") {
   TempDir dir;
   auto events_file = dir.file("events.jsonl");

@@ -17,6 +17,7 @@ packages=(
   iproute2 procps           # network namespaces, ps/pgrep for tests
   openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
   etcd-server etcd-client   # --rdzv-backend=etcd's tests: a real 3-member etcd on loopback
+  slurmctld slurmd slurm-client munge   # the Slurm tests: a real Slurm in network namespaces
 )
 optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec

@@ -70,3 +70,11 @@ target_compile_definitions(etcd_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddpru
 add_dependencies(etcd_tests ddprun)
 catch_discover_tests(etcd_tests TEST_PREFIX "etcd: "
   PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# ddprun under a real Slurm (slurmctld, slurmd, munge) in network namespaces: srun with no
+# rendezvous flags, --hosts=slurm in an sbatch script, exit codes, scancel (root and Slurm only;
+# reported as skipped elsewhere).
+add_test(NAME "netns: Slurm: srun ddprun, --hosts=slurm, exit codes, scancel"
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/slurm.sh $<TARGET_FILE:ddprun>)
+set_tests_properties("netns: Slurm: srun ddprun, --hosts=slurm, exit codes, scancel"
+  PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

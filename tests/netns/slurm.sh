@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# ddprun under a real Slurm (slurmctld, slurmd, munge; scripts/slurm-cluster.sh): two compute
+# nodes n1 and n2 in network namespaces, jobs submitted from the login host "ctl". All hosts
+# share this machine's filesystem, so what workers write under $work is read here.
+# Skips (exit 77) where namespaces cannot be made or Slurm and munge are not installed.
+# Usage: slurm.sh DDPRUN_BINARY   (SLURM_CHECKS="srun_no_flags scancel" runs only those)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+slurm="$here/scripts/slurm-cluster.sh"
+checks=(srun_no_flags heterogeneous_nodes exit_code_through_srun one_task_per_node
+  sbatch_hosts_slurm exit_code_through_sbatch scancel_leaves_nothing)
+if [[ -n ${SLURM_CHECKS:-} ]]; then read -ra checks <<<"$SLURM_CHECKS"; fi
+
+[[ $# -eq 1 ]] || { echo "usage: $0 DDPRUN_BINARY" >&2; exit 2; }
+if ! "$slurm" check; then
+  echo "SKIPPED: needs root, network namespaces, and Debian's slurmctld, slurmd, slurm-client" \
+    "and munge (scripts/install-deps.sh installs them)"
+  exit 77
+fi
+ddprun=$(realpath "$1")
+work=$(mktemp -d)
+tag="sl$$"
+cleanup() {
+  "$slurm" down "$tag" "$work" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+started=$(date +%s.%N)
+"$slurm" up "$tag" 2 "$work"
+echo "Slurm is up: 2 idle nodes ($(awk -v a="$started" -v b="$(date +%s.%N)" \
+  'BEGIN{printf "%.2f", b-a}') s)"
+
+on_login() { "$slurm" exec "$tag" "$work" "$@"; }
+fail() { echo "  $*" >&2; return 1; }
+# value FILE NAME: NAME's value in an `env` dump
+value() { sed -n "s/^$2=//p" "$1"; }
+# until_true SECONDS CMD...: CMD until it succeeds, for at most SECONDS
+until_true() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.05  # the interval between checks of the condition
+  done
+}
+
+# srun with no rendezvous flags: the step gives nodes, node ranks, the master, port and run id.
+check_srun_no_flags() {
+  local out=$work/no_flags
+  mkdir -p "$out"
+  on_login timeout 120 srun -N2 --ntasks-per-node=1 "$ddprun" --nproc-per-node=1 --no-python \
+    sh -c "env > $out/env_\$RANK" >"$out/log" 2>&1 || { cat "$out/log"; fail "srun failed"; }
+  for r in 0 1; do [[ -f $out/env_$r ]] || fail "no env for rank $r"; done
+  [[ $(value "$out/env_0" WORLD_SIZE) == 2 ]] || fail "WORLD_SIZE $(value "$out/env_0" WORLD_SIZE)"
+  [[ $(value "$out/env_1" MASTER_ADDR) == n1 ]] || fail "MASTER_ADDR $(value "$out/env_1" MASTER_ADDR)"
+  [[ $(value "$out/env_0" SLURMD_NODENAME) == n1 ]] || fail "rank 0 not on n1"
+  [[ $(value "$out/env_1" SLURMD_NODENAME) == n2 ]] || fail "rank 1 not on n2"
+  [[ $(value "$out/env_1" GROUP_RANK) == 1 ]] || fail "GROUP_RANK of rank 1"
+  local job
+  job=$(value "$out/env_0" SLURM_JOB_ID)
+  [[ $(value "$out/env_0" TORCHELASTIC_RUN_ID) == "slurm-$job.0" ]] ||
+    fail "run id $(value "$out/env_0" TORCHELASTIC_RUN_ID)"
+  grep -q "from Slurm\|SLURM_NODEID" "$out/log" || fail "the log does not say what came from Slurm"
+}
+
+# Nodes with different worker counts: 1 on n1, 2 on n2 (one command line, computed per node).
+check_heterogeneous_nodes() {
+  local out=$work/hetero
+  mkdir -p "$out"
+  on_login timeout 120 srun -N2 --ntasks-per-node=1 sh -c \
+    "exec $ddprun --nproc-per-node=\$((SLURM_NODEID + 1)) --no-python sh -c 'env > $out/env_\$RANK'" \
+    >"$out/log" 2>&1 || { cat "$out/log"; fail "srun failed"; }
+  for r in 0 1 2; do
+    [[ $(value "$out/env_$r" WORLD_SIZE) == 3 ]] || fail "rank $r: WORLD_SIZE"
+  done
+  [[ $(value "$out/env_0" LOCAL_WORLD_SIZE) == 1 ]] || fail "n1 should run 1 worker"
+  [[ $(value "$out/env_2" LOCAL_WORLD_SIZE) == 2 ]] || fail "n2 should run 2 workers"
+  [[ $(value "$out/env_2" SLURMD_NODENAME) == n2 ]] || fail "rank 2 not on n2"
+}
+
+# A worker's exit code comes back through srun.
+check_exit_code_through_srun() {
+  local rc=0
+  on_login timeout 120 srun -N2 --ntasks-per-node=1 "$ddprun" --nproc-per-node=1 --no-python \
+    sh -c 'exit $((RANK == 1 ? 7 : 0))' >"$work/exit.log" 2>&1 || rc=$?
+  [[ $rc == 7 ]] || { cat "$work/exit.log"; fail "srun exited $rc, expected 7"; }
+}
+
+# Two tasks on a node: a usage error that says how to write the srun line.
+check_one_task_per_node() {
+  local rc=0
+  on_login timeout 120 srun -N1 --ntasks-per-node=2 "$ddprun" --no-python true \
+    >"$work/tasks.log" 2>&1 || rc=$?
+  [[ $rc == 2 ]] || { cat "$work/tasks.log"; fail "exit $rc, expected 2"; }
+  grep -q "srun --ntasks-per-node=1" "$work/tasks.log" || fail "no advice in: $(cat "$work/tasks.log")"
+}
+
+# sbatch_script NAME COMMAND: a batch script that runs COMMAND
+sbatch_script() {
+  printf '#!/bin/sh\nexec %s\n' "$2" >"$work/$1.sbatch"
+  chmod +x "$work/$1.sbatch"
+}
+
+# An sbatch script with --hosts=slurm: one agent per node, started with srun.
+check_sbatch_hosts_slurm() {
+  local out=$work/batch
+  mkdir -p "$out"
+  sbatch_script batch "$ddprun --hosts=slurm --nproc-per-node=2 --no-python sh -c 'env > $out/env_\$RANK'"
+  on_login timeout 120 sbatch --wait -N2 -o "$out/log" "$work/batch.sbatch" >/dev/null ||
+    { cat "$out/log"; fail "the job failed"; }
+  for r in 0 1 2 3; do
+    [[ $(value "$out/env_$r" WORLD_SIZE) == 4 ]] || { cat "$out/log"; fail "rank $r: WORLD_SIZE"; }
+  done
+  [[ $(value "$out/env_3" SLURMD_NODENAME) == n2 ]] || fail "rank 3 not on n2"
+  grep -q "srun --nodes=1" "$out/log" || fail "the agents were not started with srun"
+}
+
+check_exit_code_through_sbatch() {
+  local rc=0
+  sbatch_script batch_exit "$ddprun --hosts=slurm --no-python sh -c 'exit \$((RANK == 1 ? 7 : 0))'"
+  on_login timeout 120 sbatch --wait -N2 -o "$work/batch_exit.log" "$work/batch_exit.sbatch" \
+    >/dev/null || rc=$?
+  [[ $rc == 7 ]] || { cat "$work/batch_exit.log"; fail "sbatch --wait exited $rc, expected 7"; }
+  grep -q "Root cause" "$work/batch_exit.log" || fail "no root cause in the job's output"
+}
+
+# scancel ends the agents and every worker on every node.
+check_scancel_leaves_nothing() {
+  local out=$work/cancel job
+  mkdir -p "$out"
+  : >"$out/gate"
+  exec 7>"$out/gate"
+  flock -x 7  # closed: the workers wait here for as long as the test holds it
+  sbatch_script cancel "$ddprun --hosts=slurm --nproc-per-node=2 --no-python sh -c 'echo \$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
+  job=$(on_login sbatch --parsable -N2 -o "$out/log" "$work/cancel.sbatch")
+  all_pids() { [[ $(ls "$out"/pid_* 2>/dev/null | wc -l) == 4 ]]; }
+  until_true 60 all_pids || { cat "$out/log"; fail "the 4 workers did not start"; }
+  local pids
+  pids=$(cat "$out"/pid_*)
+  on_login scancel "$job"
+  none_alive() {
+    local p
+    for p in $pids; do kill -0 "$p" 2>/dev/null && return 1; done
+    return 0
+  }
+  gone() { [[ -z $(on_login squeue -h -j "$job" 2>/dev/null) ]]; }
+  until_true 60 none_alive || fail "workers still alive 60 s after scancel: $pids"
+  until_true 60 gone || fail "job $job still in the queue"
+  # Nothing of the job on any node: only slurmd is left in the nodes' namespaces.
+  local i pid comm
+  for i in 2 3; do
+    for pid in $(ip netns pids "ddp-$tag-$i"); do
+      comm=$(cat "/proc/$pid/comm" 2>/dev/null || true)
+      [[ -z $comm || $comm == slurmd ]] || fail "left on node $((i - 1)): $pid $comm"
+    done
+  done
+  exec 7>&-
+}
+
+passed=0 failed=0
+for check in "${checks[@]}"; do
+  echo "== $check"
+  if ("check_$check"); then
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $check"
+    failed=$((failed + 1))
+  fi
+done
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,6 +1,9 @@
 #include "rendezvous/etcd_client.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/evp.h>
+#include <sys/socket.h>
 
 #include <optional>
 
@@ -21,10 +24,6 @@ using boost::system::error_code;
 
 namespace {
 
-// One try on one endpoint is bounded by this even when the call's deadline is later, so that a
-// member that accepts requests and never answers them (stopped, or cut off from the others
-// without noticing yet) costs this long before the next endpoint is tried.
-constexpr auto kAttemptTimeout = std::chrono::seconds(5);
 // After every endpoint failed once in a row, wait this long before the next round of tries.
 constexpr auto kRetryPause = std::chrono::milliseconds(100);
 constexpr std::size_t kMaxAnswer = 64 << 20;
@@ -45,7 +44,10 @@ bool retryable(int code) { return code == kGrpcUnavailable || code == kGrpcDeadl
 // etcd's error object {"error": ..., "code": N, "message": ...} (or a stream's {"error": {...}}).
 EtcdError error_from(const json& body) {
   const json& e = body.contains("error") && body["error"].is_object() ? body["error"] : body;
-  const int code = e.value("code", 2);
+  // Unary answers carry "code"; errors inside a stream (watch, keep-alive) "grpc_code".
+  const int code = e.contains("grpc_code") && e["grpc_code"].is_number_integer()
+                       ? e["grpc_code"].get<int>()
+                       : e.value("code", 2);
   std::string message = e.value("message", std::string());
   if (message.empty() && e.contains("error") && e["error"].is_string()) {
     message = e["error"].get<std::string>();
@@ -142,8 +144,10 @@ std::string prefix_range_end(const std::string& prefix) {
 
 class EtcdClient::Impl {
  public:
-  explicit Impl(std::vector<EtcdEndpoint> endpoints)
-      : endpoints_(std::move(endpoints)), last_errors_(endpoints_.size()) {}
+  Impl(std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds attempt_timeout)
+      : endpoints_(std::move(endpoints)),
+        attempt_timeout_(attempt_timeout),
+        last_errors_(endpoints_.size()) {}
 
   json call(const std::string& path, const json& body, Deadline deadline) {
     const auto started = Clock::now();
@@ -184,7 +188,7 @@ class EtcdClient::Impl {
       throw_if_interrupted();
       if (deadline.expired()) throw timeout(what, started);
       try {
-        return attempt(deadline.min(Deadline::after(kAttemptTimeout)));
+        return attempt(deadline.min(Deadline::after(attempt_timeout_)));
       } catch (const Transient& t) {
         last_errors_[current_] = t.what;
         conn_.reset();
@@ -196,7 +200,7 @@ class EtcdClient::Impl {
     }
   }
 
-  TimeoutError timeout(const std::string& what, Clock::time_point started) const {
+  EtcdUnavailable timeout(const std::string& what, Clock::time_point started) const {
     std::vector<std::string> errors;
     for (std::size_t i = 0; i < endpoints_.size(); ++i) {
       errors.push_back(fmt::format("{}: {}", endpoints_[i].text(),
@@ -211,7 +215,7 @@ class EtcdClient::Impl {
     const bool none_up = std::all_of(last_errors_.begin(), last_errors_.end(), [](auto& e) {
       return e.starts_with("cannot connect") || e.starts_with("cannot resolve");
     });
-    return TimeoutError(fmt::format("etcd {}: no answer to {} within {}{} ({})", describe(), what,
+    return EtcdUnavailable(fmt::format("etcd {}: no answer to {} within {}{} ({})", describe(), what,
                                     format_duration(Clock::now() - started),
                                     no_quorum ? "; the etcd cluster has no quorum (its members "
                                                 "that are up cannot elect a leader)"
@@ -251,10 +255,18 @@ class EtcdClient::Impl {
   // A connection to the endpoint in use, made by `deadline`.
   void connect(beast::tcp_stream& stream, Deadline deadline) {
     const auto& endpoint = endpoints_[current_];
+    error_code ec;
+    const auto literal = asio::ip::make_address(endpoint.host, ec);
+    if (!ec) {
+      connect_to(stream, {asio::ip::tcp::endpoint(literal, endpoint.port)}, deadline);
+      return;
+    }
+    // A name: resolved on each connection (DNS may move it). getaddrinfo cannot be abandoned
+    // half-way, so a resolver that hangs delays the deadline by its own timeout.
     asio::ip::tcp::resolver resolver(io_);
     asio::steady_timer timer(io_, deadline.when());
     asio::ip::tcp::resolver::results_type addresses;
-    auto ec = run(
+    ec = run(
         [&](auto done) {
           timer.async_wait([&](error_code tec) {
             if (!tec) resolver.cancel();
@@ -271,11 +283,29 @@ class EtcdClient::Impl {
           timer.cancel();
         });
     if (ec) throw Transient{fmt::format("cannot resolve {}: {}", endpoint.host, ec.message())};
+    std::vector<asio::ip::tcp::endpoint> candidates(addresses.begin(), addresses.end());
+    connect_to(stream, candidates, deadline);
+  }
+
+  void connect_to(beast::tcp_stream& stream, const std::vector<asio::ip::tcp::endpoint>& addresses,
+                  Deadline deadline) {
     stream.expires_at(deadline.when());
-    ec = run([&](auto done) { stream.async_connect(addresses, [done](error_code e, auto&&) { done(e); }); },
-             [&] { stream.close(); });
+    auto ec = run(
+        [&](auto done) {
+          stream.async_connect(addresses, [done](error_code e, auto&&) { done(e); });
+        },
+        [&] { stream.close(); });
     if (ec) throw Transient{fmt::format("cannot connect: {}", ec.message())};
-    stream.socket().set_option(asio::ip::tcp::no_delay(true));
+    auto& socket = stream.socket();
+    socket.set_option(asio::ip::tcp::no_delay(true));
+    // A watch may stay silent for an hour; a member that vanished without closing the
+    // connection (power off, a cut network) is noticed by TCP keep-alive within ~15 s instead.
+    socket.set_option(asio::socket_base::keep_alive(true));
+    const int fd = socket.native_handle();
+    const int idle = 5, interval = 2, count = 5;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
   }
 
   http::request<http::string_body> request(const std::string& path, std::string payload) const {
@@ -303,6 +333,8 @@ class EtcdClient::Impl {
 
   json call_once(const std::string& path, const std::string& payload, Deadline deadline) {
     if (!conn_) {
+      // Bytes of a torn answer on the last connection must not prefix the next one's.
+      buffer_.consume(buffer_.size());
       conn_.emplace(io_);
       connect(*conn_, deadline);
     }
@@ -317,7 +349,7 @@ class EtcdClient::Impl {
     if (ec) {
       const bool timed_out = ec == beast::error::timeout;
       throw Transient{fmt::format("{} {}", timed_out ? "no answer to" : "lost the answer to", path) +
-                      (timed_out ? fmt::format(" within {}", format_duration(kAttemptTimeout))
+                      (timed_out ? fmt::format(" within {}", format_duration(attempt_timeout_))
                                  : ": " + ec.message())};
     }
     auto& response = parser.get();
@@ -346,7 +378,7 @@ class EtcdClient::Impl {
   void watch_once(const std::string& key, const std::string& range_end, std::int64_t* next,
                   Deadline deadline, const std::function<bool(const EtcdEvent&)>& on_event) {
     beast::tcp_stream stream(io_);
-    const auto connect_by = deadline.min(Deadline::after(kAttemptTimeout));
+    const auto connect_by = deadline.min(Deadline::after(attempt_timeout_));
     connect(stream, connect_by);
     json create{{"key", base64_encode(key)}, {"start_revision", *next}};
     if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
@@ -417,6 +449,7 @@ class EtcdClient::Impl {
   }
 
   std::vector<EtcdEndpoint> endpoints_;
+  std::chrono::milliseconds attempt_timeout_;
   std::vector<std::string> last_errors_;
   std::size_t current_ = 0;
   asio::io_context io_;
@@ -425,8 +458,9 @@ class EtcdClient::Impl {
   std::atomic<bool> interrupted_{false};
 };
 
-EtcdClient::EtcdClient(std::vector<EtcdEndpoint> endpoints)
-    : impl_(std::make_unique<Impl>(std::move(endpoints))) {}
+EtcdClient::EtcdClient(std::vector<EtcdEndpoint> endpoints,
+                       std::chrono::milliseconds attempt_timeout)
+    : impl_(std::make_unique<Impl>(std::move(endpoints), attempt_timeout)) {}
 EtcdClient::~EtcdClient() = default;
 
 json EtcdClient::call(const std::string& path, const json& body, Deadline deadline) {

@@ -17,6 +17,7 @@
 // instead of applying twice, with one exception written where it matters (EtcdStore::add).
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,6 +53,13 @@ class EtcdError : public Error {
   int code_;
 };
 
+// No endpoint could serve a call before its deadline: the message names every endpoint and its
+// last error, and says when the cluster has no quorum.
+class EtcdUnavailable : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
 std::string base64_encode(const std::string& bytes);
 // Throws ProtocolError on text that is not base64.
 std::string base64_decode(const std::string& text);
@@ -78,7 +86,11 @@ struct EtcdEvent {
 
 class EtcdClient {
  public:
-  explicit EtcdClient(std::vector<EtcdEndpoint> endpoints);
+  // One try on one endpoint is bounded by `attempt_timeout` even when the call's deadline is
+  // later, so that a member that accepts requests and never answers them (stopped, or cut off
+  // from the others without noticing yet) costs this long before the next endpoint is tried.
+  explicit EtcdClient(std::vector<EtcdEndpoint> endpoints,
+                      std::chrono::milliseconds attempt_timeout = std::chrono::seconds(5));
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;

@@ -1,6 +1,7 @@
 #include "rendezvous/etcd_session.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -25,16 +26,26 @@ const char* const kAgentsDir = "agents/";
 }  // namespace
 
 // Renews the lease every keep-alive interval (a third of the TTL at most, so that a renewal
-// delayed by one slow answer still comes in time) on its own thread and connection. A renewal that
-// fails, or an answer that the lease is gone, is reported once to the round's keep-alive (or,
-// between rounds, to the next one that starts).
+// delayed by one slow answer still comes in time; each try on a member is bounded by that
+// period too) on its own thread and connection, for the agent's whole life.
+//   - A renewal that fails (etcd unreachable or without quorum for read_timeout) is reported
+//     to the round's keep-alive, or to the next one that starts; renewing goes on, and a
+//     success clears the failure.
+//   - A lease that expired all the same (the others took this agent for dead and re-formed
+//     without it, as after a pause) is replaced: a new lease, and the agent's marker put again
+//     on it. The agent learns of the new round from the round's outcome, and rejoins.
 class EtcdSession::Renewer {
  public:
-  Renewer(const EtcdStoreOptions& options, std::int64_t lease, std::chrono::seconds ttl,
-          KeepAliveTiming timing)
-      : client_(options.endpoints),
+  Renewer(const EtcdStoreOptions& options, std::string marker, std::int64_t lease,
+          std::chrono::seconds ttl, KeepAliveTiming timing)
+      : every_(std::max<std::chrono::milliseconds>(
+            std::chrono::milliseconds(100),
+            std::min<std::chrono::milliseconds>(timing.interval,
+                                                std::chrono::milliseconds(ttl) / 3))),
+        client_(options.endpoints, every_),
+        marker_(std::move(marker)),
         lease_(lease),
-        every_(std::min<std::chrono::milliseconds>(timing.interval, ttl / 3)),
+        ttl_(ttl),
         timing_(timing) {
     thread_ = std::thread([this] { run(); });
   }
@@ -49,17 +60,15 @@ class EtcdSession::Renewer {
     thread_.join();
   }
 
-  // Where a failure goes from now on (empty: nowhere yet; kept until one is set).
+  std::int64_t lease() const { return lease_.load(); }
+
+  // Where a failure goes from now on (nullptr: nowhere; a failure is kept until it is
+  // reported or renewing works again). Returns once no report to the previous one is running.
   void report_to(RendezvousHandler::ErrorCallback on_error) {
     std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return !reporting_; });
     on_error_ = std::move(on_error);
-    if (on_error_ && failure_) {
-      auto report = std::move(on_error_);
-      auto message = *failure_;
-      on_error_ = nullptr;
-      lock.unlock();
-      report(message);
-    }
+    if (on_error_ && failure_) deliver(lock);
   }
 
  private:
@@ -69,44 +78,69 @@ class EtcdSession::Renewer {
         std::unique_lock lock(mutex_);
         if (cv_.wait_for(lock, every_, [&] { return stop_; })) return;
       }
-      std::string failure;
       try {
-        auto answer = client_.call("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}},
+        auto answer = client_.call("/v3/lease/keepalive", {{"ID", std::to_string(lease())}},
                                    Deadline::after(timing_.read_timeout));
-        if (json_int(answer, "TTL") > 0) continue;
-        failure = fmt::format("etcd {}: this agent's lease {:x} expired (no renewal reached etcd "
-                              "within its TTL); the other agents count it as dead",
-                              client_.describe(), lease_);
+        if (json_int(answer, "TTL") <= 0) register_again();
+        std::lock_guard lock(mutex_);
+        failure_.reset();
       } catch (const InterruptedError&) {
         return;
-      } catch (const Error& e) {
-        failure = fmt::format("cannot renew this agent's etcd lease: {}", e.what());
+      } catch (const std::exception& e) {
+        fail(fmt::format("cannot renew this agent's etcd lease: {}", e.what()));
       }
-      fail(failure);
-      return;
     }
+  }
+
+  void register_again() {
+    spdlog::warn("etcd: this agent's lease {:x} expired (no renewal reached etcd within {} s): "
+                 "the other agents took it for dead; registering again with a new lease",
+                 lease(), ttl_.count());
+    const auto deadline = Deadline::after(timing_.read_timeout);
+    auto grant = client_.call("/v3/lease/grant", {{"TTL", ttl_.count()}}, deadline);
+    const auto lease = json_int(grant, "ID");
+    client_.call("/v3/kv/put",
+                 {{"key", base64_encode(marker_)},
+                  {"value", base64_encode(std::to_string(lease))},
+                  {"lease", std::to_string(lease)}},
+                 deadline);
+    lease_ = lease;
   }
 
   void fail(const std::string& message) {
     std::unique_lock lock(mutex_);
+    const bool first = !failure_;
     failure_ = message;
-    if (!on_error_) {
+    if (on_error_) {
+      deliver(lock);
+    } else if (first) {
       spdlog::error("{}", message);
-      return;
     }
-    auto report = std::move(on_error_);
-    on_error_ = nullptr;
-    lock.unlock();
-    report(message);
   }
 
-  EtcdClient client_;
-  std::int64_t lease_;
+  // Hands the failure to the callback, outside the lock; report_to waits for it to return.
+  void deliver(std::unique_lock<std::mutex>& lock) {
+    auto report = std::move(on_error_);
+    on_error_ = nullptr;
+    const auto message = *failure_;
+    reporting_ = true;
+    lock.unlock();
+    report(message);
+    lock.lock();
+    reporting_ = false;
+    cv_.notify_all();
+  }
+
   std::chrono::milliseconds every_;
+  EtcdClient client_;
+  std::string marker_;  // the agent's marker, full key
+  std::atomic<std::int64_t> lease_;
+  std::chrono::seconds ttl_;
   KeepAliveTiming timing_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool reporting_ = false;
   RendezvousHandler::ErrorCallback on_error_;
   std::optional<std::string> failure_;
   std::thread thread_;
@@ -191,7 +225,7 @@ class EtcdSession::Watch final : public KeepAlive {
         }
       }
     } catch (const InterruptedError&) {
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       on_error_(fmt::format("keep-alive: watching node {} in etcd: {}", member_, e.what()));
     }
   }
@@ -237,7 +271,8 @@ EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTimi
                  *stale, store_->full_key(""));
   }
   store_->put(kAgentsDir + id_, std::to_string(lease_), lease_, deadline);
-  renewer_ = std::make_unique<Renewer>(options_, lease_, std::chrono::seconds(ttl_), timing_);
+  renewer_ = std::make_unique<Renewer>(options_, store_->full_key(kAgentsDir + id_), lease_,
+                                       std::chrono::seconds(ttl_), timing_);
 }
 
 EtcdSession::~EtcdSession() {
@@ -260,7 +295,7 @@ std::unique_ptr<KeepAlive> EtcdSession::keep_alive(const Round& round,
                                                    RendezvousHandler::ErrorCallback on_error) {
   if (round.ranks.group_world_size < 2) return nullptr;
   const int rank = round.ranks.group_rank;
-  store_->put(beat_key(round.prefix, rank), "alive", lease_,
+  store_->put(beat_key(round.prefix, rank), "alive", renewer_->lease(),
               Deadline::after(timing_.read_timeout));
   const int successor = (rank + 1) % round.ranks.group_world_size;
   return std::make_unique<Watch>(options_, store_->full_key(beat_key(round.prefix, successor)),

@@ -45,7 +45,6 @@ class EtcdSession {
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, RendezvousHandler::LostCallback on_lost,
                                         RendezvousHandler::ErrorCallback on_error);
 
-  std::int64_t lease() const { return lease_; }
   std::int64_t ttl_seconds() const { return ttl_; }
 
  private:
@@ -56,7 +55,7 @@ class EtcdSession {
   std::string id_;
   KeepAliveTiming timing_;
   std::unique_ptr<EtcdStore> store_;  // this thread's connection (start and end)
-  std::int64_t lease_ = 0;
+  std::int64_t lease_ = 0;  // the first; the renewer holds the current one
   std::int64_t ttl_ = 0;
   std::unique_ptr<Renewer> renewer_;
 };

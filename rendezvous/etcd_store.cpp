@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "rendezvous/store_auth.hpp"
 
 namespace ddprun {
 
@@ -14,6 +15,13 @@ namespace {
 
 // etcd's default --max-txn-ops.
 constexpr std::size_t kMaxTxnOps = 128;
+
+// 16 random bytes as hex: an increment's own key.
+std::string random_token() {
+  std::string out;
+  for (unsigned char b : store::random_bytes(16)) out += fmt::format("{:02x}", b);
+  return out;
+}
 
 json put_op(const std::string& key, const std::string& value, std::int64_t lease = 0) {
   json put{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
@@ -96,6 +104,9 @@ std::string EtcdStore::get(const std::string& key, Deadline deadline) {
       value = event.kv.value;
       return true;
     });
+  } catch (const EtcdUnavailable& e) {
+    throw EtcdUnavailable(fmt::format("waiting for key '{}' for {}: {}", key,
+                                      format_duration(Clock::now() - started), e.what()));
   } catch (const TimeoutError&) {
     throw TimeoutError(fmt::format("etcd {}: key '{}' did not appear within {}", describe(), key,
                                    format_duration(Clock::now() - started)));
@@ -110,20 +121,45 @@ bool EtcdStore::check(const std::vector<std::string>& keys, Deadline deadline) {
   return true;
 }
 
+std::string EtcdStore::counter_prefix(const std::string& key) const {
+  return full_key(key) + kCounterDir;
+}
+
 std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta, Deadline deadline) {
   if (delta < 0) {
     throw ProtocolError(fmt::format("etcd store: add({}, {}): counters only grow here", key,
                                     delta));
   }
+  const auto counter = full_key(key);
   if (delta == 0) {
     auto r = read(key, deadline);
     return r.kv ? r.kv->version : 0;
   }
   std::int64_t count = 0;
   for (std::int64_t i = 0; i < delta; ++i) {
-    auto answer = client_.call(
-        "/v3/kv/put", {{"key", base64_encode(full_key(key))}, {"prev_kv", true}}, deadline);
-    count = (answer.contains("prev_kv") ? json_int(answer["prev_kv"], "version") : 0) + 1;
+    // The counter is the key's version; each increment also puts a key of its own, named at
+    // random, in the same transaction, which only runs while that key does not exist. A try
+    // sent again after a lost answer therefore finds its key instead of counting twice.
+    const auto mine = counter_prefix(key) + random_token();
+    json put_counter{{"request_put",
+                      {{"key", base64_encode(counter)}, {"value", ""}, {"prev_kv", true}}}};
+    json txn{{"compare", {absent(mine)}},
+             {"success", {put_counter, put_op(mine, "")}},
+             {"failure", {range_op(mine)}}};
+    auto answer = client_.call("/v3/kv/txn", txn, deadline);
+    const auto& first = answer.at("responses").at(0);
+    if (answer.value("succeeded", false)) {
+      const auto& put = first.at("response_put");
+      count = (put.contains("prev_kv") ? json_int(put["prev_kv"], "version") : 0) + 1;
+      continue;
+    }
+    // An earlier try was applied: the counter's version as of that try's revision.
+    auto applied = first_kv(first.at("response_range"));
+    if (!applied) throw ProtocolError(fmt::format("etcd store: add({}): increment lost", key));
+    json then{{"key", base64_encode(counter)},
+              {"revision", std::to_string(applied->create_revision)}};
+    auto kv = first_kv(client_.call("/v3/kv/range", then, deadline));
+    count = kv ? kv->version : 0;
   }
   return count;
 }
@@ -153,9 +189,17 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
 }
 
 bool EtcdStore::erase(const std::string& key, Deadline deadline) {
-  auto answer =
-      client_.call("/v3/kv/deleterange", {{"key", base64_encode(full_key(key))}}, deadline);
-  return json_int(answer, "deleted") > 0;
+  const auto prefix = counter_prefix(key);
+  json both{{"success",
+             {{{"request_delete_range", {{"key", base64_encode(full_key(key))}}}},
+              {{"request_delete_range",
+                {{"key", base64_encode(prefix)},
+                 {"range_end", base64_encode(prefix_range_end(prefix))}}}}}}};
+  auto answer = client_.call("/v3/kv/txn", both, deadline);
+  const auto& responses = answer.at("responses");
+  return json_int(responses.at(0).at("response_delete_range"), "deleted") +
+             json_int(responses.at(1).at("response_delete_range"), "deleted") >
+         0;
 }
 
 std::vector<std::string> EtcdStore::multi_get(const std::vector<std::string>& keys,

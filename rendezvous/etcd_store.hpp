@@ -4,7 +4,7 @@
 // keys with one range delete.
 //
 // What etcd offers is used rather than emulated: compare_set is a transaction comparing the
-// key's value (or its absence); add counts a key's versions (see add); get and wait read once and then watch from the revision after that
+// key's value (or its absence); add counts the key's versions (see add); get and wait read once and then watch from the revision after that
 // read (no polling); multi_get and multi_set are single transactions (in chunks of etcd's
 // default limit of 128 operations). See EtcdClient for failover between endpoints.
 
@@ -36,13 +36,14 @@ class EtcdStore final : public Store {
   std::string get(const std::string& key, Deadline deadline) override;
   std::optional<std::string> try_get(const std::string& key, Deadline deadline) override;
   bool check(const std::vector<std::string>& keys, Deadline deadline) override;
-  // A counter is the key's etcd version (how many puts it had since it was created): adding 1
-  // is one put that returns the version before it, so adders never conflict (a compare-and-set
-  // loop on one hot key costs O(n^2) transactions when n agents join at once). Hence: only
-  // deltas >= 0 (ProtocolError otherwise), a counter key is written by add alone, and its
-  // value is not the count. After a connection broke mid-put, the retry on another endpoint
-  // may count twice (etcd has no request ids); the rendezvous tolerates a join slot taken by
-  // nobody.
+  // A counter is its key's etcd version (how many puts it had since it was created): adding 1
+  // is one put, so adders never conflict (a compare-and-set loop on one hot key costs O(n^2)
+  // transactions when n agents join at once). The same transaction puts a key of the
+  // increment's own ("<key>/+/<random>") and runs only while that key is absent, so a try sent
+  // again after a lost answer finds it (and the count as of its revision) instead of counting
+  // twice. Hence only deltas >= 0 (ProtocolError otherwise), a counter key is written by add
+  // alone and its value is not the count, the increments' keys count in num_keys, and erase
+  // removes them.
   std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) override;
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired, Deadline deadline) override;
@@ -79,6 +80,9 @@ class EtcdStore final : public Store {
     std::int64_t revision = 0;
   };
   Read read(const std::string& key, Deadline deadline);
+  // Where the increments of counter `key` live.
+  std::string counter_prefix(const std::string& key) const;
+  static constexpr const char* kCounterDir = "/+/";
 
   EtcdStoreOptions options_;
   std::string run_prefix_;

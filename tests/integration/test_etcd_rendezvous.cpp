@@ -71,6 +71,23 @@ TEST_CASE("etcd rendezvous: 3 agents form a round under the run's prefix, and th
 
   auto run = view(etcd, "job42");
   CHECK(run.count_prefix("agents/", soon()) == 3);
+  // An agent's marker holds its lease, which it keeps renewing: for three times its TTL, the
+  // lease never runs out (etcd reports the time left in whole seconds, rounded up).
+  auto markers = run.client().call(
+      "/v3/kv/range", {{"key", base64_encode(run.full_key("agents/"))},
+                       {"range_end", base64_encode(prefix_range_end(run.full_key("agents/")))}},
+      soon());
+  const auto lease = parse_kv(markers.at("kvs").at(0)).lease;
+  REQUIRE(lease != 0);
+  auto time_to_live = [&] {
+    return run.client().call("/v3/lease/timetolive", {{"ID", std::to_string(lease)}}, soon());
+  };
+  const auto granted = json_int(time_to_live(), "grantedTTL");
+  REQUIRE(granted >= 2);
+  for (auto until = Clock::now() + std::chrono::seconds(3 * granted); Clock::now() < until;) {
+    const auto left = json_int(time_to_live(), "TTL");
+    REQUIRE(left > 0);
+  }
   auto closed = nlohmann::json::parse(run.get("r/0/closed", soon()));
   CHECK(closed.at("members") == 3);
   CHECK(closed.at("world_size") == 3);
@@ -97,7 +114,8 @@ TEST_CASE("etcd rendezvous: the etcd leader is SIGKILLed mid-job and the job fin
           "[etcd]") {
   skip_unless_etcd();
   EtcdCluster etcd;
-  auto c = etcd_job(etcd, "3");
+  // The leader first: every agent's connections and watches are on the member that dies.
+  ElasticCluster c("3", {"--rdzv-backend=etcd", "--rdzv-endpoint=" + etcd.endpoints_leader_first()});
   auto a = c.start("a");
   auto b = c.start("b");
   auto d = c.start("d");

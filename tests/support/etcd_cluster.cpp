@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -78,6 +81,39 @@ EtcdCluster::~EtcdCluster() {
 
 std::string EtcdCluster::endpoint(int member) const {
   return fmt::format("127.0.0.1:{}", client_ports_[static_cast<std::size_t>(member)]);
+}
+
+std::string EtcdCluster::endpoints_leader_first() const {
+  const int first = leader();
+  if (first < 0) throw std::runtime_error("etcd: no member reports a leader");
+  std::string out = endpoint(first);
+  for (int i = 0; i < size(); ++i) {
+    if (i != first) out += "," + endpoint(i);
+  }
+  return out;
+}
+
+int EtcdCluster::watchers(int member) const {
+  namespace asio = boost::asio;
+  namespace http = boost::beast::http;
+  try {
+    asio::io_context io;
+    asio::ip::tcp::socket socket(io);
+    socket.connect({asio::ip::make_address("127.0.0.1"),
+                    client_ports_[static_cast<std::size_t>(member)]});
+    http::request<http::empty_body> request{http::verb::get, "/metrics", 11};
+    request.set(http::field::host, endpoint(member));
+    http::write(socket, request);
+    boost::beast::flat_buffer buffer;
+    http::response<http::string_body> response;
+    http::read(socket, buffer, response);
+    const std::string name = "\netcd_debugging_mvcc_watcher_total ";
+    const auto at = response.body().find(name);
+    if (at == std::string::npos) return -1;
+    return std::atoi(response.body().c_str() + at + name.size());
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 std::string EtcdCluster::endpoints() const {

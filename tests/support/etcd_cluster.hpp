@@ -31,6 +31,11 @@ class EtcdCluster {
   // "127.0.0.1:P1,127.0.0.1:P2,..." (all members, killed ones included).
   std::string endpoints() const;
   std::string endpoint(int member) const;
+  // The endpoints with the leader first: the member a client uses first is the one killed when
+  // a test kills the leader.
+  std::string endpoints_leader_first() const;
+  // Watchers open on a member now (etcd's etcd_debugging_mvcc_watcher_total), -1 if unreadable.
+  int watchers(int member) const;
   // The member that leads now, asked of a live member; -1 when none answers with one.
   int leader() const;
   // SIGKILLs a member and reaps it.

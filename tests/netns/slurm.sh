@@ -8,7 +8,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 slurm="$here/scripts/slurm-cluster.sh"
 checks=(srun_no_flags heterogeneous_nodes exit_code_through_srun one_task_per_node
-  sbatch_hosts_slurm exit_code_through_sbatch scancel_leaves_nothing)
+  signal_reaches_workers sbatch_hosts_slurm exit_code_through_sbatch scancel_leaves_nothing)
 if [[ -n ${SLURM_CHECKS:-} ]]; then read -ra checks <<<"$SLURM_CHECKS"; fi
 
 [[ $# -eq 1 ]] || { echo "usage: $0 DDPRUN_BINARY" >&2; exit 2; }
@@ -31,7 +31,11 @@ echo "Slurm is up: 2 idle nodes ($(awk -v a="$started" -v b="$(date +%s.%N)" \
   'BEGIN{printf "%.2f", b-a}') s)"
 
 on_login() { "$slurm" exec "$tag" "$work" "$@"; }
-fail() { echo "  $*" >&2; return 1; }
+# fail MESSAGE: ends the check (each runs in a subshell of its own) as failed
+fail() {
+  echo "  $*" >&2
+  exit 1
+}
 # value FILE NAME: NAME's value in an `env` dump
 value() { sed -n "s/^$2=//p" "$1"; }
 # until_true SECONDS CMD...: CMD until it succeeds, for at most SECONDS
@@ -93,6 +97,26 @@ check_one_task_per_node() {
     >"$work/tasks.log" 2>&1 || rc=$?
   [[ $rc == 2 ]] || { cat "$work/tasks.log"; fail "exit $rc, expected 2"; }
   grep -q "srun --ntasks-per-node=1" "$work/tasks.log" || fail "no advice in: $(cat "$work/tasks.log")"
+}
+
+# A signal Slurm sends the job's tasks (scancel --signal, or --signal=USR1@60 before the time
+# limit) reaches the workers through the agents when --signals-to-handle lists it; as with
+# torchrun, a handled signal also ends the job (exit 128 + the signal) once the workers stop.
+check_signal_reaches_workers() {
+  local out=$work/signal job rc=0
+  mkdir -p "$out"
+  on_login timeout 120 srun -N2 --ntasks-per-node=1 -J ddprun-signal "$ddprun" \
+    --nproc-per-node=1 --signals-to-handle=SIGTERM,SIGUSR1 --no-python sh -c \
+    "trap 'echo USR1 > $out/got_\$RANK; exit 0' USR1; echo \$\$ > $out/pid_\$RANK; while :; do sleep 0.05; done" \
+    >"$out/log" 2>&1 &
+  local srun_pid=$!
+  both_running() { [[ -f $out/pid_0 && -f $out/pid_1 ]]; }
+  until_true 60 both_running || { cat "$out/log"; fail "the workers did not start"; }
+  job=$(on_login squeue -h -n ddprun-signal -o %i)
+  on_login scancel --signal=USR1 "$job"
+  wait "$srun_pid" || rc=$?
+  [[ $rc == $((128 + 10)) ]] || { cat "$out/log"; fail "srun exited $rc, expected 138 (SIGUSR1)"; }
+  for r in 0 1; do [[ $(cat "$out/got_$r" 2>/dev/null) == USR1 ]] || fail "rank $r got no USR1"; done
 }
 
 # sbatch_script NAME COMMAND: a batch script that runs COMMAND

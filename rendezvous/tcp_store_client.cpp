@@ -147,18 +147,28 @@ class TcpStoreClient::Impl {
     close();
     boost::system::error_code result = asio::error::timed_out;
     tcp::resolver resolver(io_);
-    resolver.async_resolve(
-        options_.host, std::to_string(options_.port),
-        [&](boost::system::error_code ec, const tcp::resolver::results_type& endpoints) {
-          if (ec) {
-            result = ec;
-            return;
-          }
-          asio::async_connect(socket_, endpoints,
-                              [&](boost::system::error_code cec, const tcp::endpoint&) {
-                                result = cec;
-                              });
-        });
+    boost::system::error_code not_literal;
+    const auto literal = asio::ip::make_address(options_.host, not_literal);
+    if (!not_literal) {
+      // An address needs no resolver: asio resolves asynchronously on a thread of its own per
+      // io_context, a thread per connection that an agent and 16384 simulated ones can do
+      // without (and that ran into the machine's pid limit).
+      socket_.async_connect(tcp::endpoint(literal, options_.port),
+                            [&](boost::system::error_code cec) { result = cec; });
+    } else {
+      resolver.async_resolve(
+          options_.host, std::to_string(options_.port),
+          [&](boost::system::error_code ec, const tcp::resolver::results_type& endpoints) {
+            if (ec) {
+              result = ec;
+              return;
+            }
+            asio::async_connect(socket_, endpoints,
+                                [&](boost::system::error_code cec, const tcp::endpoint&) {
+                                  result = cec;
+                                });
+          });
+    }
     if (!run_until(deadline)) {
       resolver.cancel();
       close();

@@ -4,7 +4,10 @@
 // section between "<!-- analysis:begin -->" and "<!-- analysis:end -->" in the previous output
 // file is carried over, so that regenerating the tables keeps it.
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -208,6 +211,74 @@ void write_figure(std::ostream& out, int figure, const std::vector<Series>& all)
   }
 }
 
+// The scaling figures drawn as charts: which metric, over what (a number read from the case,
+// "256 agents" -> 256), on which axes.
+struct ChartSpec {
+  int figure;
+  const char* metric;
+  const char* x_label;
+  bool log_y;
+};
+
+constexpr ChartSpec kCharts[] = {
+    {5, "throughput", "clients", false},
+    {6, "release to every agent holding its rank", "agents", true},
+};
+
+std::string gnuplot_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Writes DIR/figureN.gp (and its data, one file per subject) for every chart with at least two
+// points of one subject; gnuplot draws DIR/figureN.svg from it. Returns the figures written.
+std::vector<int> write_charts(const std::string& dir, const std::vector<Series>& all) {
+  std::vector<int> written;
+  for (const auto& chart : kCharts) {
+    std::map<std::string, std::map<double, double>> by_subject;  // subject -> x -> median
+    std::string unit;
+    for (const auto& s : all) {
+      if (s.figure != chart.figure || s.metric != chart.metric || !s.measured ||
+          s.samples.empty()) {
+        continue;
+      }
+      const double x = std::strtod(s.case_name.c_str(), nullptr);
+      if (x <= 0) continue;
+      by_subject[s.subject][x] = median(s.samples);
+      unit = s.unit;
+    }
+    std::vector<std::string> plots;
+    int k = 0;
+    for (const auto& [subject, points] : by_subject) {
+      if (points.size() < 2) continue;
+      const auto data = fmt::format("{}/figure{}-{}.dat", dir, chart.figure, k++);
+      std::ofstream d(data);
+      for (const auto& [x, y] : points) d << x << ' ' << y << '\n';
+      plots.push_back(fmt::format("{} using 1:2 with linespoints linewidth 2 pointtype 7 title {}",
+                                  gnuplot_quote(data), gnuplot_quote(subject)));
+    }
+    if (plots.empty()) continue;
+    const auto& title = figure_texts().at(chart.figure).title;
+    std::ofstream gp(fmt::format("{}/figure{}.gp", dir, chart.figure));
+    gp << "set terminal svg size 720,420 dynamic font 'sans,12' background '#ffffff'\n"
+       << "set output " << gnuplot_quote(fmt::format("{}/figure{}.svg", dir, chart.figure)) << "\n"
+       << "set title " << gnuplot_quote(fmt::format("Figure {}. {}: {}", chart.figure, title,
+                                                    chart.metric))
+       << "\n"
+       << "set xlabel " << gnuplot_quote(chart.x_label) << "\n"
+       << "set ylabel " << gnuplot_quote(fmt::format("{}, median of the runs", unit)) << "\n"
+       << "set logscale x 2\nset grid\nset key top left\n"
+       << (chart.log_y ? "set logscale y 10\n" : "set yrange [0:*]\n")
+       << "plot " << fmt::format("{}", fmt::join(plots, ", \\\n     ")) << "\n";
+    written.push_back(chart.figure);
+  }
+  return written;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,6 +293,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "warm-up runs")->capture_default_str();
   app.add_option("--mode", mode, "full or quick")->capture_default_str();
   app.add_option("--elapsed", elapsed, "seconds the suite took");
+  std::string charts;
+  app.add_option("--charts", charts,
+                 "write gnuplot scripts for the scaling figures here (bench.sh draws them as "
+                 "SVG), and link the SVGs from the report");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -229,6 +304,8 @@ int main(int argc, char** argv) {
   }
   return guarded_main("bench_report", [&] {
     auto all = read_series(results);
+    std::vector<int> charted;
+    if (!charts.empty()) charted = write_charts(charts, all);
     const auto analysis = carried_analysis(output);
     std::ostringstream out;
     out << "# Benchmarks\n\n"
@@ -266,7 +343,15 @@ int main(int argc, char** argv) {
     }
     out << "\n";
     if (!analysis.empty()) out << analysis << "\n\n";
-    for (int f = 1; f <= 9; ++f) write_figure(out, f, all);
+    for (int f = 1; f <= 9; ++f) {
+      write_figure(out, f, all);
+      if (std::find(charted.begin(), charted.end(), f) != charted.end()) {
+        // Linked relative to the report, which bench.sh writes next to the charts directory.
+        const auto name = std::filesystem::path(charts).filename().string();
+        out << fmt::format("![Figure {}: {}]({}/figure{}.svg)\n\n", f,
+                           figure_texts().at(f).title, name, f);
+      }
+    }
     std::ofstream file(output);
     if (!file) throw Error("cannot write " + output);
     file << out.str();

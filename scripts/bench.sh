@@ -68,11 +68,30 @@ for f in "$ddprun" "$store" "$b/bench_worker" "$b/bench_launch" "$b/bench_report
 done
 
 # The report from a directory holding results.jsonl, machine.tsv and report.args.
+# The report, and with gnuplot (Debian's gnuplot-nox) the scaling figures as SVG charts in
+# charts/ next to it, linked from the report.
 report() {
+  local charts=() dir
+  dir="$(dirname "$output")/charts"
   mkdir -p "$(dirname "$output")"
+  if command -v gnuplot >/dev/null; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    charts=(--charts "$dir")
+  else
+    echo "== charts: not drawn (gnuplot is not installed; scripts/install-deps.sh installs gnuplot-nox)"
+  fi
   # shellcheck disable=SC2046  # report.args holds plain words
   "$b/bench_report" --results "$1/results.jsonl" --machine "$1/machine.tsv" --output "$output" \
-    $(cat "$1/report.args")
+    "${charts[@]}" $(cat "$1/report.args")
+  if ((${#charts[@]})); then
+    local gp
+    for gp in "$dir"/*.gp; do
+      [[ -e $gp ]] || continue
+      gnuplot "$gp"
+      echo "== chart: ${gp%.gp}.svg"
+    done
+    rm -f "$dir"/*.gp "$dir"/*.dat
+  fi
 }
 if [[ -n $report_only ]]; then
   report "$report_only"

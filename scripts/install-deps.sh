@@ -22,6 +22,7 @@ packages=(
 optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec
   openmpi-bin               # scripts/bench.sh's mpirun comparison for --hosts (benchmark only)
+  gnuplot-nox               # scripts/bench.sh's charts of the scaling figures (benchmark only)
 )
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }

@@ -142,6 +142,10 @@ std::string prefix_range_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
+json prefix_range(const std::string& prefix) {
+  return json{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_range_end(prefix))}};
+}
+
 class EtcdClient::Impl {
  public:
   Impl(std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds attempt_timeout)
@@ -157,12 +161,12 @@ class EtcdClient::Impl {
     });
   }
 
-  void watch(const std::string& key, const std::string& range_end, std::int64_t start_revision,
-             Deadline deadline, const std::function<bool(const EtcdEvent&)>& on_event) {
+  void watch(const std::string& key, std::int64_t start_revision, Deadline deadline,
+             const std::function<bool(const EtcdEvent&)>& on_event) {
     const auto started = Clock::now();
     std::int64_t next = start_revision;
     with_failover("/v3/watch", started, deadline, [&](Deadline) {
-      watch_once(key, range_end, &next, deadline, on_event);
+      watch_once(key, &next, deadline, on_event);
       return json();
     });
   }
@@ -375,13 +379,12 @@ class EtcdClient::Impl {
     return answer;
   }
 
-  void watch_once(const std::string& key, const std::string& range_end, std::int64_t* next,
-                  Deadline deadline, const std::function<bool(const EtcdEvent&)>& on_event) {
+  void watch_once(const std::string& key, std::int64_t* next, Deadline deadline,
+                  const std::function<bool(const EtcdEvent&)>& on_event) {
     beast::tcp_stream stream(io_);
     const auto connect_by = deadline.min(Deadline::after(attempt_timeout_));
     connect(stream, connect_by);
     json create{{"key", base64_encode(key)}, {"start_revision", *next}};
-    if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
     send(stream, "/v3/watch", json{{"create_request", create}}.dump(), connect_by);
 
     beast::flat_buffer buffer;
@@ -467,10 +470,9 @@ json EtcdClient::call(const std::string& path, const json& body, Deadline deadli
   return impl_->call(path, body, deadline);
 }
 
-void EtcdClient::watch(const std::string& key, const std::string& range_end,
-                       std::int64_t start_revision, Deadline deadline,
+void EtcdClient::watch(const std::string& key, std::int64_t start_revision, Deadline deadline,
                        const std::function<bool(const EtcdEvent&)>& on_event) {
-  impl_->watch(key, range_end, start_revision, deadline, on_event);
+  impl_->watch(key, start_revision, deadline, on_event);
 }
 
 void EtcdClient::interrupt() { impl_->interrupt(); }

@@ -99,12 +99,12 @@ class EtcdClient {
   // "result"). Throws TimeoutError, EtcdError, InterruptedError.
   nlohmann::json call(const std::string& path, const nlohmann::json& body, Deadline deadline);
 
-  // Watches [key, range_end) (range_end empty: the key alone) from `start_revision`, calling
-  // `on_event` for each event until it returns true. A broken stream is re-opened on the next
-  // endpoint from the revision after the last event seen. Throws TimeoutError at the deadline,
-  // EtcdError when etcd cancels the watch (e.g. the start revision was compacted).
-  void watch(const std::string& key, const std::string& range_end, std::int64_t start_revision,
-             Deadline deadline, const std::function<bool(const EtcdEvent&)>& on_event);
+  // Watches `key` from `start_revision`, calling `on_event` for each event until it returns
+  // true. A broken stream is re-opened on the next endpoint from the revision after the last
+  // event seen. Throws TimeoutError at the deadline, EtcdError when etcd cancels the watch for
+  // good (e.g. the start revision was compacted).
+  void watch(const std::string& key, std::int64_t start_revision, Deadline deadline,
+             const std::function<bool(const EtcdEvent&)>& on_event);
 
   // Thread-safe and final: the call in progress and every later call throw InterruptedError.
   void interrupt();
@@ -119,5 +119,7 @@ class EtcdClient {
 
 // The range_end that selects every key starting with `prefix` (etcd's "prefix end").
 std::string prefix_range_end(const std::string& prefix);
+// {"key", "range_end"} of a request or compare that covers every key starting with `prefix`.
+nlohmann::json prefix_range(const std::string& prefix);
 
 }  // namespace ddprun

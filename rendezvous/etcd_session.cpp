@@ -23,6 +23,28 @@ constexpr auto kEndTimeout = std::chrono::seconds(5);
 
 const char* const kAgentsDir = "agents/";
 
+struct Registration {
+  std::int64_t lease = 0;
+  std::int64_t ttl = 0;  // seconds, as etcd granted it
+};
+
+// Grants a lease of `ttl` seconds and puts the agent's marker (`marker`, a full key) on it.
+Registration register_agent(EtcdClient& client, const std::string& marker, std::int64_t ttl,
+                            Deadline deadline) {
+  auto grant = client.call("/v3/lease/grant", {{"TTL", ttl}}, deadline);
+  Registration r{json_int(grant, "ID"), json_int(grant, "TTL")};
+  if (r.lease == 0 || r.ttl <= 0) {
+    throw ProtocolError(fmt::format("etcd {}: lease grant answered {}", client.describe(),
+                                    grant.dump()));
+  }
+  client.call("/v3/kv/put",
+              {{"key", base64_encode(marker)},
+               {"value", base64_encode(std::to_string(r.lease))},
+               {"lease", std::to_string(r.lease)}},
+              deadline);
+  return r;
+}
+
 }  // namespace
 
 // Renews the lease every keep-alive interval (a third of the TTL at most, so that a renewal
@@ -96,15 +118,9 @@ class EtcdSession::Renewer {
     spdlog::warn("etcd: this agent's lease {:x} expired (no renewal reached etcd within {} s): "
                  "the other agents took it for dead; registering again with a new lease",
                  lease(), ttl_.count());
-    const auto deadline = Deadline::after(timing_.read_timeout);
-    auto grant = client_.call("/v3/lease/grant", {{"TTL", ttl_.count()}}, deadline);
-    const auto lease = json_int(grant, "ID");
-    client_.call("/v3/kv/put",
-                 {{"key", base64_encode(marker_)},
-                  {"value", base64_encode(std::to_string(lease))},
-                  {"lease", std::to_string(lease)}},
-                 deadline);
-    lease_ = lease;
+    lease_ = register_agent(client_, marker_, ttl_.count(),
+                            Deadline::after(timing_.read_timeout))
+                 .lease;
   }
 
   void fail(const std::string& message) {
@@ -186,7 +202,7 @@ class EtcdSession::Watch final : public KeepAlive {
         // one that does not within the lease's TTL is as silent as a dead one.
         bool appeared = false;
         try {
-          client_.watch(key_, "", revision + 1, Deadline::after(ttl_), [&](const EtcdEvent& e) {
+          client_.watch(key_, revision + 1, Deadline::after(ttl_), [&](const EtcdEvent& e) {
             if (e.deleted) return false;
             value = e.kv.value;
             revision = e.kv.mod_revision;
@@ -207,7 +223,7 @@ class EtcdSession::Watch final : public KeepAlive {
       bool done = false;
       while (!done) {
         try {
-          client_.watch(key_, "", revision + 1, Deadline::after(std::chrono::hours(1)),
+          client_.watch(key_, revision + 1, Deadline::after(std::chrono::hours(1)),
                         [&](const EtcdEvent& e) {
                           revision = e.kv.mod_revision;
                           if (e.deleted) {
@@ -247,21 +263,6 @@ EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTimi
   store_ = std::make_unique<EtcdStore>(options_, deadline);
   const auto wanted = std::chrono::ceil<std::chrono::seconds>(timing_.interval *
                                                               std::max(1, timing_.max_attempts));
-  auto grant = store_->client().call(
-      "/v3/lease/grant", {{"TTL", std::max<std::int64_t>(kMinLeaseTtl, wanted.count())}},
-      deadline);
-  lease_ = json_int(grant, "ID");
-  ttl_ = json_int(grant, "TTL");
-  if (lease_ == 0 || ttl_ <= 0) {
-    throw ProtocolError(fmt::format("etcd {}: lease grant answered {}", store_->describe(),
-                                    grant.dump()));
-  }
-  if (ttl_ != wanted.count()) {
-    spdlog::info("etcd: lease TTL {} s (keep-alive {} x {} asks for {} s; etcd's minimum is {} s)",
-                 ttl_, format_duration(timing_.interval), timing_.max_attempts, wanted.count(),
-                 kMinLeaseTtl);
-  }
-
   // Keys without a running agent were left by an earlier job with this run id (its last agents
   // were killed): removed before this agent registers, in one transaction that does nothing as
   // soon as any agent has registered, so a running job's keys are never touched.
@@ -270,8 +271,16 @@ EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTimi
                  "(no agent of it is running)",
                  *stale, store_->full_key(""));
   }
-  store_->put(kAgentsDir + id_, std::to_string(lease_), lease_, deadline);
-  renewer_ = std::make_unique<Renewer>(options_, store_->full_key(kAgentsDir + id_), lease_,
+  const auto marker = store_->full_key(kAgentsDir + id_);
+  const auto registered = register_agent(
+      store_->client(), marker, std::max<std::int64_t>(kMinLeaseTtl, wanted.count()), deadline);
+  ttl_ = registered.ttl;
+  if (ttl_ != wanted.count()) {
+    spdlog::info("etcd: lease TTL {} s (keep-alive {} x {} asks for {} s; etcd's minimum is {} s)",
+                 ttl_, format_duration(timing_.interval), timing_.max_attempts, wanted.count(),
+                 kMinLeaseTtl);
+  }
+  renewer_ = std::make_unique<Renewer>(options_, marker, registered.lease,
                                        std::chrono::seconds(ttl_), timing_);
 }
 

@@ -45,8 +45,6 @@ class EtcdSession {
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, RendezvousHandler::LostCallback on_lost,
                                         RendezvousHandler::ErrorCallback on_error);
 
-  std::int64_t ttl_seconds() const { return ttl_; }
-
  private:
   class Renewer;
   class Watch;
@@ -55,8 +53,7 @@ class EtcdSession {
   std::string id_;
   KeepAliveTiming timing_;
   std::unique_ptr<EtcdStore> store_;  // this thread's connection (start and end)
-  std::int64_t lease_ = 0;  // the first; the renewer holds the current one
-  std::int64_t ttl_ = 0;
+  std::int64_t ttl_ = 0;  // seconds, as etcd granted the lease (the renewer holds the lease)
   std::unique_ptr<Renewer> renewer_;
 };
 

@@ -23,20 +23,28 @@ std::string random_token() {
   return out;
 }
 
-json put_op(const std::string& key, const std::string& value, std::int64_t lease = 0) {
+json key_only(const std::string& key) { return json{{"key", base64_encode(key)}}; }
+
+// A PutRequest: on its own (/v3/kv/put) or as a transaction's operation (put_op).
+json put_request(const std::string& key, const std::string& value, std::int64_t lease = 0) {
   json put{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) put["lease"] = std::to_string(lease);
-  return json{{"request_put", put}};
+  return put;
 }
 
-json range_op(const std::string& key) {
-  return json{{"request_range", {{"key", base64_encode(key)}}}};
+json put_op(const std::string& key, const std::string& value) {
+  return json{{"request_put", put_request(key, value)}};
 }
 
-// "the key does not exist" (its create revision is 0).
-json absent(const std::string& key) {
-  return json{{"key", base64_encode(key)}, {"target", "CREATE"}, {"result", "EQUAL"},
-              {"create_revision", "0"}};
+json range_op(const std::string& key) { return json{{"request_range", key_only(key)}}; }
+
+// "no such key" over `range` (a key, or a prefix_range: a compare over a range holds for every
+// key in it, and for none when the range is empty): its create revision is 0.
+json absent(json range) {
+  range["target"] = "CREATE";
+  range["result"] = "EQUAL";
+  range["create_revision"] = "0";
+  return range;
 }
 
 json unchanged_since(const std::string& key, std::int64_t mod_revision) {
@@ -73,9 +81,7 @@ EtcdStore::~EtcdStore() = default;
 
 void EtcdStore::put(const std::string& key, const std::string& value, std::int64_t lease,
                     Deadline deadline) {
-  json body{{"key", base64_encode(full_key(key))}, {"value", base64_encode(value)}};
-  if (lease != 0) body["lease"] = std::to_string(lease);
-  client_.call("/v3/kv/put", body, deadline);
+  client_.call("/v3/kv/put", put_request(full_key(key), value, lease), deadline);
 }
 
 void EtcdStore::set(const std::string& key, const std::string& value, Deadline deadline) {
@@ -99,7 +105,7 @@ std::string EtcdStore::get(const std::string& key, Deadline deadline) {
   if (r.kv) return r.kv->value;
   std::string value;
   try {
-    client_.watch(full_key(key), "", r.revision + 1, deadline, [&](const EtcdEvent& event) {
+    client_.watch(full_key(key), r.revision + 1, deadline, [&](const EtcdEvent& event) {
       if (event.deleted) return false;
       value = event.kv.value;
       return true;
@@ -143,7 +149,7 @@ std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta, Deadline
     const auto mine = counter_prefix(key) + random_token();
     json put_counter{{"request_put",
                       {{"key", base64_encode(counter)}, {"value", ""}, {"prev_kv", true}}}};
-    json txn{{"compare", {absent(mine)}},
+    json txn{{"compare", {absent(key_only(mine))}},
              {"success", {put_counter, put_op(mine, "")}},
              {"failure", {range_op(mine)}}};
     auto answer = client_.call("/v3/kv/txn", txn, deadline);
@@ -168,7 +174,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
                                    const std::string& desired, Deadline deadline) {
   const auto full = full_key(key);
   // A missing key equals "" (as in the TCP store).
-  json txn{{"compare", {expected.empty() ? absent(full) : value_is(full, expected)}},
+  json txn{{"compare", {expected.empty() ? absent(key_only(full)) : value_is(full, expected)}},
            {"success", {put_op(full, desired)}},
            {"failure", {range_op(full)}}};
   auto answer = client_.call("/v3/kv/txn", txn, deadline);
@@ -191,10 +197,8 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
 bool EtcdStore::erase(const std::string& key, Deadline deadline) {
   const auto prefix = counter_prefix(key);
   json both{{"success",
-             {{{"request_delete_range", {{"key", base64_encode(full_key(key))}}}},
-              {{"request_delete_range",
-                {{"key", base64_encode(prefix)},
-                 {"range_end", base64_encode(prefix_range_end(prefix))}}}}}}};
+             {{{"request_delete_range", key_only(full_key(key))}},
+              {{"request_delete_range", prefix_range(prefix)}}}}};
   auto answer = client_.call("/v3/kv/txn", both, deadline);
   const auto& responses = answer.at("responses");
   return json_int(responses.at(0).at("response_delete_range"), "deleted") +
@@ -244,33 +248,20 @@ void EtcdStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
 std::int64_t EtcdStore::num_keys(Deadline deadline) { return count_prefix("", deadline); }
 
 std::int64_t EtcdStore::count_prefix(const std::string& key_prefix, Deadline deadline) {
-  const auto first = full_key(key_prefix);
-  auto answer = client_.call("/v3/kv/range",
-                             {{"key", base64_encode(first)},
-                              {"range_end", base64_encode(prefix_range_end(first))},
-                              {"count_only", true}},
-                             deadline);
-  return json_int(answer, "count");
+  auto request = prefix_range(full_key(key_prefix));
+  request["count_only"] = true;
+  return json_int(client_.call("/v3/kv/range", request, deadline), "count");
 }
 
 std::int64_t EtcdStore::erase_run(Deadline deadline) {
-  auto answer = client_.call("/v3/kv/deleterange",
-                             {{"key", base64_encode(run_prefix_)},
-                              {"range_end", base64_encode(prefix_range_end(run_prefix_))}},
-                             deadline);
-  return json_int(answer, "deleted");
+  return json_int(client_.call("/v3/kv/deleterange", prefix_range(run_prefix_), deadline),
+                  "deleted");
 }
 
 std::optional<std::int64_t> EtcdStore::erase_run_unless(const std::string& key_prefix,
                                                         Deadline deadline) {
-  const auto first = full_key(key_prefix);
-  // A compare over a range holds for every key in it, and for none when the range is empty:
-  // "create revision 0" over the range means "no such key".
-  json none{{"key", base64_encode(first)}, {"range_end", base64_encode(prefix_range_end(first))},
-            {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
-  json erase{{"request_delete_range",
-              {{"key", base64_encode(run_prefix_)},
-               {"range_end", base64_encode(prefix_range_end(run_prefix_))}}}};
+  const json none = absent(prefix_range(full_key(key_prefix)));
+  const json erase{{"request_delete_range", prefix_range(run_prefix_)}};
   auto answer = client_.call("/v3/kv/txn", {{"compare", {none}}, {"success", {erase}}}, deadline);
   if (!answer.value("succeeded", false)) return std::nullopt;
   return json_int(answer.at("responses").at(0).at("response_delete_range"), "deleted");

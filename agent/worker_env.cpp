@@ -50,6 +50,11 @@ EnvMap current_environment() {
   return env;
 }
 
+std::string env_value(const EnvMap& env, const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? std::string() : it->second;
+}
+
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,
                                                int local_rank) {
   static const std::string kToken = "${local_rank}";

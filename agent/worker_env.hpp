@@ -33,6 +33,8 @@ std::vector<std::string> to_env_strings(const EnvMap& env);
 
 // The current process's environment.
 EnvMap current_environment();
+// `key`'s value in `env`, empty when it is not set.
+std::string env_value(const EnvMap& env, const std::string& key);
 
 // Replaces every "${local_rank}" in the program arguments (torchrun's legacy substitution).
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,

@@ -7,15 +7,16 @@
 #include <limits>
 #include <span>
 
+#include "agent/worker_env.hpp"
 #include "cluster/host_list.hpp"
 #include "cluster/session_protocol.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "launcher/cpu_count.hpp"
-#include "launcher/slurm.hpp"
-#include "rendezvous/etcd_client.hpp"
 #include "launcher/gpu_count.hpp"
+#include "launcher/slurm.hpp"
 #include "launcher/value_parsers.hpp"
+#include "rendezvous/etcd_client.hpp"
 #include "rendezvous/store_auth.hpp"
 
 namespace ddprun {
@@ -55,9 +56,10 @@ class Options {
   const RawOptions& raw_;
 };
 
-std::string get_env(const std::map<std::string, std::string>& env, const std::string& key) {
-  auto it = env.find(key);
-  return it == env.end() ? std::string() : it->second;
+// --rdzv-backend's value with torchrun's other name for etcd ("etcd-v2") as "etcd".
+std::string rdzv_backend_name(std::string_view text) {
+  auto name = std::string(trim(text));
+  return name == "etcd-v2" ? "etcd" : name;
 }
 
 // An address without a port; IPv6 may be written with brackets, which are dropped.
@@ -125,9 +127,8 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
     std::tie(config.min_nodes, config.max_nodes) = parse_nnodes(v->text, v->label);
   }
   if (auto* v = options.find("rdzv-backend")) {
-    auto backend = std::string(trim(v->text));
-    if (backend == "etcd-v2") backend = "etcd";  // torchrun's other name for it
-    config.rdzv_backend = parse_choice(backend, v->label, {"static", "c10d", "etcd"});
+    config.rdzv_backend = parse_choice(rdzv_backend_name(v->text), v->label,
+                                       {"static", "c10d", "etcd"});
   }
   if (auto* v = options.find("rdzv-id")) config.rdzv_id = parse_nonempty(*v);
   if (auto* v = options.find("master-addr")) config.master_addr = parse_address(*v);
@@ -246,7 +247,7 @@ void build_program(const Options& options, const std::vector<std::string>& progr
     config.argv = program_and_args;
     return;
   }
-  std::string python = get_env(env, "PYTHON_EXEC");
+  std::string python = env_value(env, "PYTHON_EXEC");
   config.argv = {python.empty() ? "python3" : python, "-u"};
   if (config.module) config.argv.push_back("-m");
   config.argv.push_back(program_and_args.front());
@@ -423,8 +424,8 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
   RawOptions implied = raw;
   for (auto key : {"node-rank", "local-addr", "standalone"}) implied.erase(key);
   const std::string backend =
-      options.find("rdzv-backend") ? std::string(trim(options.find("rdzv-backend")->text)) : "";
-  const bool elastic = backend == "c10d" || backend == "etcd" || backend == "etcd-v2";
+      options.find("rdzv-backend") ? rdzv_backend_name(options.find("rdzv-backend")->text) : "";
+  const bool elastic = backend == "c10d" || backend == "etcd";
   if (auto* v = options.find("nnodes")) {
     auto [min_nodes, max_nodes] = parse_nnodes(v->text, v->label);
     if (!elastic && max_nodes != n) {
@@ -491,8 +492,8 @@ RawOptions with_slurm_step(const RawOptions& raw, const std::map<std::string, st
   }
   // (An agent that --hosts=slurm started is given everything: nothing to say.)
   if (!taken.empty()) {
-    out.notes.push_back(fmt::format("Slurm step {}.{}: {}{}", get_env(env, "SLURM_JOB_ID"),
-                                    get_env(env, "SLURM_STEP_ID"), fmt::join(taken, ", "),
+    out.notes.push_back(fmt::format("Slurm step {}.{}: {}{}", env_value(env, "SLURM_JOB_ID"),
+                                    env_value(env, "SLURM_STEP_ID"), fmt::join(taken, ", "),
                                     given.empty() ? "" : fmt::format("; given, so kept: {}",
                                                                      fmt::join(given, " "))));
   }

@@ -2,17 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "agent/worker_env.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 
 namespace ddprun {
 
 namespace {
-
-std::string env_or(const std::map<std::string, std::string>& env, const std::string& key) {
-  auto it = env.find(key);
-  return it == env.end() ? std::string() : it->second;
-}
 
 [[noreturn]] void bad(std::string_view what, std::string_view text, std::string_view why) {
   throw ConfigError(fmt::format("{}={}: {}", what, text, why));
@@ -121,11 +117,11 @@ int slurm_port(long long job_id) { return 20000 + static_cast<int>(job_id % 1000
 
 std::optional<std::vector<SlurmValue>> slurm_step_values(
     const std::map<std::string, std::string>& env) {
-  const auto job = env_or(env, "SLURM_JOB_ID");
-  const auto step = env_or(env, "SLURM_STEP_ID");
+  const auto job = env_value(env, "SLURM_JOB_ID");
+  const auto step = env_value(env, "SLURM_STEP_ID");
   if (job.empty() || step.empty()) return std::nullopt;
 
-  const auto tasks = env_or(env, "SLURM_STEP_TASKS_PER_NODE");
+  const auto tasks = env_value(env, "SLURM_STEP_TASKS_PER_NODE");
   for (auto count : expand_counts(tasks)) {
     if (count > 1) {
       throw ConfigError(fmt::format(
@@ -137,7 +133,7 @@ std::optional<std::vector<SlurmValue>> slurm_step_values(
   }
   const std::string list_var =
       env.count("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
-  const auto list = env_or(env, list_var);
+  const auto list = env_value(env, list_var);
   const auto nodes = expand_hostlist(list, list_var);
   const std::string count_var =
       env.count("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
@@ -148,16 +144,16 @@ std::optional<std::vector<SlurmValue>> slurm_step_values(
   }
 
   std::vector<SlurmValue> values;
-  values.push_back({"nnodes", env_or(env, count_var).empty() ? std::to_string(nodes.size())
-                                                             : env_or(env, count_var),
+  values.push_back({"nnodes", env_value(env, count_var).empty() ? std::to_string(nodes.size())
+                                                             : env_value(env, count_var),
                     count_var});
-  values.push_back({"node-rank", env_or(env, "SLURM_NODEID"), "SLURM_NODEID"});
+  values.push_back({"node-rank", env_value(env, "SLURM_NODEID"), "SLURM_NODEID"});
   values.push_back({"master-addr", nodes.front(), fmt::format("first of {}={}", list_var, list)});
   values.push_back({"master-port", std::to_string(slurm_port(*job_id)),
                     fmt::format("derived from SLURM_JOB_ID={}", job)});
   values.push_back({"rdzv-id", fmt::format("slurm-{}.{}", job, step),
                     "SLURM_JOB_ID.SLURM_STEP_ID"});
-  const auto gpus = parse_int(env_or(env, "SLURM_GPUS_ON_NODE"));
+  const auto gpus = parse_int(env_value(env, "SLURM_GPUS_ON_NODE"));
   if (gpus && *gpus > 0) {
     values.push_back({"nproc-per-node", std::to_string(*gpus), "SLURM_GPUS_ON_NODE"});
   } else {
@@ -168,8 +164,8 @@ std::optional<std::vector<SlurmValue>> slurm_step_values(
 
 std::vector<std::string> slurm_allocation_hosts(const std::map<std::string, std::string>& env,
                                                 std::string_view label) {
-  const auto list = env_or(env, "SLURM_JOB_NODELIST");
-  if (env_or(env, "SLURM_JOB_ID").empty() || list.empty()) {
+  const auto list = env_value(env, "SLURM_JOB_NODELIST");
+  if (env_value(env, "SLURM_JOB_ID").empty() || list.empty()) {
     throw ConfigError(fmt::format(
         "{}=slurm: not inside a Slurm allocation (no SLURM_JOB_ID/SLURM_JOB_NODELIST); run it in "
         "an sbatch script or an salloc shell",

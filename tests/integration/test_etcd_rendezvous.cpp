@@ -78,10 +78,7 @@ TEST_CASE("etcd rendezvous: 3 agents form a round under the run's prefix, and th
   CHECK(run.count_prefix("agents/", soon()) == 3);
   // An agent's marker holds its lease, which it keeps renewing: for twice its TTL, the
   // lease never runs out (etcd reports the time left in whole seconds, rounded up).
-  auto markers = run.client().call(
-      "/v3/kv/range", {{"key", base64_encode(run.full_key("agents/"))},
-                       {"range_end", base64_encode(prefix_range_end(run.full_key("agents/")))}},
-      soon());
+  auto markers = run.client().call("/v3/kv/range", prefix_range(run.full_key("agents/")), soon());
   const auto lease = parse_kv(markers.at("kvs").at(0)).lease;
   REQUIRE(lease != 0);
   auto time_to_live = [&] {

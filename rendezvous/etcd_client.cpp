@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/evp.h>
 #include <sys/socket.h>
 
 #include <optional>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/strings.hpp"
+#include "rendezvous/libcrypto.hpp"
 
 namespace ddprun {
 
@@ -86,7 +86,7 @@ EtcdError::EtcdError(int code, const std::string& message)
 
 std::string base64_encode(const std::string& bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+  const int n = libcrypto().evp_encode_block(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(bytes.data()),
                                 static_cast<int>(bytes.size()));
   out.resize(static_cast<std::size_t>(n));
@@ -97,7 +97,7 @@ std::string base64_decode(const std::string& text) {
   if (text.empty()) return {};
   if (text.size() % 4 != 0) throw ProtocolError(fmt::format("etcd: bad base64 '{}'", text));
   std::string out(3 * (text.size() / 4), '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+  const int n = libcrypto().evp_decode_block(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(text.data()),
                                 static_cast<int>(text.size()));
   if (n < 0) throw ProtocolError(fmt::format("etcd: bad base64 '{}'", text));

@@ -1,10 +1,5 @@
 #include "rendezvous/store_auth.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <sys/random.h>
 #include <sys/stat.h>
 
@@ -15,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "rendezvous/libcrypto.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -90,18 +86,19 @@ std::string random_secret() {
 }
 
 std::string hmac_sha256(std::string_view key, std::string_view data) {
+  const auto& crypto = libcrypto();
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-           reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
-           &size) == nullptr) {
-    throw Error(fmt::format("HMAC-SHA256 failed: OpenSSL error {}", ERR_get_error()));
+  if (crypto.hmac(crypto.evp_sha256(), key.data(), static_cast<int>(key.size()),
+                  reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
+                  &size) == nullptr) {
+    throw Error(fmt::format("HMAC-SHA256 failed: OpenSSL error {}", crypto.err_get_error()));
   }
   return std::string(reinterpret_cast<const char*>(out), size);
 }
 
 bool same_bytes(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return a.size() == b.size() && libcrypto().crypto_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 std::string client_proof(std::string_view secret, std::string_view run_id,

@@ -76,6 +76,30 @@ TEST_CASE("ddprun: with a secret, a client that does not know it cannot touch th
   CHECK_THAT(out, Contains("authentication failed"));  // the store says whom it refused
 }
 
+// libcrypto is dlopen-ed on first use (rendezvous/libcrypto.hpp), so a job without a secret
+// never pays for loading it: the agent's mappings show which.
+TEST_CASE("ddprun: libcrypto is loaded for a job with a secret, and only then", "[security]") {
+  auto maps_crypto = [](pid_t pid) {
+    for (const auto& line : read_lines(fmt::format("/proc/{}/maps", pid))) {
+      if (line.find("/libcrypto.so") != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (const bool with_secret : {false, true}) {
+    INFO("with a secret: " << with_secret);
+    TempDir dir;
+    auto flags = fake({"--nproc-per-node=1", "--master-port=" + std::to_string(free_port())});
+    if (with_secret) {
+      flags.insert(flags.begin(), "--token-file=" + write_token(dir, "token", "a-job-secret-1234"));
+    }
+    DdprunProcess p(flags, {{"FAKE_MODE", "after_file:go:0:0"}, {"FAKE_TOUCH_DIR", dir.path()}});
+    REQUIRE(wait_until([&] { return file_exists(dir.file("started_0_0")); }, kHang));
+    CHECK(maps_crypto(p.pid()) == with_secret);
+    std::ofstream(dir.file("go")).close();
+    CHECK(p.wait(kHang) == 0);
+  }
+}
+
 TEST_CASE("ddprun: two agents share the secret through DDPRUN_TOKEN; workers never see it",
           "[security]") {
   TempDir dir;

@@ -16,6 +16,8 @@
 //    every process whose environment holds this agent's marker. That covers a SIGKILLed agent,
 //    whose adopted children would otherwise pass to init. A descendant that clears its
 //    environment (env -i, some daemons' own sanitizing) escapes both only in that case.
+// When the agent ends with no child left but the guardian, it tells the guardian so ("=" on
+// the pipe) and the guardian skips that sweep: nothing of the job can be left anywhere.
 
 #include <sys/types.h>
 
@@ -33,8 +35,8 @@ class OrphanGuard {
  public:
   // Forks the guardian. Call before creating threads. Throws Error if pipe or fork fail.
   OrphanGuard();
-  // Closing the pipe is the guardian's signal: it kills the remaining groups and exits. Then
-  // the adopted daemons are ended (stop_adopted_daemons).
+  // Ends the adopted daemons (stop_adopted_daemons), then closes the pipe: the guardian's
+  // signal to kill the remaining groups, sweep (unless nothing is left) and exit.
   ~OrphanGuard();
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
@@ -50,7 +52,8 @@ class OrphanGuard {
   int fd() const { return fd_; }
 
  private:
-  void send(char op, pid_t pgid);
+  void send_line(const std::string& line);
+  bool only_guardian_left() const;
 
   int fd_ = -1;
   pid_t guardian_ = -1;

@@ -21,6 +21,8 @@
 //                        ignored) that appends "<daemon pid>\n" to $FAKE_PID_FILE and sleeps
 //                        forever; once it has, exit 0
 //   daemon_hang          the same, but the worker itself hangs
+//   group_child          like daemon, but the child only leaves the worker's process group
+//                        (setpgid), staying in its session
 //   long_line:N          write a line of N bytes, then "last" without a newline, exit 0
 //   env                  write the environment as KEY=VALUE lines to $FAKE_ENV_DIR/env_<RANK>.txt
 //   fds                  write the open descriptors as "FD TARGET" lines to
@@ -183,13 +185,18 @@ void print_lines(int count) {
 
 // A daemon, as a worker's helper that detaches itself: out of the worker's process group and
 // session, so that only a kill aimed at it (or a sweep of the agent's adopted children) ends it.
-void start_daemon() {
+// With `own_session` false it leaves only the group, as a shell's background job does.
+void start_daemon(bool own_session = true) {
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) fail(kSideFileFailed, "pipe failed");
   const pid_t child = fork();
   if (child < 0) fail(kSideFileFailed, std::string("fork failed: ") + std::strerror(errno));
   if (child == 0) {
-    ::setsid();
+    if (own_session) {
+      ::setsid();
+    } else {
+      ::setpgid(0, 0);
+    }
     ignore_polite_signals();
     if (const char* pid_file = std::getenv("FAKE_PID_FILE")) {
       int fd = ::open(pid_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -335,6 +342,10 @@ int number(std::string_view mode, std::string_view text) {
   if ((name == "daemon" || name == "daemon_hang") && args == 0) {
     start_daemon();
     if (name == "daemon_hang") sleep_forever();
+    std::_Exit(0);
+  }
+  if (name == "group_child" && args == 0) {
+    start_daemon(false);
     std::_Exit(0);
   }
   if (name == "fds" && args == 0) fds_mode();

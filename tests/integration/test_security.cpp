@@ -201,6 +201,21 @@ TEST_CASE("ddprun: daemons that workers start in sessions of their own end with 
   CHECK(wait_until_dead(pids, kHang));
 }
 
+// Such a child stays in the agent's session, so the agent's own sweep (other sessions) leaves
+// it; the guardian's sweep ends it, and the agent must not tell the guardian that nothing is
+// left while it still has a child.
+TEST_CASE("ddprun: a worker's child in a process group of its own ends with the job",
+          "[security]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  DdprunProcess p(fake({"--nproc-per-node=1", "--master-port=" + std::to_string(free_port())}),
+                  {{"FAKE_MODE", "group_child"}, {"FAKE_PID_FILE", pid_file}});
+  CHECK(p.wait(kHang) == 0);
+  const auto pids = read_lines(pid_file);
+  REQUIRE(pids.size() == 1);
+  CHECK(wait_until_dead(pids, kHang));
+}
+
 namespace {
 
 // A program on a port that is not a ddprun store: it answers every connection as a web

@@ -8,14 +8,17 @@
 #                    spawn, its default) with /bin/true, mpirun without tree spawn, then both
 #                    with a worker that writes its start time to a file per rank.
 #   simulated hosts  N = 256, 1024: tests/support/local_ssh.sh as --ssh-command (every agent runs
-#                    on this machine), /bin/true; the time, and the peak number of processes.
-#                    Since 6169e69 ddprun uses a tree beyond --tree-threshold (64) hosts.
+#                    on this machine), /bin/true; the time, and the peak number of processes. Per
+#                    round, flat fan-out (--tree-threshold above N) and the tree (--tree-threshold=1)
+#                    one after the other. --sim-delay S puts S seconds of waiting before every
+#                    simulated login (bench/delayed_ssh.sh): the part of a real login that is
+#                    network round trips and the remote host's CPU, which costs the command's
+#                    host nothing, so the fan-out's depth shows apart from this machine's CPU.
 #
-#   bench/hosts_launch.sh [--ssh-hosts 2,8,32|none] [--simulated 256,1024|none] [--runs 5]
-#                         [--warmup 1] [--ddprun PATH] [--ddprun-flag FLAG]... [--mpirun PATH|none]
-#                         [--keep-results DIR]
-#   --ddprun-flag adds FLAG to every ddprun command, e.g. --ddprun-flag=--tree-threshold=100000
-#   for the flat fan-out where ddprun has a tree.
+#   bench/hosts_launch.sh [--ssh-hosts 2,8,32|none] [--simulated 256,1024|none] [--sim-delay 0]
+#                         [--runs 5] [--warmup 1] [--ddprun PATH] [--ddprun-flag FLAG]...
+#                         [--mpirun PATH|none] [--keep-results DIR]
+#   --ddprun-flag adds FLAG to every ddprun command.
 #
 # Every series is the median of --runs recorded rounds after --warmup rounds, with min and max;
 # the rounds interleave the launchers. The tables (Markdown) go to stdout, progress to stderr.
@@ -163,6 +166,7 @@ fi
 # --- the command line --------------------------------------------------------------------------
 ssh_sizes=2,8,32
 sim_sizes=256,1024
+sim_delay=0
 runs=5
 warmup=1
 ddprun=${BUILD_DIR:-$here/build}/launcher/ddprun
@@ -175,6 +179,8 @@ while [[ $# -gt 0 ]]; do
     --ssh-hosts=*) ssh_sizes=${1#*=} ;;
     --simulated) sim_sizes=$2; shift ;;
     --simulated=*) sim_sizes=${1#*=} ;;
+    --sim-delay) sim_delay=$2; shift ;;
+    --sim-delay=*) sim_delay=${1#*=} ;;
     --runs) runs=$2; shift ;;
     --runs=*) runs=${1#*=} ;;
     --warmup) warmup=$2; shift ;;
@@ -239,44 +245,50 @@ fi
 # --- simulated hosts: every agent on this machine ---------------------------------------------
 count_processes() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 if [[ -n $sim_sizes ]]; then
+  ssh_sim=("$here/tests/support/local_ssh.sh")
+  if [[ $sim_delay != 0 ]]; then ssh_sim=("$here/bench/delayed_ssh.sh" "$sim_delay"); fi
   IFS=, read -ra sizes <<<"$sim_sizes"
   for n in "${sizes[@]}"; do
     hosts=$(seq -f 'h%g' 1 "$n" | paste -sd,)
-    echo "== $n simulated hosts: $((warmup + runs)) rounds" >&2
+    echo "== $n simulated hosts: $((warmup + runs)) rounds, flat and tree" >&2
     t_size=$SECONDS
     for round in $(seq 1 $((warmup + runs))); do
-      o=$work/run
-      port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-      base=$(count_processes)
-      # The peak number of processes, looked at every 50 ms (about 1 ms of CPU each time).
-      ( peak=0
-        trap 'echo "$peak" >"$work/peak"; exit 0' TERM
-        while :; do
-          p=(/proc/[0-9]*)
-          ((${#p[@]} > peak)) && peak=${#p[@]}
-          sleep 0.05
-        done ) &
-      sampler=$!
-      c0=$(cpu_busy) s0=$(cpu_steal) t0=$EPOCHREALTIME
-      run_bounded "$limit" "$o.out" "$o.err" "$ddprun" --hosts="$hosts" \
-        --ssh-command="$here/tests/support/local_ssh.sh" --master-addr=127.0.0.1 \
-        --master-port="$port" --connect-timeout=120 --nproc-per-node=1 "${ddprun_flags[@]}" \
-        --no-python /bin/true
-      t=$(since "$t0") c=$(cpu_since "$c0") st=$(steal_since "$s0")
-      kill -TERM "$sampler"
-      wait "$sampler" || true
-      sampler=""
-      if ((rc != 0)); then
-        failed_run "$n" sim "$o.err" "exit code $rc after $t s ($st s of CPU stolen by the hypervisor)"
-        continue
-      fi
-      ((round > warmup)) || continue
-      record "$n" sim.wall "$t"
-      record "$n" sim.cpu "$c"
-      record "$n" sim.steal "$st"
-      r=$(ready_time "$o.err")
-      if [[ -n $r ]]; then record "$n" sim.ready "$r"; fi
-      record "$n" sim.procs "$(($(cat "$work/peak") - base))"
+      for shape in flat tree; do
+        o=$work/run
+        threshold=1
+        [[ $shape == flat ]] && threshold=$((n + 1))
+        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        base=$(count_processes)
+        # The peak number of processes, looked at every 50 ms (about 1 ms of CPU each time).
+        ( peak=0
+          trap 'echo "$peak" >"$work/peak"; exit 0' TERM
+          while :; do
+            p=(/proc/[0-9]*)
+            ((${#p[@]} > peak)) && peak=${#p[@]}
+            sleep 0.05
+          done ) &
+        sampler=$!
+        c0=$(cpu_busy) s0=$(cpu_steal) t0=$EPOCHREALTIME
+        run_bounded "$limit" "$o.out" "$o.err" "$ddprun" --hosts="$hosts" \
+          --ssh-command="${ssh_sim[*]}" --master-addr=127.0.0.1 \
+          --master-port="$port" --connect-timeout=120 --nproc-per-node=1 \
+          --tree-threshold="$threshold" "${ddprun_flags[@]}" --no-python /bin/true
+        t=$(since "$t0") c=$(cpu_since "$c0") st=$(steal_since "$s0")
+        kill -TERM "$sampler"
+        wait "$sampler" || true
+        sampler=""
+        if ((rc != 0)); then
+          failed_run "$n" "sim_$shape" "$o.err" "exit code $rc after $t s ($st s of CPU stolen by the hypervisor)"
+          continue
+        fi
+        ((round > warmup)) || continue
+        record "$n" "$shape.wall" "$t"
+        record "$n" "$shape.cpu" "$c"
+        record "$n" "$shape.steal" "$st"
+        r=$(ready_time "$o.err")
+        if [[ -n $r ]]; then record "$n" "$shape.ready" "$r"; fi
+        record "$n" "$shape.procs" "$(($(cat "$work/peak") - base))"
+      done
     done
     echo "   $((SECONDS - t_size)) s" >&2
   done
@@ -334,13 +346,13 @@ if [[ -n $ssh_sizes ]]; then
 fi
 if [[ -n $sim_sizes ]]; then
   echo
-  echo "| simulated hosts | ddprun, end to end | all hosts ready | ready to exit | CPU time used | stolen | peak processes (median, max) |"
-  echo "|--:|--:|--:|--:|--:|--:|--:|"
+  echo "Simulated hosts, $(if [[ $sim_delay == 0 ]]; then echo "no delay in the stand-in"; else echo "the stand-in waiting ${sim_delay} s before every login"; fi):"
+  echo
+  echo "| simulated hosts | flat: end to end | flat: all hosts ready | tree: end to end | tree: all hosts ready | flat / tree, ready | CPU time used: flat; tree | peak processes: flat; tree |"
+  echo "|--:|--:|--:|--:|--:|--:|--:|--:|"
   IFS=, read -ra sizes <<<"$sim_sizes"
   for n in "${sizes[@]}"; do
-    rest=$(awk -v a="$(series_stat "$n" sim.ready median)" -v b="$(series_stat "$n" sim.wall median)" \
-      'BEGIN{if (a == "" || b == "") print "-"; else printf (b - a >= 10 ? "%.1f" : "%.2f"), b - a}')
-    echo "| $n | $(cell "$n" sim.wall) | $(cell "$n" sim.ready) | $rest | $(cell "$n" sim.cpu) | $(cell "$n" sim.steal) | $(series_stat "$n" sim.procs median), $(series_stat "$n" sim.procs max) |"
+    echo "| $n | $(cell "$n" flat.wall) | $(cell "$n" flat.ready) | $(cell "$n" tree.wall) | $(cell "$n" tree.ready) | $(ratio "$n" tree.ready flat.ready) | $(fmt "$(series_stat "$n" flat.cpu median)"); $(fmt "$(series_stat "$n" tree.cpu median)") | $(series_stat "$n" flat.procs median); $(series_stat "$n" tree.procs median) |"
   done
 fi
 if [[ -s $work/failures.tsv ]]; then

@@ -37,6 +37,7 @@ struct RunTimes {
   double closed_s = 0;   // release to the round's "closed" record
   double all_s = 0;      // release to the last agent holding its rank
   int processes = 0;
+  long agents_kib = 0;   // the agent processes' peak RSS, summed
 };
 
 std::unique_ptr<Store> connect(const StoreTarget& target, const std::string& run_id) {
@@ -109,6 +110,9 @@ RunTimes run_once(const Context& c, int n) {
       throw Error(fmt::format("agent process {} exited {}:\n{}", p, code, tail(logs[p], 5)));
     }
     last = std::max(last, std::strtod(out.c_str() + at + 7, nullptr));
+    if (const auto rss = out.find("PEAK_RSS_KIB "); rss != std::string::npos) {
+      t.agents_kib += std::strtol(out.c_str() + rss + 13, nullptr, 10);
+    }
     std::ifstream in(rank_files[p]);
     for (int r = 0; in >> r;) ranks.push_back(r);
   }
@@ -173,20 +177,33 @@ int main(int argc, char** argv) {
     c.dir = &dir;
     c.per_process = static_cast<int>(std::max(1L, (limit - 200) / kFdsPerAgent));
     for (int n : agents) {
-      Series all, closed, conn;
-      all.figure = closed.figure = conn.figure = 6;
-      all.case_name = closed.case_name = conn.case_name = fmt::format("{} agents", n);
-      all.subject = closed.subject = conn.subject = subject;
-      all.unit = closed.unit = conn.unit = "s";
+      Series all, closed, conn, agent_mem, store_mem;
+      for (auto* s : {&all, &closed, &conn, &agent_mem, &store_mem}) {
+        s->figure = 6;
+        s->case_name = fmt::format("{} agents", n);
+        s->subject = subject;
+        s->unit = "s";
+      }
       all.metric = "release to every agent holding its rank";
-      if (n == 4096 && !etcd) {
+      if ((n == 4096 || n == 16384) && !etcd) {
         all.target_max = 3;
-        all.target_text = "4096 agents in <= 3 s on 2 cores";
+        all.target_text = fmt::format("{} agents in <= 3 s on 2 cores", n);
       }
       closed.metric = "release to the round closed";
       closed.note = "the N-th join closed the round (a watcher's get of r/0/closed)";
       conn.metric = "starting the agent processes, connecting N clients";
       conn.note = "before the release; not part of the figure";
+      agent_mem.metric = "memory per simulated agent";
+      agent_mem.unit = "KiB";
+      agent_mem.note = "the agent processes' peak RSS (VmHWM) summed, over N: a thread (its "
+                       "touched stack pages), its store client and its round's data; a real "
+                       "agent is a process of its own (figure 4)";
+      store_mem.metric = "store server memory per agent";
+      store_mem.unit = "KiB";
+      store_mem.subject = "ddprun-store";
+      store_mem.compare_with = "none";
+      store_mem.note = "the ddprun-store process's peak RSS (VmHWM) over N: one connection "
+                       "and the round's keys per agent";
       int processes = 0;
       repeat(common, [&](int i, bool recorded) {
         c.run_id = fmt::format("bench{}-{}", n, i);
@@ -206,6 +223,8 @@ int main(int argc, char** argv) {
                          std::to_string(c.target.port), "--log-level", "warn"}, {}, log});
           try {
             t = run_once(c, n);
+            if (recorded) store_mem.samples.push_back(
+                static_cast<double>(status_kib(server.pid(), "VmHWM")) / n);
           } catch (const std::exception& e) {
             dir.keep();
             throw Error(fmt::format("{} agents: {}; store output ({}):\n{}", n, e.what(), log,
@@ -219,10 +238,12 @@ int main(int argc, char** argv) {
         all.samples.push_back(t.all_s);
         closed.samples.push_back(t.closed_s);
         conn.samples.push_back(t.connect_s);
+        agent_mem.samples.push_back(static_cast<double>(t.agents_kib) / n);
       });
       all.note = fmt::format("the figure: join_round returned in all N threads ({} process{}, "
                              "RLIMIT_NOFILE {})", processes, processes == 1 ? "" : "es", limit);
-      for (const auto* s : {&all, &closed, &conn}) append_series(common.results, *s);
+      for (const auto* s : {&all, &closed, &conn, &agent_mem}) append_series(common.results, *s);
+      if (!store_mem.samples.empty()) append_series(common.results, store_mem);
     }
   });
 }

@@ -188,6 +188,9 @@ int run_agent_process(const AgentProcessOptions& o) {
   std::ofstream out(o.ranks_file);
   for (int r : ranks) out << r << '\n';
   std::printf("RESULT %.9f\n", *std::max_element(done.begin(), done.end()));
+  // The process's peak resident memory: every agent's client, thread and buffers were alive
+  // at once (all joined the same round), so this is what `count` agents cost together.
+  std::printf("PEAK_RSS_KIB %ld\n", status_kib(getpid(), "VmHWM"));
   return 0;
 }
 

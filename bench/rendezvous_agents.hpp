@@ -7,8 +7,9 @@
 //   <run id>-sync); the one that brings it to N sets "all_ready"; the coordinator takes the
 //   start time and sets "go", which every process waits for (server-side) before releasing
 //   its agents.
-// A process prints "RESULT <CLOCK_MONOTONIC when its last agent had its rank>" and writes its
-// agents' group ranks, one per line, to `ranks_file`; or prints "ERROR <message>" and exits 1.
+// A process prints "RESULT <CLOCK_MONOTONIC when its last agent had its rank>" and
+// "PEAK_RSS_KIB <its VmHWM>", and writes its agents' group ranks, one per line, to
+// `ranks_file`; or prints "ERROR <message>" and exits 1.
 
 #include <cstdint>
 #include <memory>

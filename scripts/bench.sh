@@ -114,11 +114,13 @@ if [[ $quick = 1 ]]; then
   runs=(--runs 1 --warmup 0); report_runs=(--runs 1 --warmup 0)
   torchrun_launch=fast; torchrun_memory=fast
   store_args=(--clients 1 16 --seconds 0.1 --diagnostic); rdzv_args=(--agents 64 256)
+  etcd_rdzv_args=(--agents 64 256)
   worker_sleep=0.5; keepalive=(--interval 0.3 --attempts 3 --last-call 0.1)
 else
   runs=(--runs 5 --warmup 1); report_runs=(--runs 5 --warmup 1)
   torchrun_launch=default,fast; torchrun_memory=fast
-  store_args=(--clients 1 16 64 --seconds 1 --diagnostic); rdzv_args=(--agents 256 1024 4096)
+  store_args=(--clients 1 16 64 --seconds 1 --diagnostic)
+  rdzv_args=(--agents 256 1024 4096 16384); etcd_rdzv_args=(--agents 256 1024 4096)
   worker_sleep=2; keepalive=(--interval 1 --attempts 3 --last-call 0.1)
 fi
 
@@ -176,7 +178,7 @@ if want 6; then
     "${rdzv_args[@]}" --results "$results" "${runs[@]}"
   if [[ $have_etcd = 1 ]]; then
     step "figure 6: rendezvous at scale, over etcd" "$b/bench_rendezvous" --etcd-members 3 \
-      "${rdzv_args[@]}" --results "$results" "${runs[@]}"
+      "${etcd_rdzv_args[@]}" --results "$results" "${runs[@]}"
   else
     not_measured 6 "256 agents" "release to every agent holding its rank" \
       "ddprun over etcd (3 members)" s true "$etcd_missing" ""

@@ -1,5 +1,7 @@
 // bench_launch: the launcher figures that time whole commands.
-//   --figure launch    figure 1: 4 trivial workers (`true`), one node, wall time of the command
+//   --figure launch    figure 1: 4 trivial workers (`true`), one node, wall time of the command;
+//                      with --floor, also 1..32 workers, each next to the floor (spawn_floor:
+//                      posix_spawn N `true` and wait), for the chart of launch over workers
 //   --figure restart   figure 2: 4 workers, rank 0 exits 3 on the first attempt,
 //                      --max-restarts=1: wall time, and failure-to-restart time
 //   --figure two-node  figure 3: 2 agents on 127.0.0.1 (2 + 1 workers): launch to all workers
@@ -31,6 +33,7 @@ struct Context {
   LauncherOptions launcher_options;
   std::vector<Launcher> launchers;
   std::string worker;
+  std::string floor;  // the spawn_floor binary; empty: no floor rows
   std::unique_ptr<TempDir> dir;
   int run_counter = 0;
 };
@@ -56,7 +59,7 @@ struct Table {
   Series& get(int figure, const std::string& case_name, const std::string& metric,
               const std::string& subject, const std::string& note = "") {
     for (auto& s : rows) {
-      if (s.metric == metric && s.subject == subject) return s;
+      if (s.case_name == case_name && s.metric == metric && s.subject == subject) return s;
     }
     Series s;
     s.figure = figure;
@@ -106,9 +109,41 @@ void breakdown(Table& t, const std::string& case_name, const std::string& subjec
   }
 }
 
+constexpr const char* kFloor = "floor: posix_spawn N `true` and wait (spawn_floor, C)";
+
+std::string workers_case(int n) {
+  return fmt::format("{} worker{} (`true`), one node", n, n == 1 ? "" : "s");
+}
+
+// Launch over the number of workers: ddprun and the floor, interleaved; 4 is figure 1's own case.
+void launch_scaling(Context& ctx, Table& t) {
+  const std::vector<int> counts{1, 2, 4, 8, 16, 32};
+  repeat(ctx.common, [&](int, bool recorded) {
+    for (int n : counts) {
+      for (const bool floor : {false, true}) {
+        if (!floor && n == 4) continue;  // measured above, with the other launchers
+        auto dir = run_dir(ctx);
+        const auto log = dir + "/out.log";
+        NodeArgs node;
+        node.nproc = n;
+        node.port = free_port();
+        const auto argv = floor ? std::vector<std::string>{ctx.floor, std::to_string(n), "true"}
+                                : command(ctx.launchers.front(), node, {"true"});
+        const double start = mono_now();
+        Child c({argv, {}, log});
+        expect_exit(c.wait(120s), 0, floor ? "spawn_floor" : "ddprun", log);
+        if (!recorded) continue;
+        auto& s = t.get(1, workers_case(n), "wall time", floor ? kFloor : "ddprun");
+        if (floor) s.note = "the same wall time for a C program that does only the spawns and waits";
+        s.samples.push_back(ms(c.exit_mono() - start));
+      }
+    }
+  });
+}
+
 void figure_launch(Context& ctx) {
   Table t;
-  const std::string case_name = "4 workers (`true`), one node";
+  const std::string case_name = workers_case(4);
   // One more ddprun subject, with --events-file: the same launch, taken apart.
   auto subjects = ctx.launchers;
   Launcher traced = subjects.front();
@@ -140,6 +175,7 @@ void figure_launch(Context& ctx) {
     s->target_ratio = 100;
     s->target_text = "<= 20 ms median; >= 100x faster than torchrun (default interval)";
   }
+  if (!ctx.floor.empty()) launch_scaling(ctx, t);
   t.write(ctx.common.results);
 }
 
@@ -264,6 +300,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"launch", "restart", "two-node"}));
   app.add_option("--worker", ctx.worker, "the bench_worker binary")->required();
+  app.add_option("--floor", ctx.floor,
+                 "the spawn_floor binary: figure 1 also over 1..32 workers, next to the floor");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -221,6 +221,7 @@ struct ChartSpec {
 };
 
 constexpr ChartSpec kCharts[] = {
+    {1, "wall time", "workers", false},
     {5, "throughput", "clients", false},
     {6, "release to every agent holding its rank", "agents", true},
 };

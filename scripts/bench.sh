@@ -63,7 +63,7 @@ fi
 b=$build/bench
 ddprun=$build/launcher/ddprun
 store=$build/rendezvous/ddprun-store
-for f in "$ddprun" "$store" "$b/bench_worker" "$b/bench_launch" "$b/bench_report"; do
+for f in "$ddprun" "$store" "$b/bench_worker" "$b/spawn_floor" "$b/bench_launch" "$b/bench_report"; do
   [[ -x $f ]] || { echo "bench.sh: $f is missing; build the bench_programs target" >&2; exit 2; }
 done
 
@@ -153,7 +153,8 @@ step() {  # name, command...
 launch=("$b/bench_launch" --ddprun "$ddprun" --python "$python" --worker "$b/bench_worker"
         --results "$results" "${runs[@]}")
 
-want 1 && step "figure 1: launch overhead" "${launch[@]}" --figure launch --torchrun "$torchrun_launch"
+want 1 && step "figure 1: launch overhead" "${launch[@]}" --figure launch --torchrun "$torchrun_launch" \
+  --floor "$b/spawn_floor"
 want 2 && step "figure 2: restart latency" "${launch[@]}" --figure restart --torchrun "$torchrun_launch"
 want 3 && step "figure 3: two-node start" "${launch[@]}" --figure two-node --torchrun "$torchrun_launch"
 want 4 && step "figure 4: agent memory" "$b/bench_memory" --ddprun "$ddprun" --python "$python" \

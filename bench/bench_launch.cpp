@@ -109,7 +109,7 @@ void breakdown(Table& t, const std::string& case_name, const std::string& subjec
   }
 }
 
-constexpr const char* kFloor = "floor: posix_spawn N `true` and wait (spawn_floor, C)";
+constexpr const char* kFloor = "floor: spawn_floor (C), posix_spawn N true and wait";
 
 std::string workers_case(int n) {
   return fmt::format("{} worker{} (`true`), one node", n, n == 1 ? "" : "s");
@@ -134,7 +134,7 @@ void launch_scaling(Context& ctx, Table& t) {
         expect_exit(c.wait(120s), 0, floor ? "spawn_floor" : "ddprun", log);
         if (!recorded) continue;
         auto& s = t.get(1, workers_case(n), "wall time", floor ? kFloor : "ddprun");
-        if (floor) s.note = "the same wall time for a C program that does only the spawns and waits";
+        if (floor) s.note = "the floor's row: a C program that only spawns the workers and waits";
         s.samples.push_back(ms(c.exit_mono() - start));
       }
     }

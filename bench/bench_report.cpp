@@ -226,11 +226,14 @@ constexpr ChartSpec kCharts[] = {
     {6, "release to every agent holding its rank", "agents", true},
 };
 
+// A gnuplot string. gnuplot runs `...` in a command line as a shell command, even inside
+// quotes, so backquotes (Markdown's code marks in case names) become plain quotes (a path
+// holding one would not be found: bench.sh's paths hold none).
 std::string gnuplot_quote(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    out += c == '`' ? '\'' : c;
   }
   return out + "\"";
 }
@@ -265,7 +268,9 @@ std::vector<int> write_charts(const std::string& dir, const std::vector<Series>&
     if (plots.empty()) continue;
     const auto& title = figure_texts().at(chart.figure).title;
     std::ofstream gp(fmt::format("{}/figure{}.gp", dir, chart.figure));
-    gp << "set terminal svg size 720,420 dynamic font 'sans,12' background '#ffffff'\n"
+    // noenhanced: names such as spawn_floor are text, not subscripts.
+    gp << "set terminal svg size 720,420 dynamic noenhanced font 'sans,12' background "
+          "'#ffffff'\n"
        << "set output " << gnuplot_quote(fmt::format("{}/figure{}.svg", dir, chart.figure)) << "\n"
        << "set title " << gnuplot_quote(fmt::format("Figure {}. {}: {}", chart.figure, title,
                                                     chart.metric))

@@ -1,10 +1,12 @@
 #include "support/etcd_cluster.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #include <boost/asio.hpp>
@@ -34,6 +36,26 @@ void skip_unless_etcd() {
 }
 
 EtcdCluster::EtcdCluster(int members) {
+  // The ports are picked free and then handed to etcd: in between another process may take
+  // one (tests run in parallel), and that member exits at once with "address already in use".
+  // Then every member starts again on new ports, a few times.
+  constexpr int kAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    const auto failure = start(members);
+    if (failure.empty()) return;
+    for (int i = 0; i < size(); ++i) {
+      if (alive(i)) kill(i);
+    }
+    if (attempt == kAttempts || failure.find("address already in use") == std::string::npos) {
+      throw std::runtime_error(failure);
+    }
+  }
+}
+
+std::string EtcdCluster::start(int members) {
+  client_ports_.clear();
+  peer_ports_.clear();
+  pids_.clear();
   std::vector<std::string> peers;
   for (int i = 0; i < members; ++i) {
     client_ports_.push_back(free_port());
@@ -42,20 +64,31 @@ EtcdCluster::EtcdCluster(int members) {
   }
   const std::string token = fmt::format("ddprun-test-{}", getpid());
   for (int i = 0; i < members; ++i) {
+    const auto data = dir_.file(fmt::format("m{}", i));
+    std::filesystem::remove_all(data);  // a failed start's
     const auto client = fmt::format("http://127.0.0.1:{}", client_ports_[i]);
     const auto peer = fmt::format("http://127.0.0.1:{}", peer_ports_[i]);
     const std::string command = fmt::format(
         "exec {} --name m{} --data-dir {} --listen-client-urls {} --advertise-client-urls {} "
         "--listen-peer-urls {} --initial-advertise-peer-urls {} --initial-cluster {} "
         "--initial-cluster-state new --initial-cluster-token {} >{} 2>&1",
-        etcd_binary(), i, dir_.file(fmt::format("m{}", i)), client, client, peer, peer,
+        etcd_binary(), i, data, client, client, peer, peer,
         fmt::format("{}", fmt::join(peers, ",")), token, dir_.file(fmt::format("m{}.log", i)));
     pids_.push_back(spawn({"/bin/sh", "-c", command}));
   }
   for (int i = 0; i < members; ++i) {
     EtcdClient client({EtcdEndpoint{"127.0.0.1", client_ports_[static_cast<std::size_t>(i)]}});
+    int exited = -1;  // a member that ended while the others were awaited
     const bool healthy = wait_until(
         [&] {
+          for (int m = 0; m < members; ++m) {
+            auto& pid = pids_[static_cast<std::size_t>(m)];
+            if (pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == pid) {
+              pid = -1;
+              exited = m;
+              return true;
+            }
+          }
           try {
             // Asked with "has leader" metadata: answers once the member knows its leader.
             client.call("/v3/maintenance/status", nlohmann::json::object(),
@@ -66,11 +99,15 @@ EtcdCluster::EtcdCluster(int members) {
           }
         },
         60s);
+    if (exited >= 0) {
+      return fmt::format("etcd member m{} exited while starting:\n{}", exited, log_tail(exited));
+    }
     if (!healthy) {
-      throw std::runtime_error(
-          fmt::format("etcd member m{} did not become healthy within 60 s:\n{}", i, log_tail(i)));
+      return fmt::format("etcd member m{} did not become healthy within 60 s:\n{}", i,
+                         log_tail(i));
     }
   }
+  return {};
 }
 
 EtcdCluster::~EtcdCluster() {

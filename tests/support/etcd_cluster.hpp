@@ -21,7 +21,8 @@ void skip_unless_etcd();
 class EtcdCluster {
  public:
   // Starts the members and waits until every one answers with a leader (60 s at most; throws
-  // std::runtime_error with the members' log tails otherwise).
+  // std::runtime_error with the members' log tails otherwise). A member that cannot bind its
+  // port (taken since it was picked) makes all start again on new ports, up to 4 times.
   explicit EtcdCluster(int members = 3);
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
@@ -45,6 +46,9 @@ class EtcdCluster {
   std::string log_tail(int member) const;
 
  private:
+  // One try: "" when every member answers with a leader, else what went wrong.
+  std::string start(int members);
+
   TempDir dir_;
   std::vector<std::uint16_t> client_ports_;
   std::vector<std::uint16_t> peer_ports_;

@@ -84,13 +84,16 @@ struct EtcdEvent {
   EtcdKv kv;
 };
 
+// The default bound on one try on one endpoint (EtcdClient's attempt_timeout).
+inline constexpr std::chrono::milliseconds kEtcdAttemptTimeout = std::chrono::seconds(5);
+
 class EtcdClient {
  public:
   // One try on one endpoint is bounded by `attempt_timeout` even when the call's deadline is
   // later, so that a member that accepts requests and never answers them (stopped, or cut off
   // from the others without noticing yet) costs this long before the next endpoint is tried.
   explicit EtcdClient(std::vector<EtcdEndpoint> endpoints,
-                      std::chrono::milliseconds attempt_timeout = std::chrono::seconds(5));
+                      std::chrono::milliseconds attempt_timeout = kEtcdAttemptTimeout);
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;

@@ -199,21 +199,44 @@ class EtcdSession::Watch final : public KeepAlive {
       }
       if (!value) {
         // The member puts its key when its keep-alive starts, moments after the round closed;
-        // one that does not within the lease's TTL is as silent as a dead one.
+        // one that has not within the lease's TTL is as silent as a dead one, with two
+        // allowances for an etcd member's death at that moment: a put already sent to a member
+        // that lost its leader waits out one try (kEtcdAttemptTimeout) before it goes to
+        // another, and while etcd has no leader (the election) nobody can register, just as no
+        // lease can expire, so that time does not count.
+        const auto since = revision + 1;
         bool appeared = false;
-        try {
-          client_.watch(key_, revision + 1, Deadline::after(ttl_), [&](const EtcdEvent& e) {
-            if (e.deleted) return false;
-            value = e.kv.value;
-            revision = e.kv.mod_revision;
-            appeared = true;
-            return true;
-          });
-        } catch (const TimeoutError&) {
+        std::chrono::milliseconds budget = ttl_ + kEtcdAttemptTimeout;
+        const auto give_up = Deadline::after(budget + timing_.read_timeout);
+        while (!appeared && budget.count() > 0) {
+          if (give_up.expired()) {
+            on_error_(fmt::format("keep-alive: etcd had no leader for most of {} while node {} "
+                                  "was to register its lease",
+                                  format_duration(ttl_ + kEtcdAttemptTimeout +
+                                                  timing_.read_timeout),
+                                  member_));
+            return;
+          }
+          const auto slice = std::min<std::chrono::milliseconds>(budget, std::chrono::seconds(1));
+          const auto started = std::chrono::steady_clock::now();
+          try {
+            client_.watch(key_, since, Deadline::after(slice), [&](const EtcdEvent& e) {
+              if (e.deleted) return false;
+              value = e.kv.value;
+              revision = e.kv.mod_revision;
+              appeared = true;
+              return true;
+            });
+          } catch (const TimeoutError&) {
+          }
+          if (!appeared && serving()) {
+            budget -= std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - started);
+          }
         }
         if (!appeared) {
           spdlog::warn("keep-alive: node {} never registered its etcd lease within {}", member_,
-                       format_duration(ttl_));
+                       format_duration(ttl_ + kEtcdAttemptTimeout));
           on_lost_(member_);
           return;
         }
@@ -243,6 +266,18 @@ class EtcdSession::Watch final : public KeepAlive {
     } catch (const InterruptedError&) {
     } catch (const std::exception& e) {
       on_error_(fmt::format("keep-alive: watching node {} in etcd: {}", member_, e.what()));
+    }
+  }
+
+  // Whether etcd answers now with a leader (the client asks with "has leader" metadata).
+  bool serving() {
+    try {
+      client_.call("/v3/maintenance/status", json::object(), Deadline::after(timing_.interval));
+      return true;
+    } catch (const InterruptedError&) {
+      throw;
+    } catch (const Error&) {
+      return false;
     }
   }
 

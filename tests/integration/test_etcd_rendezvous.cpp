@@ -134,6 +134,8 @@ TEST_CASE("etcd rendezvous: the etcd leader is SIGKILLed mid-job and the job fin
   CHECK(a->wait() == 0);
   CHECK(b->wait() == 0);
   CHECK(d->wait() == 0);
+  INFO("agent a:\n" << a->output() << "\nagent b:\n" << b->output() << "\nagent d:\n"
+                     << d->output());
   for (const char* name : {"a", "b", "d"}) {
     CHECK(c.read(name, "rendezvous_completed").size() == 1);
     REQUIRE(c.read(name, "job_finished").size() == 1);

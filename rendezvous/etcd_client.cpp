@@ -146,6 +146,14 @@ json prefix_range(const std::string& prefix) {
   return json{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_range_end(prefix))}};
 }
 
+json key_only(const std::string& key) { return json{{"key", base64_encode(key)}}; }
+
+json put_request(const std::string& key, const std::string& value, std::int64_t lease) {
+  json put{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  return put;
+}
+
 class EtcdClient::Impl {
  public:
   Impl(std::vector<EtcdEndpoint> endpoints, std::chrono::milliseconds attempt_timeout)

@@ -124,5 +124,10 @@ class EtcdClient {
 std::string prefix_range_end(const std::string& prefix);
 // {"key", "range_end"} of a request or compare that covers every key starting with `prefix`.
 nlohmann::json prefix_range(const std::string& prefix);
+// {"key"} of a request or compare that covers `key` alone.
+nlohmann::json key_only(const std::string& key);
+// A PutRequest: on its own (/v3/kv/put) or as a transaction's "request_put"; lease 0: none.
+nlohmann::json put_request(const std::string& key, const std::string& value,
+                           std::int64_t lease = 0);
 
 }  // namespace ddprun

@@ -37,11 +37,7 @@ Registration register_agent(EtcdClient& client, const std::string& marker, std::
     throw ProtocolError(fmt::format("etcd {}: lease grant answered {}", client.describe(),
                                     grant.dump()));
   }
-  client.call("/v3/kv/put",
-              {{"key", base64_encode(marker)},
-               {"value", base64_encode(std::to_string(r.lease))},
-               {"lease", std::to_string(r.lease)}},
-              deadline);
+  client.call("/v3/kv/put", put_request(marker, std::to_string(r.lease), r.lease), deadline);
   return r;
 }
 
@@ -190,7 +186,7 @@ class EtcdSession::Watch final : public KeepAlive {
  private:
   void run() {
     try {
-      auto answer = client_.call("/v3/kv/range", {{"key", base64_encode(key_)}},
+      auto answer = client_.call("/v3/kv/range", key_only(key_),
                                  Deadline::after(timing_.read_timeout));
       std::int64_t revision = json_int(answer.at("header"), "revision");
       std::optional<std::string> value;
@@ -207,14 +203,13 @@ class EtcdSession::Watch final : public KeepAlive {
         const auto since = revision + 1;
         bool appeared = false;
         std::chrono::milliseconds budget = ttl_ + kEtcdAttemptTimeout;
-        const auto give_up = Deadline::after(budget + timing_.read_timeout);
+        const auto limit = budget + timing_.read_timeout;
+        const auto give_up = Deadline::after(limit);
         while (!appeared && budget.count() > 0) {
           if (give_up.expired()) {
             on_error_(fmt::format("keep-alive: etcd had no leader for most of {} while node {} "
                                   "was to register its lease",
-                                  format_duration(ttl_ + kEtcdAttemptTimeout +
-                                                  timing_.read_timeout),
-                                  member_));
+                                  format_duration(limit), member_));
             return;
           }
           const auto slice = std::min<std::chrono::milliseconds>(budget, std::chrono::seconds(1));

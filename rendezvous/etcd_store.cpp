@@ -23,15 +23,6 @@ std::string random_token() {
   return out;
 }
 
-json key_only(const std::string& key) { return json{{"key", base64_encode(key)}}; }
-
-// A PutRequest: on its own (/v3/kv/put) or as a transaction's operation (put_op).
-json put_request(const std::string& key, const std::string& value, std::int64_t lease = 0) {
-  json put{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
-  if (lease != 0) put["lease"] = std::to_string(lease);
-  return put;
-}
-
 json put_op(const std::string& key, const std::string& value) {
   return json{{"request_put", put_request(key, value)}};
 }
@@ -89,7 +80,7 @@ void EtcdStore::set(const std::string& key, const std::string& value, Deadline d
 }
 
 EtcdStore::Read EtcdStore::read(const std::string& key, Deadline deadline) {
-  auto answer = client_.call("/v3/kv/range", {{"key", base64_encode(full_key(key))}}, deadline);
+  auto answer = client_.call("/v3/kv/range", key_only(full_key(key)), deadline);
   return Read{first_kv(answer), json_int(answer.at("header"), "revision")};
 }
 
@@ -147,8 +138,9 @@ std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta, Deadline
     // random, in the same transaction, which only runs while that key does not exist. A try
     // sent again after a lost answer therefore finds its key instead of counting twice.
     const auto mine = counter_prefix(key) + random_token();
-    json put_counter{{"request_put",
-                      {{"key", base64_encode(counter)}, {"value", ""}, {"prev_kv", true}}}};
+    auto counter_put = put_request(counter, "");
+    counter_put["prev_kv"] = true;
+    const json put_counter{{"request_put", counter_put}};
     json txn{{"compare", {absent(key_only(mine))}},
              {"success", {put_counter, put_op(mine, "")}},
              {"failure", {range_op(mine)}}};

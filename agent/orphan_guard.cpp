@@ -155,7 +155,6 @@ std::vector<ProcessInfo> own_children() {
     for (long pid = 0; in >> pid;) add(static_cast<pid_t>(pid));
   }
   if (listed) return found;
-  found.clear();
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const auto name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;

@@ -144,9 +144,8 @@ std::optional<std::vector<SlurmValue>> slurm_step_values(
   }
 
   std::vector<SlurmValue> values;
-  values.push_back({"nnodes", env_value(env, count_var).empty() ? std::to_string(nodes.size())
-                                                             : env_value(env, count_var),
-                    count_var});
+  const auto count = env_value(env, count_var);
+  values.push_back({"nnodes", count.empty() ? std::to_string(nodes.size()) : count, count_var});
   values.push_back({"node-rank", env_value(env, "SLURM_NODEID"), "SLURM_NODEID"});
   values.push_back({"master-addr", nodes.front(), fmt::format("first of {}={}", list_var, list)});
   values.push_back({"master-port", std::to_string(slurm_port(*job_id)),

@@ -67,9 +67,9 @@ for f in "$ddprun" "$store" "$b/bench_worker" "$b/spawn_floor" "$b/bench_launch"
   [[ -x $f ]] || { echo "bench.sh: $f is missing; build the bench_programs target" >&2; exit 2; }
 done
 
-# The report from a directory holding results.jsonl, machine.tsv and report.args.
-# The report, and with gnuplot (Debian's gnuplot-nox) the scaling figures as SVG charts in
-# charts/ next to it, linked from the report.
+# The report from a directory holding results.jsonl, machine.tsv and report.args, and with
+# gnuplot (Debian's gnuplot-nox) the scaling figures as SVG charts in charts/ next to it,
+# linked from the report.
 report() {
   local charts=() dir
   dir="$(dirname "$output")/charts"

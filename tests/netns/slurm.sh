@@ -104,14 +104,15 @@ check_one_task_per_node() {
 # torchrun, a handled signal also ends the job (exit 128 + the signal) once the workers stop.
 # The first agent to get it ends the round, so a node whose copy of the signal comes later may
 # stop its workers with SIGTERM first: each worker gets one of the two, and at least one USR1.
-# (Slurm signals every process of the step, so the worker's `sleep` may die of the signal
-# before the worker's own trap runs: the worker waits again until its trap ends it.)
+# A worker waits on a child that never ends by itself (`sleep infinity`), so only a signal ends
+# the wait and runs its trap. (Slurm signals every process of the step, so that child may die
+# of the signal before the worker's own trap runs: the worker then waits on a new one.)
 check_signal_reaches_workers() {
   local out=$work/signal job rc=0
   mkdir -p "$out"
   on_login timeout 120 srun -N2 --ntasks-per-node=1 -J ddprun-signal "$ddprun" \
     --nproc-per-node=1 --signals-to-handle=SIGTERM,SIGUSR1 --no-python sh -c \
-    "trap 'echo USR1 > $out/got_\$RANK; kill \$s; exit 0' USR1; trap 'echo TERM > $out/got_\$RANK; kill \$s; exit 0' TERM; echo \$\$ > $out/pid_\$RANK; while :; do sleep 600 & s=\$!; wait \$s; done" \
+    "trap 'echo USR1 > $out/got_\$RANK; kill \$s; exit 0' USR1; trap 'echo TERM > $out/got_\$RANK; kill \$s; exit 0' TERM; echo \$\$ > $out/pid_\$RANK; while :; do sleep infinity & s=\$!; wait \$s; done" \
     >"$out/log" 2>&1 &
   local srun_pid=$!
   both_running() { [[ -f $out/pid_0 && -f $out/pid_1 ]]; }

@@ -111,7 +111,9 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
       }
     }
   }
-  client_ = std::make_unique<TcpStoreClient>(client_options_, deadline);
+  // The agent that serves the store uses it in-process; everyone else connects over TCP.
+  client_ = server_ ? server_->local_client(client_options_.run_id)
+                    : std::make_unique<TcpStoreClient>(client_options_, deadline);
 
   handler_ = make_rendezvous_handler(config, *client_, opener(), host);
 }
@@ -156,6 +158,11 @@ StoreOpener RendezvousBackend::opener() const {
   if (etcd_) {
     return [options = *etcd_](Deadline deadline) -> std::unique_ptr<Store> {
       return std::make_unique<EtcdStore>(options, deadline);
+    };
+  }
+  if (server_) {
+    return [server = server_.get(), run_id = client_options_.run_id](Deadline) {
+      return server->local_client(run_id);
     };
   }
   return [options = client_options_](Deadline deadline) -> std::unique_ptr<Store> {

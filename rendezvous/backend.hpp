@@ -29,7 +29,8 @@ namespace ddprun {
 class RendezvousBackend {
  public:
   // Binds the store's port now when this agent serves it (a taken port is reported before
-  // anything else starts: ConnectionError), then connects this agent's client by `deadline`.
+  // anything else starts: ConnectionError) and then uses it in-process; otherwise connects
+  // this agent's client by `deadline`.
   RendezvousBackend(const LaunchConfig& config, const std::string& host, Deadline deadline);
   ~RendezvousBackend();
   RendezvousBackend(const RendezvousBackend&) = delete;

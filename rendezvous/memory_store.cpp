@@ -17,8 +17,6 @@ using store::Status;
 
 namespace {
 
-constexpr const char* kNamespace = "";
-
 Request request(Command command, std::vector<std::string> keys = {},
                 std::vector<std::string> values = {}) {
   Request r;
@@ -40,38 +38,43 @@ std::int64_t parse_counter(const std::string& value, const std::string& key) {
   throw Error(fmt::format("store key '{}' holds '{}', not an integer counter", key, value));
 }
 
-MemoryStore::MemoryStore() : MemoryStore(std::make_shared<Shared>()) {}
+MemoryStore::MemoryStore() : MemoryStore(std::make_shared<store::SharedStoreState>(), "", "memory") {}
 
-MemoryStore::MemoryStore(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+MemoryStore::MemoryStore(std::shared_ptr<store::SharedStoreState> shared, std::string ns,
+                         std::string where)
+    : shared_(std::move(shared)), ns_(std::move(ns)), where_(std::move(where)) {}
 
 std::unique_ptr<MemoryStore> MemoryStore::connect() const {
-  return std::unique_ptr<MemoryStore>(new MemoryStore(shared_));
+  return std::make_unique<MemoryStore>(shared_, ns_, where_);
 }
 
 Response MemoryStore::execute(Request r, Deadline deadline) {
   const auto start = Clock::now();
   std::unique_lock lock(shared_->mutex);
   while (true) {
-    if (interrupted_) throw InterruptedError("memory store handle was interrupted");
+    if (interrupted_) throw InterruptedError(fmt::format("the handle on store at {} was interrupted", where_));
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline.remaining()).count();
     r.timeout_ms = static_cast<std::uint32_t>(std::min<long long>(left, UINT32_MAX));
     bool ready = false;
     store::StoreState::WaiterId waiter = 0;
-    auto response = shared_->state.execute(kNamespace, r, [&ready] { ready = true; }, waiter);
+    // Runs under the lock, on the thread of whichever handle or connection wrote the key.
+    auto on_ready = [&ready, &changed = shared_->changed] {
+      ready = true;
+      changed.notify_all();
+    };
+    auto response = shared_->state.execute(ns_, r, on_ready, waiter);
     if (response) {
-      lock.unlock();
-      shared_->changed.notify_all();  // a write may have readied other handles' waiters
       if (response->status == Status::kTimeout) break;
       return *response;
     }
     shared_->changed.wait_until(lock, deadline.when(), [&] { return ready || interrupted_; });
     if (!ready) shared_->state.cancel(waiter);
-    if (interrupted_) throw InterruptedError("interrupted while waiting in the memory store");
+    if (interrupted_) throw InterruptedError(fmt::format("interrupted while waiting in store at {}", where_));
     if (!ready) break;
     // Every key exists now: run the request again to answer it.
   }
-  throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in the memory store",
-                                 format_duration(Clock::now() - start), r.keys));
+  throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in store at {}",
+                                 format_duration(Clock::now() - start), r.keys, where_));
 }
 
 void MemoryStore::set(const std::string& key, const std::string& value, Deadline deadline) {

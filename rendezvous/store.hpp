@@ -1,6 +1,7 @@
 #pragma once
-// The key-value store agents rendezvous through. Implementations: TcpStoreClient (the real one),
-// MemoryStore (in-process, for unit tests) and PrefixStore (a decorator that namespaces keys).
+// The key-value store agents rendezvous through. Implementations: TcpStoreClient (a TCP
+// client), MemoryStore (in-process: the agent that serves the TCP store, and unit tests),
+// EtcdStore, and PrefixStore (a decorator that namespaces keys).
 //
 // Every call that can block takes a Deadline and throws TimeoutError naming the key(s) and the
 // time waited. Connection problems throw ConnectionError. Implementations are NOT required to be

@@ -73,8 +73,7 @@ void Connection::close(const std::string& reason) {
   } else {
     context_.refusals.warn(fmt::format("store: closing connection from {}: {}", peer_, reason));
   }
-  if (waiter_ != 0) context_.state.cancel(waiter_);
-  waiter_ = 0;
+  if (waiter_ != 0) cancel_wait();
   boost::system::error_code ignored;
   stall_timer_.cancel();
   wait_timer_.cancel();
@@ -215,12 +214,17 @@ void Connection::handle(const Request& request) {
   StoreState::WaiterId waiter = 0;
   std::weak_ptr<Connection> weak = shared_from_this();
   auto ready = [weak, request] {
-    // Runs inside another client's write: defer, so one handler never re-enters another.
+    // Runs inside another client's write, maybe on another thread (an in-process handle):
+    // defer to this connection's thread, so one handler never re-enters another.
     if (auto self = weak.lock()) {
       asio::post(self->socket_.get_executor(), [self, request] { self->finish_wait(request); });
     }
   };
-  auto response = context_.state.execute(run_id_, request, ready, waiter);
+  std::optional<Response> response;
+  {
+    std::lock_guard lock(context_.shared.mutex);
+    response = context_.shared.state.execute(run_id_, request, ready, waiter);
+  }
   if (response) {
     respond(request.command, *response);
     return;
@@ -231,13 +235,18 @@ void Connection::handle(const Request& request) {
   wait_timer_.async_wait([weak, waiter, command = request.command](boost::system::error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closed_ || self->waiter_ != waiter) return;
-    self->context_.state.cancel(self->waiter_);
-    self->waiter_ = 0;
+    self->cancel_wait();
     self->busy_ = false;
     Response timeout;
     timeout.status = Status::kTimeout;
     self->respond(command, timeout);
   });
+}
+
+void Connection::cancel_wait() {
+  std::lock_guard lock(context_.shared.mutex);
+  context_.shared.state.cancel(waiter_);
+  waiter_ = 0;
 }
 
 void Connection::greet(const Request& request) {

@@ -42,7 +42,7 @@ class RefusalLog {
 
 // What every connection of one server shares (all on the server's one thread).
 struct ConnectionContext {
-  StoreState& state;
+  SharedStoreState& shared;  // lock shared.mutex around every use of shared.state
   const Limits& limits;
   std::chrono::milliseconds read_timeout;
   const std::string& secret;      // empty: no authentication
@@ -82,6 +82,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void greet(const Request& request);
   void arm_handshake_timer();
   void finish_wait(const Request& request);
+  // Forgets this connection's waiter in the state (its time ran out, or the connection closed).
+  void cancel_wait();
   void respond(Command command, const Response& response);
   void arm_stall_timer();
 

@@ -1,13 +1,16 @@
 #pragma once
-// The store's data and its blocked waiters: pure logic, no sockets, run on the server's single
-// thread (not thread-safe). The server's connections feed it decoded requests.
+// The store's data and its blocked waiters: pure logic, no sockets, not thread-safe by itself.
+// The server's connections feed it decoded requests on the server's thread; SharedStoreState
+// below lets in-process handles (MemoryStore) use the same data from other threads.
 //
 // Keys live in one namespace per run id. A request that must wait for keys (Get, MultiGet, Wait)
 // registers a waiter keyed by the missing keys; writes that create a key wake exactly the waiters
 // on that key. Nothing polls.
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -56,6 +59,17 @@ class StoreState {
   std::unordered_map<std::string, Namespace> namespaces_;
   std::unordered_map<WaiterId, Waiter> waiters_;
   WaiterId next_waiter_ = 1;
+};
+
+// A StoreState that several threads share: the server's thread for its TCP clients and the
+// in-process handles of the agent that hosts it. Whoever calls execute() or cancel() holds
+// `mutex`. A waiter's Ready runs under that lock on the writer's thread, so it may only flag
+// and wake (an in-process handle: `changed`) or post to another thread (a TCP connection),
+// never call back into the state.
+struct SharedStoreState {
+  std::mutex mutex;
+  std::condition_variable changed;
+  StoreState state;
 };
 
 }  // namespace ddprun::store

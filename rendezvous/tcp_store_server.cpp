@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "rendezvous/memory_store.hpp"
 #include "rendezvous/store_auth.hpp"
 #include "rendezvous/store_connection.hpp"
 
@@ -24,7 +25,7 @@ class TcpStoreServer::Impl {
   explicit Impl(StoreServerOptions options)
       : options_(std::move(options)),
         acceptor_(io_),
-        context_{state_, options_.limits, options_.read_timeout, options_.secret, options_.served_for,
+        context_{*shared_, options_.limits, options_.read_timeout, options_.secret, options_.served_for,
                  {}, {}} {
     tcp::endpoint endpoint = resolve();
     boost::system::error_code ec;
@@ -64,6 +65,9 @@ class TcpStoreServer::Impl {
   }
 
   std::uint16_t port() const { return bound_.port(); }
+  std::unique_ptr<Store> local_client(const std::string& run_id) const {
+    return std::make_unique<MemoryStore>(shared_, run_id, endpoint_text());
+  }
   std::string endpoint_text() const {
     return format_host_port(bound_.address().to_string(), bound_.port());
   }
@@ -152,7 +156,7 @@ class TcpStoreServer::Impl {
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_{io_};
   tcp::endpoint bound_;
-  store::StoreState state_;
+  std::shared_ptr<store::SharedStoreState> shared_ = std::make_shared<store::SharedStoreState>();
   store::ConnectionContext context_;
   std::unordered_set<std::shared_ptr<store::Connection>> connections_;
   std::size_t max_connections_ = 0;
@@ -168,5 +172,8 @@ std::string TcpStoreServer::endpoint() const { return impl_->endpoint_text(); }
 void TcpStoreServer::start() { impl_->start(); }
 void TcpStoreServer::run() { impl_->run(); }
 void TcpStoreServer::stop() { impl_->stop(); }
+std::unique_ptr<Store> TcpStoreServer::local_client(const std::string& run_id) const {
+  return impl_->local_client(run_id);
+}
 
 }  // namespace ddprun

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "rendezvous/protocol.hpp"
+#include "rendezvous/store.hpp"
 
 namespace ddprun {
 
@@ -54,6 +55,11 @@ class TcpStoreServer {
   void run();
   // Closes the listener and every connection. Thread-safe, idempotent.
   void stop();
+
+  // A client for the process that runs this server: the same keys and waiters as a TCP client
+  // of run `run_id` sees, without a socket, a handshake or a hop to the server's thread (an
+  // in-process MemoryStore handle; thread-safe to create). It stays usable after stop().
+  std::unique_ptr<Store> local_client(const std::string& run_id) const;
 
  private:
   class Impl;

@@ -78,25 +78,41 @@ TEST_CASE("ddprun: with a secret, a client that does not know it cannot touch th
 
 // libcrypto is dlopen-ed on first use (rendezvous/libcrypto.hpp), so a job without a secret
 // never pays for loading it: the agent's mappings show which.
-TEST_CASE("ddprun: libcrypto is loaded for a job with a secret, and only then", "[security]") {
+// libcrypto is dlopen-ed on first use: HMAC, to prove the job's secret over TCP. An agent that
+// serves the store uses it in-process and has nothing to prove by itself; two agents with a
+// secret prove it to each other, and then both map it.
+TEST_CASE("ddprun: libcrypto is loaded only when the job's secret is proven over TCP",
+          "[security]") {
   auto maps_crypto = [](pid_t pid) {
     for (const auto& line : read_lines(fmt::format("/proc/{}/maps", pid))) {
       if (line.find("/libcrypto.so") != std::string::npos) return true;
     }
     return false;
   };
-  for (const bool with_secret : {false, true}) {
-    INFO("with a secret: " << with_secret);
-    TempDir dir;
-    auto flags = fake({"--nproc-per-node=1", "--master-port=" + std::to_string(free_port())});
-    if (with_secret) {
-      flags.insert(flags.begin(), "--token-file=" + write_token(dir, "token", "a-job-secret-1234"));
+  for (const int nodes : {1, 2}) {
+    for (const bool with_secret : {false, true}) {
+      INFO("nodes: " << nodes << ", with a secret: " << with_secret);
+      TempDir dir;
+      const auto port = "--master-port=" + std::to_string(free_port());
+      std::vector<std::unique_ptr<DdprunProcess>> agents;
+      for (int node = 0; node < nodes; ++node) {
+        auto flags = fake({"--nproc-per-node=1", "--nnodes=" + std::to_string(nodes),
+                           "--node-rank=" + std::to_string(node), port});
+        if (with_secret) {
+          flags.insert(flags.begin(), "--token-file=" + write_token(dir, "token", "a-job-secret-1234"));
+        }
+        agents.push_back(std::make_unique<DdprunProcess>(
+            flags, std::map<std::string, std::string>{{"FAKE_MODE", "after_file:go:0:0"},
+                                                      {"FAKE_TOUCH_DIR", dir.path()}}));
+      }
+      for (int rank = 0; rank < nodes; ++rank) {
+        REQUIRE(wait_until([&] { return file_exists(dir.file(fmt::format("started_{}_0", rank))); },
+                           kHang));
+      }
+      for (const auto& agent : agents) CHECK(maps_crypto(agent->pid()) == (with_secret && nodes > 1));
+      std::ofstream(dir.file("go")).close();
+      for (const auto& agent : agents) CHECK(agent->wait(kHang) == 0);
     }
-    DdprunProcess p(flags, {{"FAKE_MODE", "after_file:go:0:0"}, {"FAKE_TOUCH_DIR", dir.path()}});
-    REQUIRE(wait_until([&] { return file_exists(dir.file("started_0_0")); }, kHang));
-    CHECK(maps_crypto(p.pid()) == with_secret);
-    std::ofstream(dir.file("go")).close();
-    CHECK(p.wait(kHang) == 0);
   }
 }
 

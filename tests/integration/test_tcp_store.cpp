@@ -183,6 +183,91 @@ TEST_CASE("tcp store: run ids never see each other's keys", "[tcp_store]") {
   CHECK(a.num_keys(d) == 1);
 }
 
+// The agent that serves the store uses it in-process (TcpStoreServer::local_client): the same
+// keys and waiters as its TCP clients, each side woken by the other's writes.
+TEST_CASE("tcp store: the server's local client and TCP clients share keys and waiters",
+          "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto mine = server.local_client("test");
+  CHECK(mine->describe() == server.endpoint());
+  auto remote = connect_to(server, "test");
+  auto other_job = connect_to(server, "other");
+  auto d = Deadline::after(5s);
+  mine->set("from-local", "1", d);
+  CHECK(remote.get("from-local", d) == "1");
+  CHECK(other_job.try_get("from-local", d) == std::nullopt);  // the run id is its namespace
+  remote.set("from-tcp", "2", d);
+  CHECK(mine->get("from-tcp", d) == "2");
+  CHECK(mine->add("n", 5, d) == 5);
+  CHECK(remote.add("n", 1, d) == 6);
+
+  // A TCP client blocked in the server is answered by a local write (another thread's).
+  const pid_t waiter = test::this_thread_id();
+  std::thread local_writer([&] {
+    test::wait_until([&] { return test::thread_sleeping(waiter); }, 20s);
+    server.local_client("test")->set("late-local", "a", Deadline::after(5s));
+  });
+  CHECK(remote.get("late-local", Deadline::after(20s)) == "a");
+  local_writer.join();
+
+  // A local handle blocked on the condition variable is woken by a TCP client's write.
+  std::thread tcp_writer([&] {
+    test::wait_until([&] { return test::thread_sleeping(waiter); }, 20s);
+    connect_to(server, "test").set("late-tcp", "b", Deadline::after(5s));
+  });
+  CHECK(mine->multi_get({"late-local", "late-tcp"}, Deadline::after(20s)) ==
+        std::vector<std::string>{"a", "b"});
+  tcp_writer.join();
+
+  // Timeouts name the key and the store, like a TCP client's.
+  try {
+    mine->get("absent/key", Deadline::after(200ms));
+    FAIL("get returned for a key that was never set");
+  } catch (const TimeoutError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("absent/key") && Catch::Contains(server.endpoint()));
+  }
+}
+
+TEST_CASE("tcp store: local and TCP clients adding at once give the exact total", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        std::unique_ptr<Store> c = server.local_client("test");
+        if (t % 2 == 0) c = new_client(server);
+        for (int i = 0; i < 1000; ++i) c->add("counter", 1, Deadline::after(10s));
+      } catch (const std::exception&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  CHECK(server.local_client("test")->get("counter", Deadline::after(5s)) == "8000");
+}
+
+TEST_CASE("tcp store: interrupt() ends a local client's blocked call", "[tcp_store]") {
+  TcpStoreServer server(local());
+  server.start();
+  auto c = server.local_client("test");
+  auto other = server.local_client("test");
+  const pid_t caller = test::this_thread_id();
+  std::thread stopper([&] {
+    test::wait_until([&] { return test::thread_sleeping(caller); }, 20s);  // blocked in get()
+    c->interrupt();
+  });
+  auto start = Clock::now();
+  CHECK_THROWS_AS(c->get("never", Deadline::after(30s)), InterruptedError);
+  stopper.join();
+  CHECK(Clock::now() - start < 10s);
+  CHECK_THROWS_AS(c->ping(Deadline::after(1s)), InterruptedError);
+  other->ping(Deadline::after(1s));  // the other handles go on
+}
+
 TEST_CASE("tcp store: a client connects to a server that starts later", "[tcp_store]") {
   auto port = test::free_port();
   std::unique_ptr<TcpStoreServer> server;

@@ -24,11 +24,15 @@ bool any_stream(const StdSpec& spec) {
 
 std::string log_dir_text(const LaunchConfig& config) {
   if (!config.log_dir.empty()) return config.log_dir;
-  if (any_stream(config.redirects) || any_stream(config.tee)) return "(a new temp dir)";
+  if (writes_log_files(config)) return "(a new temp dir)";
   return "(console only)";
 }
 
 }  // namespace
+
+bool writes_log_files(const LaunchConfig& config) {
+  return any_stream(config.redirects) || any_stream(config.tee);
+}
 
 std::string describe(const LaunchConfig& config) {
   std::vector<std::pair<std::string, std::string>> rows;

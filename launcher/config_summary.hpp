@@ -12,4 +12,7 @@ namespace ddprun {
 // max restarts, shutdown timeout, log dir, program (argv joined, shell-quoted where needed).
 std::string describe(const LaunchConfig& config);
 
+// Whether --redirects or --tee send some worker's output to files (stdout.log, stderr.log).
+bool writes_log_files(const LaunchConfig& config);
+
 }  // namespace ddprun

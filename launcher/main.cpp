@@ -49,28 +49,55 @@ std::string this_host(const LaunchConfig& config) {
   return name;
 }
 
-std::string make_log_dir(const LaunchConfig& config) {
-  fs::path base = config.log_dir;
-  if (base.empty()) {
-    std::string tmpl = (fs::temp_directory_path() / "torchelastic_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) {
-      throw Error(fmt::format("cannot create a log directory {}: {}", tmpl,
-                              errno_message(errno)));
+// The job's log directory: <--log-dir or a new temp dir>/<run id>_<random>, which holds
+// attempt_<n>/<local_rank>/ with the workers' error files and, with --redirects or --tee, their
+// logs. A temp dir made for a job whose output all goes to the console holds nothing but
+// error files, which the agent has read before it reports: it goes with the job (torchrun
+// leaves one in /tmp for every run, and a /tmp of tens of thousands makes each new one slow to
+// create). Any other log directory stays.
+class LogDir {
+ public:
+  explicit LogDir(const LaunchConfig& config) {
+    fs::path base = config.log_dir;
+    if (base.empty()) {
+      std::string tmpl = (fs::temp_directory_path() / "torchelastic_XXXXXX").string();
+      if (!mkdtemp(tmpl.data())) {
+        throw Error(fmt::format("cannot create a log directory {}: {}", tmpl,
+                                errno_message(errno)));
+      }
+      base = tmpl;
+      if (!writes_log_files(config)) temp_ = base;
     }
-    base = tmpl;
+    std::random_device rd;
+    const auto dir = base / fmt::format("{}_{:06x}", config.rdzv_id, rd() & 0xffffff);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (!ec && access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
+    if (ec) {
+      remove_temp();
+      throw ConfigError(fmt::format("--log-dir={}: cannot create a writable directory {} in it: {}",
+                                    config.log_dir.empty() ? base.string() : config.log_dir,
+                                    dir.string(), ec.message()));
+    }
+    path_ = dir.string();
   }
-  std::random_device rd;
-  auto dir = base / fmt::format("{}_{:06x}", config.rdzv_id, rd() & 0xffffff);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!ec && access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
-  if (ec) {
-    throw ConfigError(fmt::format("--log-dir={}: cannot create a writable directory {} in it: {}",
-                                  config.log_dir.empty() ? base.string() : config.log_dir,
-                                  dir.string(), ec.message()));
+  ~LogDir() { remove_temp(); }
+  LogDir(const LogDir&) = delete;
+  LogDir& operator=(const LogDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void remove_temp() {
+    if (temp_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(temp_, ec);
+    if (ec) spdlog::warn("could not remove the temp directory {}: {}", temp_.string(), ec.message());
   }
-  return dir.string();
-}
+
+  std::string path_;
+  fs::path temp_;  // ours to remove; empty: the directory stays
+};
 
 // The signals passed on to the workers (--signals-to-handle, else torchrun's four).
 std::vector<int> handled_signals(const LaunchConfig& config) {
@@ -133,7 +160,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
 
   const auto host = this_host(config);
   // Before the store listens: a node that cannot keep its workers' logs says so at once.
-  auto log_dir = make_log_dir(config);
+  LogDir log_dir(config);
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
   PosixProcessRunner runner(&guard, config.progress_interval);
@@ -145,7 +172,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   ctx.runner = &runner;
   ctx.reserve_master_port = reserve_port;
   ctx.hosts_store = backend.serves_store();
-  ctx.log_dir = std::move(log_dir);
+  ctx.log_dir = log_dir.path();
   ctx.base_env = current_environment();
   ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);

@@ -376,6 +376,46 @@ TEST_CASE("ddprun: log files hold the worker's bytes exactly, however long its l
   CHECK_THAT(p.output(), !Catch::Contains("output was lost"));
 }
 
+// Without --log-dir, the workers' error files go to a new temp dir (TMPDIR, else /tmp). When
+// all output goes to the console that is all it holds, and it goes with the job; the logs of
+// --redirects stay.
+TEST_CASE("ddprun: a console-only job's temp log directory goes with it, logs asked for stay",
+          "[launcher][logs]") {
+  auto entries = [](const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      names.push_back(e.path().filename().string());
+    }
+    return names;
+  };
+  TempDir tmp;
+  TempDir out;
+  SECTION("the workers' error files were in it") {
+    DdprunProcess p(fake({"--nproc-per-node=2", port_arg(free_port())}),
+                    {{"TMPDIR", tmp.path()}, {"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", out.path()}});
+    REQUIRE(p.wait() == 0);
+    const auto env = read_env_file(out.file("env_1.txt"));
+    CHECK_THAT(env.at("TORCHELASTIC_ERROR_FILE"),
+               Catch::StartsWith(tmp.path() + "/torchelastic_") &&
+                   Catch::EndsWith("/attempt_0/1/error.json"));
+    CHECK(entries(tmp.path()).empty());
+  }
+  SECTION("a failed worker's error file is read before it goes") {
+    DdprunProcess p(fake({"--nproc-per-node=2", port_arg(free_port())}),
+                    {{"TMPDIR", tmp.path()}, {"FAKE_MODE", "error_file:3"}});
+    CHECK(p.wait() == 3);
+    CHECK_THAT(p.output(), Catch::Contains("RuntimeError: fake failure on rank"));
+    CHECK(entries(tmp.path()).empty());
+  }
+  SECTION("with --redirects the logs stay") {
+    DdprunProcess p(fake({"-r", "3", port_arg(free_port())}),
+                    {{"TMPDIR", tmp.path()}, {"FAKE_MODE", "long_line:10"}});
+    REQUIRE(p.wait() == 0);
+    REQUIRE(entries(tmp.path()).size() == 1);
+    CHECK_FALSE(find_file(tmp.path(), "stdout.log").empty());
+  }
+}
+
 TEST_CASE("ddprun: a log file that cannot be written is reported, and the summary says so",
           "[launcher][logs]") {
   TempDir dir;

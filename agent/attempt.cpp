@@ -101,17 +101,21 @@ AttemptOutcome Attempt::run() {
 }
 
 // The outcome watcher and the keep-alive report into the agent's queue, which outlives this
-// attempt, tagged with the round.
+// attempt, tagged with the round. A static round of one node has nobody else to decide its
+// outcome (a node that joins re-forms only an elastic round): it needs no watcher, and no
+// thread for one.
 void Attempt::start_watching() {
-  std::unique_ptr<Store> store;
-  try {
-    store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
-  } catch (const Error& e) {
-    throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
-                          e.what());
+  if (round_.ranks.group_world_size > 1 || ctx_.rendezvous->can_reform()) {
+    std::unique_ptr<Store> store;
+    try {
+      store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
+    } catch (const Error& e) {
+      throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
+                            e.what());
+    }
+    watcher_ = std::make_unique<OutcomeWatcher>(std::move(store), channel_.outcome_key(),
+                                                round_.id, events_);
   }
-  watcher_ = std::make_unique<OutcomeWatcher>(std::move(store), channel_.outcome_key(), round_.id,
-                                              events_);
   const int round = round_.id;
   auto& events = events_;
   keep_alive_ = ctx_.rendezvous->keep_alive(
@@ -279,7 +283,8 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
     spdlog::debug("rank {} (local {}) exited 0", exit.rank, exit.local_rank);
     if (running_ == 0 && !published_) {
       published_ = true;
-      channel_.report_success();
+      // The last node to succeed decides the round; the others learn it from the watcher.
+      if (auto decided = channel_.report_success()) return decide(*decided);
       // The agent serving the store stays until the others are done: leaving would take the
       // store away from nodes that are still training.
       if (!ctx_.hosts_store) barrier_ = Deadline::after(config_.exit_barrier_timeout);

@@ -25,12 +25,11 @@ std::string RoundChannel::publish_outcome(const std::string& value) {
   return store_.compare_set("outcome", "", value, op());
 }
 
-bool RoundChannel::report_success() {
+std::optional<std::string> RoundChannel::report_success() {
   store_.set(fmt::format("done/{}", round_.ranks.group_rank), "1", op());
   const auto done = store_.add("succeeded", 1, op());
-  if (done != round_.ranks.group_world_size) return false;
-  store_.compare_set("outcome", "", kRoundSucceeded, op());
-  return true;
+  if (done != round_.ranks.group_world_size) return std::nullopt;
+  return store_.compare_set("outcome", "", kRoundSucceeded, op());
 }
 
 std::vector<int> RoundChannel::nodes_still_running() {

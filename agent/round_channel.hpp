@@ -4,6 +4,7 @@
 // and the root cause chosen among them, and the goodbyes at the end of the job.
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,10 @@ class RoundChannel {
 
   // Writes `value` as the round's outcome unless one was written already; returns the outcome.
   std::string publish_outcome(const std::string& value);
-  // This node's workers all exited 0. Returns true when it was the last node to say so: then
-  // the round's outcome is success.
-  bool report_success();
+  // This node's workers all exited 0. When it was the last node to say so, it publishes
+  // success and returns the round's outcome (success, unless a failure was published first);
+  // otherwise nullopt: the outcome comes from the others.
+  std::optional<std::string> report_success();
   // The group ranks whose workers have not all succeeded yet (one check per node).
   std::vector<int> nodes_still_running();
 

@@ -54,19 +54,22 @@ std::string this_host(const LaunchConfig& config) {
 // logs. A temp dir made for a job whose output all goes to the console holds nothing but
 // error files, which the agent has read before it reports: it goes with the job (torchrun
 // leaves one in /tmp for every run, and a /tmp of tens of thousands makes each new one slow to
-// create). Any other log directory stays.
+// create), and unless TMPDIR says where, it is made in RAM (/dev/shm): making and removing its
+// 7 directories on the test machine's ext4 /tmp took ~1.2 ms of every launch. Any other log
+// directory stays, in TMPDIR or /tmp.
 class LogDir {
  public:
   explicit LogDir(const LaunchConfig& config) {
     fs::path base = config.log_dir;
     if (base.empty()) {
-      std::string tmpl = (fs::temp_directory_path() / "torchelastic_XXXXXX").string();
+      const bool scratch = !writes_log_files(config);
+      std::string tmpl = (temp_base(scratch) / "torchelastic_XXXXXX").string();
       if (!mkdtemp(tmpl.data())) {
         throw Error(fmt::format("cannot create a log directory {}: {}", tmpl,
                                 errno_message(errno)));
       }
       base = tmpl;
-      if (!writes_log_files(config)) temp_ = base;
+      if (scratch) temp_ = base;
     }
     std::random_device rd;
     const auto dir = base / fmt::format("{}_{:06x}", config.rdzv_id, rd() & 0xffffff);
@@ -88,6 +91,15 @@ class LogDir {
   const std::string& path() const { return path_; }
 
  private:
+  static fs::path temp_base(bool scratch) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    if (scratch && (tmpdir == nullptr || *tmpdir == '\0') &&
+        access("/dev/shm", W_OK | X_OK) == 0) {
+      return "/dev/shm";
+    }
+    return fs::temp_directory_path();
+  }
+
   void remove_temp() {
     if (temp_.empty()) return;
     std::error_code ec;

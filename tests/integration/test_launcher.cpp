@@ -376,9 +376,9 @@ TEST_CASE("ddprun: log files hold the worker's bytes exactly, however long its l
   CHECK_THAT(p.output(), !Catch::Contains("output was lost"));
 }
 
-// Without --log-dir, the workers' error files go to a new temp dir (TMPDIR, else /tmp). When
-// all output goes to the console that is all it holds, and it goes with the job; the logs of
-// --redirects stay.
+// Without --log-dir, the workers' error files go to a new temp dir. When all output goes to the
+// console that is all it holds: it goes with the job, and is made in TMPDIR, else in /dev/shm.
+// The logs of --redirects stay (TMPDIR, else /tmp).
 TEST_CASE("ddprun: a console-only job's temp log directory goes with it, logs asked for stay",
           "[launcher][logs]") {
   auto entries = [](const std::string& dir) {
@@ -406,6 +406,19 @@ TEST_CASE("ddprun: a console-only job's temp log directory goes with it, logs as
     CHECK(p.wait() == 3);
     CHECK_THAT(p.output(), Catch::Contains("RuntimeError: fake failure on rank"));
     CHECK(entries(tmp.path()).empty());
+  }
+  SECTION("without TMPDIR it is made in RAM, and goes too") {
+    if (access("/dev/shm", W_OK | X_OK) != 0) {
+      WARN("no writable /dev/shm here: the temp dir goes to /tmp, which the other sections check");
+      return;
+    }
+    DdprunProcess p(fake({"--nproc-per-node=1", port_arg(free_port())}),
+                    {{"TMPDIR", ""}, {"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", out.path()}});
+    REQUIRE(p.wait() == 0);
+    const auto error_file = read_env_file(out.file("env_0.txt")).at("TORCHELASTIC_ERROR_FILE");
+    CHECK_THAT(error_file, Catch::StartsWith("/dev/shm/torchelastic_"));
+    const auto job_dir = error_file.substr(0, error_file.find('/', std::string("/dev/shm/").size()));
+    CHECK_FALSE(std::filesystem::exists(job_dir));
   }
   SECTION("with --redirects the logs stay") {
     DdprunProcess p(fake({"-r", "3", port_arg(free_port())}),

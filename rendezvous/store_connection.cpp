@@ -193,10 +193,14 @@ void Connection::process() {
       handle(request);
     } catch (const Error& e) {
       // Tell the client why before hanging up; the socket closes once the reply is written.
+      // The refusal is logged now: the store may stop before that write completes (its host's
+      // agent no longer waits on this thread for its own calls).
       Response error;
       error.status = Status::kError;
       error.message = e.what();
-      close_after_write_ = fmt::format("{} refused: {}", command_name(request.command), e.what());
+      context_.refusals.warn(fmt::format("store: closing connection from {}: {} refused: {}",
+                                         peer_, command_name(request.command), e.what()));
+      close_after_write_ = true;
       respond(request.command, error);
       return;
     }
@@ -300,8 +304,8 @@ void Connection::respond(Command command, const Response& response) {
                         self->close("write failed: " + ec.message());
                         return;
                       }
-                      if (!self->close_after_write_.empty()) {
-                        self->close(self->close_after_write_);
+                      if (self->close_after_write_) {
+                        self->close("");  // the refusal was logged when it was decided
                         return;
                       }
                       self->busy_ = false;

@@ -104,7 +104,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   StoreState::WaiterId waiter_ = 0;
   std::string buffer_;   // received, not yet processed
   std::string outgoing_;
-  std::string close_after_write_;  // set when the reply being written is a refusal
+  bool close_after_write_ = false;  // the reply being written is a refusal (already logged)
 };
 
 }  // namespace ddprun::store

@@ -78,9 +78,10 @@ class LogDir {
     if (!ec && access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
     if (ec) {
       remove_temp();
-      throw ConfigError(fmt::format("--log-dir={}: cannot create a writable directory {} in it: {}",
-                                    config.log_dir.empty() ? base.string() : config.log_dir,
-                                    dir.string(), ec.message()));
+      throw ConfigError(
+          fmt::format("--log-dir={}: cannot create a writable directory {} in it: {}",
+                      config.log_dir.empty() ? base.string() : config.log_dir, dir.string(),
+                      ec.message()));
     }
     path_ = dir.string();
   }
@@ -104,7 +105,9 @@ class LogDir {
     if (temp_.empty()) return;
     std::error_code ec;
     fs::remove_all(temp_, ec);
-    if (ec) spdlog::warn("could not remove the temp directory {}: {}", temp_.string(), ec.message());
+    if (ec) {
+      spdlog::warn("could not remove the temp directory {}: {}", temp_.string(), ec.message());
+    }
   }
 
   std::string path_;

@@ -38,7 +38,8 @@ std::int64_t parse_counter(const std::string& value, const std::string& key) {
   throw Error(fmt::format("store key '{}' holds '{}', not an integer counter", key, value));
 }
 
-MemoryStore::MemoryStore() : MemoryStore(std::make_shared<store::SharedStoreState>(), "", "memory") {}
+MemoryStore::MemoryStore()
+    : MemoryStore(std::make_shared<store::SharedStoreState>(), "", "memory") {}
 
 MemoryStore::MemoryStore(std::shared_ptr<store::SharedStoreState> shared, std::string ns,
                          std::string where)
@@ -52,7 +53,9 @@ Response MemoryStore::execute(Request r, Deadline deadline) {
   const auto start = Clock::now();
   std::unique_lock lock(shared_->mutex);
   while (true) {
-    if (interrupted_) throw InterruptedError(fmt::format("the handle on store at {} was interrupted", where_));
+    if (interrupted_) {
+      throw InterruptedError(fmt::format("the handle on store at {} was interrupted", where_));
+    }
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline.remaining()).count();
     r.timeout_ms = static_cast<std::uint32_t>(std::min<long long>(left, UINT32_MAX));
     bool ready = false;
@@ -69,7 +72,9 @@ Response MemoryStore::execute(Request r, Deadline deadline) {
     }
     shared_->changed.wait_until(lock, deadline.when(), [&] { return ready || interrupted_; });
     if (!ready) shared_->state.cancel(waiter);
-    if (interrupted_) throw InterruptedError(fmt::format("interrupted while waiting in store at {}", where_));
+    if (interrupted_) {
+      throw InterruptedError(fmt::format("interrupted while waiting in store at {}", where_));
+    }
     if (!ready) break;
     // Every key exists now: run the request again to answer it.
   }

@@ -25,8 +25,8 @@ class TcpStoreServer::Impl {
   explicit Impl(StoreServerOptions options)
       : options_(std::move(options)),
         acceptor_(io_),
-        context_{*shared_, options_.limits, options_.read_timeout, options_.secret, options_.served_for,
-                 {}, {}} {
+        context_{*shared_, options_.limits, options_.read_timeout, options_.secret,
+                 options_.served_for, {}, {}} {
     tcp::endpoint endpoint = resolve();
     boost::system::error_code ec;
     acceptor_.open(endpoint.protocol(), ec);

@@ -99,7 +99,8 @@ TEST_CASE("ddprun: libcrypto is loaded only when the job's secret is proven over
         auto flags = fake({"--nproc-per-node=1", "--nnodes=" + std::to_string(nodes),
                            "--node-rank=" + std::to_string(node), port});
         if (with_secret) {
-          flags.insert(flags.begin(), "--token-file=" + write_token(dir, "token", "a-job-secret-1234"));
+          flags.insert(flags.begin(),
+                       "--token-file=" + write_token(dir, "token", "a-job-secret-1234"));
         }
         agents.push_back(std::make_unique<DdprunProcess>(
             flags, std::map<std::string, std::string>{{"FAKE_MODE", "after_file:go:0:0"},

@@ -71,7 +71,7 @@ void Connection::close(const std::string& reason) {
   if (reason.empty()) {
     spdlog::debug("store: client {} disconnected", peer_);
   } else {
-    context_.refusals.warn(fmt::format("store: closing connection from {}: {}", peer_, reason));
+    log_closing(reason);
   }
   if (waiter_ != 0) cancel_wait();
   boost::system::error_code ignored;
@@ -198,8 +198,7 @@ void Connection::process() {
       Response error;
       error.status = Status::kError;
       error.message = e.what();
-      context_.refusals.warn(fmt::format("store: closing connection from {}: {} refused: {}",
-                                         peer_, command_name(request.command), e.what()));
+      log_closing(fmt::format("{} refused: {}", command_name(request.command), e.what()));
       close_after_write_ = true;
       respond(request.command, error);
       return;
@@ -245,6 +244,10 @@ void Connection::handle(const Request& request) {
     timeout.status = Status::kTimeout;
     self->respond(command, timeout);
   });
+}
+
+void Connection::log_closing(const std::string& reason) {
+  context_.refusals.warn(fmt::format("store: closing connection from {}: {}", peer_, reason));
 }
 
 void Connection::cancel_wait() {

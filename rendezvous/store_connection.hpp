@@ -84,6 +84,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void finish_wait(const Request& request);
   // Forgets this connection's waiter in the state (its time ran out, or the connection closed).
   void cancel_wait();
+  // The warning close() gives for a connection closed for `reason` (rate-bounded).
+  void log_closing(const std::string& reason);
   void respond(Command command, const Response& response);
   void arm_stall_timer();
 

@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/random.hpp"
 
 namespace ddprun {
 namespace {
@@ -208,13 +209,7 @@ int stop_adopted_daemons(int rounds) {
 
 OrphanGuard::OrphanGuard() {
   // Random, so that only this agent's descendants carry it (and nothing can guess it).
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  unsigned char bytes[12] = {};
-  if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) {
-    throw Error("orphan guard: cannot read /dev/urandom");
-  }
-  marker_ = "DDPRUN_GUARD=";
-  for (unsigned char b : bytes) marker_ += fmt::format("{:02x}", b);
+  marker_ = "DDPRUN_GUARD=" + random_hex(12);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     throw Error("orphan guard: pipe failed: " + errno_message(errno));

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -28,6 +27,7 @@
 #include "common/exit_codes.hpp"
 #include "common/limits.hpp"
 #include "common/logging.hpp"
+#include "common/random.hpp"
 #include "common/version.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/config_summary.hpp"
@@ -71,8 +71,7 @@ class LogDir {
       base = tmpl;
       if (scratch) temp_ = base;
     }
-    std::random_device rd;
-    const auto dir = base / fmt::format("{}_{:06x}", config.rdzv_id, rd() & 0xffffff);
+    const auto dir = base / fmt::format("{}_{}", config.rdzv_id, random_hex(3));
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (!ec && access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());

@@ -5,12 +5,12 @@
 #include <climits>
 #include <cmath>
 #include <csignal>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/random.hpp"
 #include "common/strings.hpp"
 
 namespace ddprun {
@@ -292,17 +292,14 @@ std::string convert_log_line_prefix_template(std::string_view text, std::string_
 }
 
 std::string random_run_id() {
-  std::random_device device;
-  std::mt19937_64 engine((static_cast<std::uint64_t>(device()) << 32) ^ device());
-  std::uniform_int_distribution<int> hex(0, 15);
-  // UUID4 layout: version nibble 4, variant nibble 8..b.
-  std::string id = "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx";
-  constexpr std::string_view kDigits = "0123456789abcdef";
-  for (char& c : id) {
-    if (c == 'x') c = kDigits[static_cast<std::size_t>(hex(engine))];
-    if (c == 'y') c = kDigits[static_cast<std::size_t>(8 + hex(engine) % 4)];
-  }
-  return id;
+  // A random UUID (version 4): 122 random bits, the version nibble 4, the variant bits 10.
+  unsigned char b[16];
+  random_bytes(b, sizeof(b));
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  return fmt::format("{:02x}-{:02x}-{:02x}-{:02x}-{:02x}", fmt::join(b, b + 4, ""),
+                     fmt::join(b + 4, b + 6, ""), fmt::join(b + 6, b + 8, ""),
+                     fmt::join(b + 8, b + 10, ""), fmt::join(b + 10, b + 16, ""));
 }
 
 }  // namespace ddprun

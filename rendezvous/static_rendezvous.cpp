@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <random>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "common/progress.hpp"
+#include "common/random.hpp"
 #include "rendezvous/prefix_store.hpp"
 
 namespace ddprun {
@@ -24,8 +24,7 @@ std::string info_key(int g) { return fmt::format("static/node/{}/info", g); }
 }  // namespace
 
 std::string make_claim_token(const NodeInfo& self) {
-  std::random_device rd;
-  return fmt::format("{} pid {} ({:08x})", self.host, self.pid, rd());
+  return fmt::format("{} pid {} ({})", self.host, self.pid, random_hex(4));
 }
 
 std::string owner_key(int node_rank) { return fmt::format("static/node/{}/owner", node_rank); }

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/random.hpp"
 #include "common/strings.hpp"
 #include "rendezvous/store_auth.hpp"
 
@@ -48,7 +49,7 @@ class TcpStoreClient::Impl {
       : options_(std::move(options)),
         where_(format_host_port(options_.host, options_.port)),
         socket_(io_),
-        rng_(std::random_device{}()) {
+        rng_(static_cast<std::mt19937::result_type>(random_u64())) {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw Error("store client: eventfd failed: " + errno_message(errno));
     try {

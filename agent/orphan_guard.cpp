@@ -1,21 +1,28 @@
 #include "agent/orphan_guard.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
-#include <set>
+#include <new>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -28,82 +35,175 @@
 namespace ddprun {
 namespace {
 
-// Reads /proc/PID/environ; empty when the process is gone, a zombie, or not readable.
-std::string read_environ(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/environ", std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+// The guardian's state, at the start of the memory it runs in (OrphanGuard::region_): written
+// by the agent before the clone, then used by the guardian alone.
+struct GuardianState {
+  int read_fd;
+  int write_fd;  // the agent's end: the guardian closes its own copy
+  std::size_t marker_size;
+  char marker[64];  // "DDPRUN_GUARD=<hex>"
+  pid_t* groups;    // the workers' process groups still alive
+  std::size_t group_capacity;
+  pid_t* killed;  // what the sweep killed, to count each process once
+  std::size_t killed_capacity;
+};
 
-bool holds_variable(const std::string& environ, const std::string& entry) {
-  for (std::size_t at = environ.find(entry); at != std::string::npos; at = environ.find(entry, at + 1)) {
-    const bool starts = at == 0 || environ[at - 1] == '\0';
-    const bool ends = at + entry.size() == environ.size() || environ[at + entry.size()] == '\0';
-    if (starts && ends) return true;
+// The region: this state, the groups, the killed list, an inaccessible page, the stack (which
+// grows down towards that page). Reserved, not committed: only the pages used are ever touched.
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kGroupCapacity = std::size_t{1} << 18;  // far more than a node has workers
+constexpr std::size_t kKilledCapacity = 4096;
+constexpr std::size_t kStackSize = 128 * 1024;
+constexpr std::size_t kGroupsOffset = kPage;
+constexpr std::size_t kKilledOffset = kGroupsOffset + kGroupCapacity * sizeof(pid_t);
+constexpr std::size_t kGuardPageOffset = kKilledOffset + kKilledCapacity * sizeof(pid_t);
+constexpr std::size_t kRegionSize = kGuardPageOffset + kPage + kStackSize;
+static_assert(sizeof(GuardianState) <= kPage && kGuardPageOffset % kPage == 0);
+
+// What the guardian calls. It shares the agent's memory and its main thread's thread-local
+// storage, so it uses no libc function that allocates, locks or is a cancellation point (those
+// touch the thread's own state): raw system calls through syscall(2), whose only side effect is
+// errno on failure. See OrphanGuard::finish for when that can happen.
+long sys_read(int fd, void* buf, std::size_t n) { return syscall(SYS_read, fd, buf, n); }
+void sys_write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const long w = syscall(SYS_write, fd, p, n);
+    if (w <= 0) return;
+    p += w;
+    n -= static_cast<std::size_t>(w);
   }
-  return false;
+}
+int sys_open(const char* path, int flags) {
+  return static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags));
+}
+void sys_close(int fd) { syscall(SYS_close, fd); }
+bool sys_kill(pid_t pid, int signo) { return syscall(SYS_kill, pid, signo) == 0; }
+
+// A decimal pid from a directory entry's name; -1 when the name is not one.
+pid_t parse_pid(const char* name) {
+  long value = 0;
+  if (*name == '\0') return -1;
+  for (; *name != '\0'; ++name) {
+    if (*name < '0' || *name > '9' || value > 100000000) return -1;
+    value = value * 10 + (*name - '0');
+  }
+  return static_cast<pid_t>(value);
 }
 
-// SIGKILLs every other process whose environment holds `marker` ("NAME=value"), scanning
-// again until a scan finds none (one killed while forking leaves a marked child), at most
-// `rounds` scans. Returns how many processes were killed.
-int kill_marked(const std::string& marker, int rounds) {
-  const std::string self = std::to_string(getpid());
-  std::set<std::string> killed;
-  for (int round = 0; round < rounds; ++round) {
-    int found = 0;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-      const auto pid = entry.path().filename().string();
-      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) {
-        continue;
-      }
-      if (holds_variable(read_environ(pid), marker) &&
-          kill(static_cast<pid_t>(std::atol(pid.c_str())), SIGKILL) == 0) {
-        ++found;
-        killed.insert(pid);
+// Whether /proc/PID/environ holds the entry `marker` exactly: read in chunks, each byte moving
+// a match along the current entry. False when the process is gone, a zombie, or not readable.
+bool environ_holds(pid_t pid, const char* marker, std::size_t size) {
+  char path[40] = "/proc/";
+  char* end = std::to_chars(path + 6, path + sizeof(path) - 10, pid).ptr;
+  std::memcpy(end, "/environ", sizeof("/environ"));
+  const int fd = sys_open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  std::size_t at = 0;   // position in the current entry
+  bool matching = true;  // the current entry equals the marker so far
+  bool found = false;
+  for (long n; !found && (n = sys_read(fd, buf, sizeof(buf))) > 0;) {
+    for (long i = 0; i < n; ++i) {
+      if (buf[i] == '\0') {
+        if (matching && at == size) {
+          found = true;
+          break;
+        }
+        at = 0;
+        matching = true;
+      } else {
+        matching = matching && at < size && buf[i] == marker[at];
+        ++at;
       }
     }
+  }
+  sys_close(fd);
+  return found || (matching && at == size);
+}
+
+// SIGKILLs every other process whose environment holds the marker, scanning /proc again until
+// a scan finds none (one killed while forking leaves a marked child), at most `rounds` scans.
+// A killed process that is not yet reaped still shows its environment; later scans see it
+// again until it is a zombie, so a few rounds are normal. Returns how many processes it killed.
+std::size_t kill_marked(GuardianState& s, int rounds) {
+  const auto self = static_cast<pid_t>(syscall(SYS_getpid));
+  std::size_t distinct = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const int dir = sys_open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) break;
+    int found = 0;
+    alignas(dirent64) char entries[8192];
+    for (long n; (n = syscall(SYS_getdents64, dir, entries, sizeof(entries))) > 0;) {
+      for (long off = 0; off < n;) {
+        const auto* entry = reinterpret_cast<const dirent64*>(entries + off);
+        off += entry->d_reclen;
+        const pid_t pid = parse_pid(entry->d_name);
+        if (pid <= 0 || pid == self || !environ_holds(pid, s.marker, s.marker_size)) continue;
+        if (!sys_kill(pid, SIGKILL)) continue;
+        ++found;
+        const pid_t* seen = std::find(s.killed, s.killed + distinct, pid);
+        if (seen == s.killed + distinct) {
+          if (distinct < s.killed_capacity) s.killed[distinct] = pid;
+          distinct = std::min(distinct + 1, s.killed_capacity);
+        }
+      }
+    }
+    sys_close(dir);
     if (found == 0) break;
   }
-  return static_cast<int>(killed.size());
+  return distinct;
 }
 
-[[noreturn]] void guardian_main(int fd, const std::string& marker) {
-  prctl(PR_SET_NAME, "ddprun-guard", 0, 0, 0);
+// The guardian: reads "+PGID", "-PGID" and "=" lines until the pipe closes. See the header.
+int guardian_main(void* arg) {
+  auto& s = *static_cast<GuardianState*>(arg);
+  sys_close(s.write_fd);
+  syscall(SYS_prctl, PR_SET_NAME, "ddprun-guard", 0, 0, 0);
   // A Ctrl-C on the terminal reaches the whole foreground group: the guardian must outlive the
-  // agent's own shutdown, so it ignores the usual stop signals (SIGKILL still works).
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) signal(s, SIG_IGN);
-  std::vector<pid_t> groups;
+  // agent's own shutdown, so it ignores the usual stop signals (SIGKILL still works). Its
+  // dispositions are its own (no CLONE_SIGHAND; sigaction(2) only converts its argument for
+  // the kernel), and an ignored signal never interrupts a read.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) sigaction(signo, &ignore, nullptr);
+  std::size_t count = 0;
   bool clean_end = false;
-  std::string line;
-  char buf[256];
-  while (true) {
-    auto n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    for (ssize_t i = 0; i < n; ++i) {
+  char line[32];
+  std::size_t length = 0;
+  char buf[512];
+  for (long n; (n = sys_read(s.read_fd, buf, sizeof(buf))) > 0;) {
+    for (long i = 0; i < n; ++i) {
       if (buf[i] != '\n') {
-        line.push_back(buf[i]);
+        if (length < sizeof(line) - 1) line[length++] = buf[i];
         continue;
       }
-      if (line == "=") clean_end = true;
-      if (line.size() > 1) {
-        auto pgid = static_cast<pid_t>(std::atol(line.c_str() + 1));
-        if (line[0] == '+') groups.push_back(pgid);
-        if (line[0] == '-') std::erase(groups, pgid);
+      line[length] = '\0';
+      const pid_t pgid = length > 1 ? parse_pid(line + 1) : -1;
+      if (length == 1 && line[0] == '=') clean_end = true;
+      if (pgid > 0 && line[0] == '+' && count < s.group_capacity) s.groups[count++] = pgid;
+      if (pgid > 0 && line[0] == '-') {
+        pid_t* end = s.groups + count;
+        pid_t* it = std::find(s.groups, end, pgid);
+        if (it != end) {
+          *it = *(end - 1);
+          --count;
+        }
       }
-      line.clear();
+      length = 0;
     }
   }
-  for (auto pgid : groups) kill(-pgid, SIGKILL);
-  // The agent ended with no process left below it: nothing of the job is left anywhere.
+  // The agent ended with no process left below it: nothing of the job is left anywhere, and
+  // the groups it never forgot are empty. Exits without a call that could fail (errno).
   if (clean_end) _exit(0);
-  // A killed process that is not yet reaped still shows its environment; later scans see it
-  // again until it is a zombie, so a few rounds are normal.
-  if (const int killed = kill_marked(marker, 50); killed > 0) {
-    const std::string note = "ddprun-guard: the agent is gone; ended " + std::to_string(killed) +
-                             " process(es) its workers had left running\n";
-    (void)!write(STDERR_FILENO, note.data(), note.size());
+  for (std::size_t i = 0; i < count; ++i) sys_kill(-s.groups[i], SIGKILL);
+  if (const std::size_t killed = kill_marked(s, 50); killed > 0) {
+    char note[160];
+    constexpr std::string_view kHead = "ddprun-guard: the agent is gone; ended ";
+    constexpr std::string_view kTail = " process(es) its workers had left running\n";
+    char* p = std::copy(kHead.begin(), kHead.end(), note);
+    p = std::to_chars(p, p + 24, killed).ptr;
+    p = std::copy(kTail.begin(), kTail.end(), p);
+    sys_write_all(STDERR_FILENO, note, static_cast<std::size_t>(p - note));
   }
   _exit(0);
 }
@@ -136,39 +236,66 @@ bool read_process(pid_t pid, ProcessInfo& info) {
   return true;
 }
 
+// The whole of a small file (/proc); empty when it cannot be read.
+std::string read_small_file(const std::string& path) {
+  std::string text;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR);) {
+    if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
 // This process's children. The kernel lists them in /proc/self/task/TID/children (one file per
 // thread: a child belongs to the thread that forked it or adopted it); a kernel built without
 // CONFIG_PROC_CHILDREN has no such files, and then every process's parent is read instead
 // (/proc/*/stat: proportional to all processes on the machine, ~10 us each).
-std::vector<ProcessInfo> own_children() {
-  const pid_t self = getpid();
-  std::vector<ProcessInfo> found;
-  auto add = [&](pid_t pid) {
-    ProcessInfo info;
-    if (read_process(pid, info) && info.ppid == self) found.push_back(std::move(info));
-  };
-  std::error_code ec;
+std::vector<pid_t> child_pids() {
+  std::vector<pid_t> pids;
   bool listed = false;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream in(task.path() / "children");
-    if (!in) break;
-    listed = true;
-    for (long pid = 0; in >> pid;) add(static_cast<pid_t>(pid));
+  if (DIR* tasks = opendir("/proc/self/task")) {
+    while (const dirent* task = readdir(tasks)) {
+      if (task->d_name[0] == '.') continue;
+      const std::string path = fmt::format("/proc/self/task/{}/children", task->d_name);
+      if (access(path.c_str(), R_OK) != 0) continue;  // no such file, or the thread ended
+      listed = true;
+      const std::string text = read_small_file(path);
+      for (const char* p = text.c_str(); *p != '\0';) {
+        char* end = nullptr;
+        const long pid = std::strtol(p, &end, 10);
+        if (end == p) break;
+        pids.push_back(static_cast<pid_t>(pid));
+        p = end;
+      }
+    }
+    closedir(tasks);
   }
-  if (listed) return found;
+  if (listed) return pids;
+  const pid_t self = getpid();
+  std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const auto name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    add(static_cast<pid_t>(std::atol(name.c_str())));
+    ProcessInfo info;
+    const auto pid = static_cast<pid_t>(std::atol(name.c_str()));
+    if (read_process(pid, info) && info.ppid == self) pids.push_back(pid);
   }
-  return found;
+  return pids;
 }
 
-// This process's children in another session.
-std::vector<ProcessInfo> adopted_daemons() {
+// This process's children in another session, but `skip`.
+std::vector<ProcessInfo> adopted_daemons(pid_t skip) {
   const pid_t own_session = getsid(0);
-  auto found = own_children();
-  std::erase_if(found, [&](const ProcessInfo& p) { return p.session == own_session; });
+  std::vector<ProcessInfo> found;
+  for (const pid_t pid : child_pids()) {
+    ProcessInfo info;
+    if (pid != skip && read_process(pid, info) && info.session != own_session) {
+      found.push_back(std::move(info));
+    }
+  }
   return found;
 }
 
@@ -188,10 +315,10 @@ void reap_within(pid_t pid, std::chrono::milliseconds limit) {
 
 }  // namespace
 
-int stop_adopted_daemons(int rounds) {
+int stop_adopted_daemons(int rounds, pid_t skip) {
   std::vector<std::string> ended;
   for (int round = 0; round < rounds; ++round) {
-    auto daemons = adopted_daemons();
+    auto daemons = adopted_daemons(skip);
     if (daemons.empty()) break;
     for (const auto& d : daemons) kill(d.pid, SIGKILL);
     for (const auto& d : daemons) {
@@ -214,17 +341,38 @@ OrphanGuard::OrphanGuard() {
   if (pipe2(fds, O_CLOEXEC) != 0) {
     throw Error("orphan guard: pipe failed: " + errno_message(errno));
   }
-  guardian_ = fork();
-  if (guardian_ < 0) {
-    int err = errno;
+  void* region = mmap(nullptr, kRegionSize, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED ||
+      mprotect(static_cast<char*>(region) + kGuardPageOffset, kPage, PROT_NONE) != 0) {
+    const int err = errno;
+    if (region != MAP_FAILED) munmap(region, kRegionSize);
     close(fds[0]);
     close(fds[1]);
-    throw Error("orphan guard: fork failed: " + errno_message(err));
+    throw Error("orphan guard: cannot map the guardian's memory: " + errno_message(err));
   }
-  if (guardian_ == 0) {
+  auto* base = static_cast<char*>(region);
+  auto* state = new (base) GuardianState{};
+  state->read_fd = fds[0];
+  state->write_fd = fds[1];
+  state->marker_size = std::min(marker_.size(), sizeof(state->marker) - 1);
+  std::memcpy(state->marker, marker_.data(), state->marker_size);
+  state->groups = reinterpret_cast<pid_t*>(base + kGroupsOffset);
+  state->group_capacity = kGroupCapacity;
+  state->killed = reinterpret_cast<pid_t*>(base + kKilledOffset);
+  state->killed_capacity = kKilledCapacity;
+  // SIGCHLD: an ordinary child, reaped with waitpid. No CLONE_FILES or CLONE_SIGHAND: its
+  // descriptors and dispositions are copies, so the agent's later ones never reach it.
+  guardian_ = clone(guardian_main, base + kRegionSize, CLONE_VM | SIGCHLD, state);
+  if (guardian_ < 0) {
+    const int err = errno;
+    munmap(region, kRegionSize);
+    close(fds[0]);
     close(fds[1]);
-    guardian_main(fds[0], marker_);
+    throw Error("orphan guard: cannot start the guardian: " + errno_message(err));
   }
+  region_ = region;
+  region_size_ = kRegionSize;
   close(fds[0]);
   fd_ = fds[1];
   // Orphaned descendants of the workers become this process's children (see the header).
@@ -232,32 +380,46 @@ OrphanGuard::OrphanGuard() {
 }
 
 OrphanGuard::~OrphanGuard() {
+  finish();
+  reap_guardian();
+  // The guardian is gone: nothing runs on its stack any more.
+  if (region_ != nullptr) munmap(region_, region_size_);
+}
+
+void OrphanGuard::finish() {
+  if (fd_ < 0) return;
   // First the adopted daemons, named in a warning; the guardian then finds only what escaped
   // this process (reparented elsewhere) and still carries the marker.
-  stop_adopted_daemons();
-  if (fd_ >= 0) {
-    // A subreaper's descendants stay below it while it lives: with no child left but the
-    // guardian, none of the job's processes is left anywhere, and the guardian's sweep of every
-    // process's environment (proportional to all processes on the machine) is skipped. A child
-    // that exits while the list is read may hide another from that read, hence two reads.
-    if (only_guardian_left() && only_guardian_left()) send_line("=");
-    close(fd_);
+  stop_adopted_daemons(20, guardian_);
+  // A subreaper's descendants stay below it while it lives: with no child left but the
+  // guardian, none of the job's processes is left anywhere, and the guardian's sweep of every
+  // process's environment (proportional to all processes on the machine) is skipped. A child
+  // that exits while the list is read may hide another from that read, hence two reads.
+  const bool clean = only_guardian_left() && only_guardian_left();
+  if (clean) send_line("=");
+  close(std::exchange(fd_, -1));
+  // Told "=", the guardian exits without another system call that could fail; otherwise it
+  // kills and sweeps, and its failed calls (a process already gone) set the errno it shares
+  // with this thread: this thread waits for it instead of running on.
+  if (!clean) reap_guardian();
+}
+
+void OrphanGuard::reap_guardian() {
+  if (guardian_ <= 0) return;
+  while (waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
   }
-  if (guardian_ > 0) {
-    // It exits as soon as it has swept; reap it so it does not linger as a zombie.
-    int status = 0;
-    waitpid(guardian_, &status, 0);
-  }
+  guardian_ = -1;
 }
 
 void OrphanGuard::forget(pid_t pgid) { send_line('-' + std::to_string(pgid)); }
 
 bool OrphanGuard::only_guardian_left() const {
-  const auto children = own_children();
-  return children.size() == 1 && children[0].pid == guardian_;
+  const auto children = child_pids();
+  return children.size() == 1 && children[0] == guardian_;
 }
 
 void OrphanGuard::send_line(const std::string& line) {
+  if (fd_ < 0) return;  // finished: no group is left to tell about
   const std::string msg = line + "\n";
   // Short writes to a pipe below PIPE_BUF are atomic; a failure means the guardian is gone,
   // which only weakens the guarantee, so it is not fatal.

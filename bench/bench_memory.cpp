@@ -1,8 +1,9 @@
 // bench_memory: figure 4, the agent's peak resident memory while 4 workers sleep.
 // The agent is the process we start (ddprun, or the Python process of torchrun); its workers
 // are not counted. /proc/<agent>/status VmHWM is read every 10 ms while it runs; the figure is
-// the value read at the last moment all 4 workers were alive. ddprun forks one more process,
-// the orphan guard (`ddprun-guard`), which is reported on a row of its own.
+// the value read at the last moment all 4 workers were alive. ddprun's one other process, the
+// orphan guard (`ddprun-guard`), runs in the agent's own memory (clone with CLONE_VM), so the
+// agent's figure includes it.
 
 #include <memory>
 
@@ -19,32 +20,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Peak {
-  long agent_kib = -1;
-  long guard_kib = -1;
-};
-
-// Samples the agent (and its guard) until it exits; keeps the readings from moments when
-// `workers` workers (children named `worker_comm`) were alive.
-Peak watch(Child& agent, int workers, const std::string& worker_comm) {
-  Peak peak;
+// Samples the agent until it exits; returns its VmHWM (KiB) read at the last moment when
+// `workers` workers (children named `worker_comm`) were alive, -1 if there was none.
+long watch(Child& agent, int workers, const std::string& worker_comm) {
+  long peak_kib = -1;
   while (!agent.wait_for(10ms)) {
     int alive = 0;
-    pid_t guard = -1;
     for (pid_t child : children_of(agent.pid())) {
-      auto comm = comm_of(child);
-      if (comm == worker_comm) ++alive;
-      if (comm == "ddprun-guard") guard = child;
+      if (comm_of(child) == worker_comm) ++alive;
     }
     if (alive < workers) continue;
     const long hwm = status_kib(agent.pid(), "VmHWM");
-    if (hwm > 0) peak.agent_kib = hwm;
-    if (guard > 0) {
-      const long g = status_kib(guard, "VmHWM");
-      if (g > 0) peak.guard_kib = g;
-    }
+    if (hwm > 0) peak_kib = hwm;
   }
-  return peak;
+  return peak_kib;
 }
 
 }  // namespace
@@ -77,12 +66,9 @@ int main(int argc, char** argv) {
       s.unit = "MiB";
       rows.push_back(s);
     }
-    Series guard = rows.front();
-    guard.subject = "ddprun-guard (orphan guard, forked by the agent)";
-    guard.compare_with = "none";
+    rows.front().note = "includes the orphan guard, which runs in the agent's memory";
     rows.front().target_max = 10e6 / (1024.0 * 1024.0);
     rows.front().target_text = "<= 10 MB (10^6 bytes: 9.54 MiB)";
-    guard.note = "a fork of the agent: its pages are shared with the agent until either writes";
     TempDir dir("memory");
     repeat(common, [&](int i, bool recorded) {
       for (std::size_t k = 0; k < all.size(); ++k) {
@@ -92,21 +78,17 @@ int main(int argc, char** argv) {
         node.port = free_port();
         const auto log = dir.file(fmt::format("agent{}-{}.log", i, k));
         Child agent({command(l, node, {worker, fmt::format("--sleep={}", sleep_s)}), {}, log});
-        auto peak = watch(agent, 4, "bench_worker");
-        if (exit_code(*agent.wait_for(0ms)) != 0 || peak.agent_kib < 0) {
+        const long peak_kib = watch(agent, 4, "bench_worker");
+        if (exit_code(*agent.wait_for(0ms)) != 0 || peak_kib < 0) {
           dir.keep();
           throw Error(fmt::format("{}: exit {}, agent VmHWM {} kB with 4 workers alive; "
                                   "output ({}):\n{}", l.label, exit_code(*agent.wait_for(0ms)),
-                                  peak.agent_kib, log, tail(log, 15)));
+                                  peak_kib, log, tail(log, 15)));
         }
         if (!recorded) continue;
-        rows[k].samples.push_back(static_cast<double>(peak.agent_kib) / 1024.0);
-        if (!l.torchrun && peak.guard_kib > 0) {
-          guard.samples.push_back(static_cast<double>(peak.guard_kib) / 1024.0);
-        }
+        rows[k].samples.push_back(static_cast<double>(peak_kib) / 1024.0);
       }
     });
-    rows.insert(rows.begin() + 1, guard);
     for (const auto& s : rows) append_series(common.results, s);
   });
 }

@@ -177,23 +177,22 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   LogDir log_dir(config);
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
-  PosixProcessRunner runner(&guard, config.progress_interval);
-  AgentContext ctx;
-  ctx.host = host;
-  ctx.store = &backend.store();
-  ctx.open_store = backend.opener();
-  ctx.rendezvous = &backend.handler();
-  ctx.runner = &runner;
-  ctx.reserve_master_port = reserve_port;
-  ctx.hosts_store = backend.serves_store();
-  ctx.log_dir = log_dir.path();
-  ctx.base_env = current_environment();
-  ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
-  ctx.events = &events;
-
   RunResult result;
   {
+    PosixProcessRunner runner(&guard, config.progress_interval);
+    AgentContext ctx;
+    ctx.host = host;
+    ctx.store = &backend.store();
+    ctx.open_store = backend.opener();
+    ctx.rendezvous = &backend.handler();
+    ctx.runner = &runner;
+    ctx.reserve_master_port = reserve_port;
+    ctx.hosts_store = backend.serves_store();
+    ctx.log_dir = log_dir.path();
+    ctx.base_env = current_environment();
+    ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
+    ctx.events = &events;
     Agent agent(config, std::move(ctx));
     signals.attach([&agent](int signo) { agent.on_signal(signo); });
     try {
@@ -204,6 +203,9 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
     }
     signals.detach();
   }
+  // Every worker is reaped and the runner is gone: the guardian may go (it exits while this
+  // agent reports; the guard's destructor reaps it).
+  guard.finish();
   const int code = exit_code_of(result);
   events.write("job_finished", {{"exit_code", code}, {"restarts", result.restarts},
                                 {"reason", result.reason},

@@ -627,6 +627,60 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
   }
 }
 
+namespace {
+
+// The state letter of /proc/PID/stat ('Z': exited, not yet reaped); 0 when it cannot be read.
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
+}
+
+}  // namespace
+
+TEST_CASE("told of a clean end, the guardian exits before its agent reaps it", "[runner][orphan]") {
+  std::cout.flush();
+  std::fflush(nullptr);
+  // A stand-in agent (the guard makes its process a subreaper); it must never return into
+  // Catch2. Its exit code says what it saw.
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {
+    int code = 0;
+    try {
+      pid_t guardian = -1;
+      {
+        ddprun::OrphanGuard guard;
+        guardian = guard.guardian_pid();
+        {
+          ExitLog log;
+          PosixProcessRunner runner(&guard);
+          runner.start({Fake("succeed").launch()}, log.callback());
+          if (!log.wait_for(1)) code = 10;
+        }
+        if (process_state(guardian) == 'Z') code = 11;  // it must wait for the agent's word
+        guard.finish();
+        // Exited by itself: only this process can reap it, and nothing here has yet.
+        if (code == 0 && !wait_until([&] { return process_state(guardian) == 'Z'; }, kBound)) {
+          code = 12;
+        }
+      }
+      if (code == 0 && ::kill(guardian, 0) == 0) code = 13;  // the guard reaped it
+    } catch (...) {
+      code = 14;
+    }
+    ::_exit(code);
+  }
+  const int status = ddprun::test::wait_for_exit(agent, kBound);
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));
+  INFO("10: the worker's exit was not reported; 11: the guardian left before finish(); 12: it "
+       "did not exit after finish(); 13: the guard did not reap it; 14: an exception");
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("a daemon that left the worker's session does not outlive a SIGKILLed agent",
           "[runner][orphan]") {
   TempDir dir;
@@ -670,7 +724,8 @@ TEST_CASE("a daemon that left the worker's session does not outlive a SIGKILLed 
   ::kill(agent, SIGKILL);
   REQUIRE(ddprun::test::wait_for_exit(agent, kBound) != -1);
 
-  const bool gone = wait_until([&] { return !process_alive(daemon) && !process_alive(guardian); }, 10s);
+  const bool gone =
+      wait_until([&] { return !process_alive(daemon) && !process_alive(guardian); }, 10s);
   CHECK_FALSE(process_alive(daemon));
   CHECK_FALSE(process_alive(guardian));
   if (!gone) {

@@ -96,7 +96,14 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
   if (config.is_static()) {
     client_options_.host = config.master_addr;
     client_options_.port = config.master_port;
-    if (config.node_rank == 0) serve(config.master_addr, config.master_port);
+    if (config.max_nodes == 1) {
+      // One node: no other agent will ever connect, and the workers make a store of their own
+      // at MASTER_PORT. The store is this agent's memory: no socket, no thread to serve it.
+      local_ = std::make_unique<MemoryStore>(std::make_shared<store::SharedStoreState>(),
+                                             client_options_.run_id, "this agent's memory");
+    } else if (config.node_rank == 0) {
+      serve(config.master_addr, config.master_port);
+    }
   } else {
     auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
     client_options_.host = endpoint.host;
@@ -112,8 +119,13 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     }
   }
   // The agent that serves the store uses it in-process; everyone else connects over TCP.
-  client_ = server_ ? server_->local_client(client_options_.run_id)
-                    : std::make_unique<TcpStoreClient>(client_options_, deadline);
+  if (local_) {
+    client_ = local_->connect();
+  } else if (server_) {
+    client_ = server_->local_client(client_options_.run_id);
+  } else {
+    client_ = std::make_unique<TcpStoreClient>(client_options_, deadline);
+  }
 
   handler_ = make_rendezvous_handler(config, *client_, opener(), host);
 }
@@ -152,6 +164,7 @@ RendezvousBackend::~RendezvousBackend() {
   client_.reset();
   session_.reset();
   server_.reset();
+  local_.reset();
 }
 
 StoreOpener RendezvousBackend::opener() const {
@@ -159,6 +172,9 @@ StoreOpener RendezvousBackend::opener() const {
     return [options = *etcd_](Deadline deadline) -> std::unique_ptr<Store> {
       return std::make_unique<EtcdStore>(options, deadline);
     };
+  }
+  if (local_) {
+    return [local = local_.get()](Deadline) -> std::unique_ptr<Store> { return local->connect(); };
   }
   if (server_) {
     return [server = server_.get(), run_id = client_options_.run_id](Deadline) {
@@ -172,6 +188,7 @@ StoreOpener RendezvousBackend::opener() const {
 
 std::string RendezvousBackend::describe() const {
   if (etcd_) return client_->describe();
+  if (local_) return "store in this agent's memory (one node)";
   return fmt::format("store {}, {}{}",
                      format_host_port(client_options_.host, client_options_.port),
                      server_ ? "served by this agent" : "joined as a client",

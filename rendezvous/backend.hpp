@@ -3,7 +3,8 @@
 // this agent, or joined, or etcd), and which RendezvousHandler runs over it.
 //
 //   static  the store is node 0's, at --master-addr:--master-port (port 0: a free one, for
-//           --standalone); node 0 serves it.
+//           --standalone); node 0 serves it. With one node nobody else would connect: the
+//           store is the agent's memory, and no port is bound.
 //   c10d    the store is at --rdzv-endpoint; the agent on the endpoint's host serves it
 //           (is_host forces the choice); when several agents share that host, the first to
 //           bind serves and the others join it.
@@ -19,6 +20,7 @@
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "rendezvous/etcd_session.hpp"
 #include "rendezvous/etcd_store.hpp"
+#include "rendezvous/memory_store.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/store.hpp"
 #include "rendezvous/tcp_store_client.hpp"
@@ -39,12 +41,13 @@ class RendezvousBackend {
   Store& store() { return *client_; }
   StoreOpener opener() const;
   RendezvousHandler& handler() { return *handler_; }
-  bool serves_store() const { return server_ != nullptr; }
+  bool serves_store() const { return server_ != nullptr || local_ != nullptr; }
   // "store 127.0.0.1:29500, served by this agent", for the startup log.
   std::string describe() const;
 
  private:
   std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<MemoryStore> local_;  // one static node: nobody else connects
   StoreClientOptions client_options_;
   std::optional<EtcdStoreOptions> etcd_;  // set for --rdzv-backend=etcd
   std::unique_ptr<Store> client_;

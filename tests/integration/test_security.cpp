@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -59,21 +61,42 @@ TEST_CASE("ddprun: with a secret, a client that does not know it cannot touch th
           "[security]") {
   TempDir dir;
   const auto port = free_port();
-  DdprunProcess p(fake({"--nproc-per-node=1", "--master-port=" + std::to_string(port),
-                        "--rdzv-id=job42", "--token-file=" + write_token(dir, "token",
-                                                                         "the-job-secret-0042")}),
-                  {{"FAKE_MODE", "after_file:go:0:0"}, {"FAKE_TOUCH_DIR", dir.path()}});
-  REQUIRE(wait_until([&] { return file_exists(dir.file("started_0_0")); }, kHang));
+  const auto token = "--token-file=" + write_token(dir, "token", "the-job-secret-0042");
+  auto node = [&](int rank) {
+    return fake({"--nnodes=2", "--node-rank=" + std::to_string(rank), "--nproc-per-node=1",
+                 "--master-port=" + std::to_string(port), "--rdzv-id=job42", token});
+  };
+  const std::map<std::string, std::string> env{{"FAKE_MODE", "after_file:go:0:0"},
+                                               {"FAKE_TOUCH_DIR", dir.path()}};
+  DdprunProcess node0(node(0), env);
+  DdprunProcess node1(node(1), env);
+  REQUIRE(wait_until([&] {
+    return file_exists(dir.file("started_0_0")) && file_exists(dir.file("started_1_0"));
+  }, kHang));
   // The run id is on the command line for anyone to read; the secret is not.
   CHECK_THROWS_AS(connect_as(port, "job42", ""), AuthError);
   CHECK_THROWS_WITH(connect_as(port, "job42", "a-guess-at-the-secret"),
                     Contains("authentication failed"));
-  CHECK(process_alive(p.pid()));  // the job goes on as if nothing happened
+  CHECK(process_alive(node0.pid()));  // the job goes on as if nothing happened
   std::ofstream(dir.file("go")).close();
-  CHECK(p.wait(kHang) == 0);
-  const auto out = p.output();
+  CHECK(node0.wait(kHang) == 0);
+  CHECK(node1.wait(kHang) == 0);
+  const auto out = node0.output();
   CHECK_THAT(out, Contains("with the job's secret"));
   CHECK_THAT(out, Contains("authentication failed"));  // the store says whom it refused
+}
+
+// One node: no other agent can join, so the store is the agent's memory and nothing listens
+// on the master port; a port that another program holds does not matter to it.
+TEST_CASE("ddprun: a one-node job binds no store port", "[security]") {
+  std::uint16_t busy = 0;
+  const int listener = listen_on_loopback(&busy);  // another program on the master port
+  REQUIRE(listener >= 0);
+  DdprunProcess p(fake({"--nproc-per-node=2", "--master-port=" + std::to_string(busy)}),
+                  {{"FAKE_MODE", "succeed"}});
+  CHECK(p.wait(kHang) == 0);
+  CHECK_THAT(p.output(), Contains("store in this agent's memory (one node)"));
+  ::close(listener);
 }
 
 // libcrypto is dlopen-ed on first use (rendezvous/libcrypto.hpp), so a job without a secret
@@ -158,10 +181,13 @@ TEST_CASE("ddprun: a node with the wrong secret fails at once with a clear messa
 
 TEST_CASE("ddprun: a store open beyond loopback without a secret is named at startup",
           "[security]") {
-  DdprunProcess p(fake({"--master-addr=0.0.0.0", "--master-port=" + std::to_string(free_port())}),
-                  {{"FAKE_MODE", "sleep:0"}});
-  REQUIRE(p.wait(kHang) == 0);
-  CHECK_THAT(p.output(), Contains("is reachable from other hosts and has no secret"));
+  const auto port = "--master-port=" + std::to_string(free_port());
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", "--master-addr=0.0.0.0", port}),
+                      {{"FAKE_MODE", "sleep:0"}});
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port}), {{"FAKE_MODE", "sleep:0"}});
+  REQUIRE(node0.wait(kHang) == 0);
+  REQUIRE(node1.wait(kHang) == 0);
+  CHECK_THAT(node0.output(), Contains("is reachable from other hosts and has no secret"));
 }
 
 TEST_CASE("ddprun: a secret too short, or a token file that cannot be read, is a usage error",

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -236,11 +237,11 @@ bool read_process(pid_t pid, ProcessInfo& info) {
   return true;
 }
 
-// The whole of a small file (/proc); empty when it cannot be read.
-std::string read_small_file(const std::string& path) {
+// The whole of a small file (/proc); nullopt when it cannot be opened.
+std::optional<std::string> read_small_file(const std::string& path) {
   std::string text;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return text;
+  if (fd < 0) return std::nullopt;
   char buf[4096];
   for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR);) {
     if (n > 0) text.append(buf, static_cast<std::size_t>(n));
@@ -259,11 +260,11 @@ std::vector<pid_t> child_pids() {
   if (DIR* tasks = opendir("/proc/self/task")) {
     while (const dirent* task = readdir(tasks)) {
       if (task->d_name[0] == '.') continue;
-      const std::string path = fmt::format("/proc/self/task/{}/children", task->d_name);
-      if (access(path.c_str(), R_OK) != 0) continue;  // no such file, or the thread ended
+      const auto text =
+          read_small_file(fmt::format("/proc/self/task/{}/children", task->d_name));
+      if (!text) continue;  // no such file, or the thread ended
       listed = true;
-      const std::string text = read_small_file(path);
-      for (const char* p = text.c_str(); *p != '\0';) {
+      for (const char* p = text->c_str(); *p != '\0';) {
         char* end = nullptr;
         const long pid = std::strtol(p, &end, 10);
         if (end == p) break;
@@ -390,12 +391,19 @@ void OrphanGuard::finish() {
   if (fd_ < 0) return;
   // First the adopted daemons, named in a warning; the guardian then finds only what escaped
   // this process (reparented elsewhere) and still carries the marker.
-  stop_adopted_daemons(20, guardian_);
+  auto only_guardian = [this](const std::vector<pid_t>& children) {
+    return children.size() == 1 && children[0] == guardian_;
+  };
+  auto children = child_pids();
+  if (!only_guardian(children)) {
+    stop_adopted_daemons(20, guardian_);
+    children = child_pids();
+  }
   // A subreaper's descendants stay below it while it lives: with no child left but the
   // guardian, none of the job's processes is left anywhere, and the guardian's sweep of every
   // process's environment (proportional to all processes on the machine) is skipped. A child
   // that exits while the list is read may hide another from that read, hence two reads.
-  const bool clean = only_guardian_left() && only_guardian_left();
+  const bool clean = only_guardian(children) && only_guardian(child_pids());
   if (clean) send_line("=");
   close(std::exchange(fd_, -1));
   // Told "=", the guardian exits without another system call that could fail; otherwise it
@@ -412,11 +420,6 @@ void OrphanGuard::reap_guardian() {
 }
 
 void OrphanGuard::forget(pid_t pgid) { send_line('-' + std::to_string(pgid)); }
-
-bool OrphanGuard::only_guardian_left() const {
-  const auto children = child_pids();
-  return children.size() == 1 && children[0] == guardian_;
-}
 
 void OrphanGuard::send_line(const std::string& line) {
   if (fd_ < 0) return;  // finished: no group is left to tell about

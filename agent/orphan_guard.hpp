@@ -71,7 +71,6 @@ class OrphanGuard {
 
  private:
   void send_line(const std::string& line);
-  bool only_guardian_left() const;
   void reap_guardian();
 
   int fd_ = -1;

@@ -17,8 +17,11 @@
 #
 #   bench/hosts_launch.sh [--ssh-hosts 2,8,32|none] [--simulated 256,1024|none] [--sim-delay 0]
 #                         [--runs 5] [--warmup 1] [--ddprun PATH] [--ddprun-flag FLAG]...
-#                         [--mpirun PATH|none] [--keep-results DIR]
+#                         [--mpirun PATH|none] [--keep-results DIR] [--charts DIR]
 #   --ddprun-flag adds FLAG to every ddprun command.
+#   --charts DIR draws the medians with gnuplot (Debian's gnuplot-nox): DIR/hosts-ssh.svg (time
+#   to all workers running over the number of ssh hosts, each launcher and the login alone) and
+#   DIR/hosts-simulated.svg (all hosts ready, flat fan-out and tree), for docs/benchmarks.md.
 #
 # Every series is the median of --runs recorded rounds after --warmup rounds, with min and max;
 # the rounds interleave the launchers. The tables (Markdown) go to stdout, progress to stderr.
@@ -172,6 +175,7 @@ warmup=1
 ddprun=${BUILD_DIR:-$here/build}/launcher/ddprun
 mpirun=/usr/bin/mpirun
 keep_results=
+charts=
 ddprun_flags=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -191,6 +195,8 @@ while [[ $# -gt 0 ]]; do
     --mpirun=*) mpirun=${1#*=} ;;
     --keep-results) keep_results=$2; shift ;;
     --keep-results=*) keep_results=${1#*=} ;;
+    --charts) charts=$2; shift ;;
+    --charts=*) charts=${1#*=} ;;
     --ddprun-flag) ddprun_flags+=("$2"); shift ;;
     --ddprun-flag=*) ddprun_flags+=("${1#*=}") ;;
     -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
@@ -359,6 +365,50 @@ if [[ -s $work/failures.tsv ]]; then
   echo
   echo "Failed runs (not in the figures):"
   awk -F'\t' '{printf "- %s hosts, %s: %s\n", $1, $2, $3}' "$work/failures.tsv"
+fi
+# chart NAME TITLE XLABEL SIZES SERIES:LABEL...: one line per series, its median at each size.
+chart() {
+  local name=$1 title=$2 xlabel=$3 sizes=$4 plots=() spec series label data n m
+  shift 4
+  for spec in "$@"; do
+    series=${spec%%:*} label=${spec#*:}
+    data="$charts/$name-$series.dat"
+    : >"$data"
+    IFS=, read -ra ns <<<"$sizes"
+    for n in "${ns[@]}"; do
+      m=$(series_stat "$n" "$series" median)
+      [[ -n $m ]] && echo "$n $m" >>"$data"
+    done
+    (($(wc -l <"$data") >= 2)) && plots+=("\"$data\" using 1:2 with linespoints linewidth 2 pointtype 7 title \"$label\"")
+  done
+  ((${#plots[@]})) || return 0
+  local IFS=,
+  gnuplot <<GP
+set terminal svg size 720,420 dynamic noenhanced font 'sans,12' background '#ffffff'
+set output "$charts/$name.svg"
+set title "$title"
+set xlabel "$xlabel"
+set ylabel "seconds, median of the rounds"
+set logscale x 2
+set grid
+set key top left
+set yrange [0:*]
+plot ${plots[*]}
+GP
+  rm -f "$charts/$name"-*.dat
+  echo "chart: $charts/$name.svg" >&2
+}
+if [[ -n $charts ]]; then
+  if ! command -v gnuplot >/dev/null; then
+    echo "hosts_launch.sh: no charts (gnuplot is not installed; scripts/install-deps.sh installs gnuplot-nox)" >&2
+  else
+    mkdir -p "$charts"
+    [[ -n $ssh_sizes ]] && chart hosts-ssh "Launch across hosts over ssh (a real sshd per host): the command with /bin/true, start to end" \
+      hosts "$ssh_sizes" ssh_floor:"one ssh login alone (the floor)" ddprun.wall:ddprun \
+      mpirun.wall:"mpirun (tree spawn)" mpirun_flat.wall:"mpirun, no tree spawn"
+    [[ -n $sim_sizes ]] && chart hosts-simulated "Simulated hosts (every agent on this machine): command to all hosts ready" \
+      "simulated hosts" "$sim_sizes" flat.ready:"ddprun, flat fan-out" tree.ready:"ddprun, tree fan-out"
+  fi
 fi
 if [[ -n $keep_results ]]; then
   mkdir -p "$keep_results"

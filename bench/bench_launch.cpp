@@ -35,6 +35,7 @@ struct Context {
   std::vector<Launcher> launchers;
   std::string worker;
   std::string floor;  // the spawn_floor binary; empty: no floor rows
+  std::string mpirun;  // Open MPI's mpirun; empty: no mpirun row in figure 1
   std::unique_ptr<TempDir> dir;
   int run_counter = 0;
 };
@@ -116,6 +117,7 @@ void breakdown(Table& t, const std::string& case_name, const std::string& subjec
 }
 
 constexpr const char* kFloor = "floor: spawn_floor (C), posix_spawn N true and wait";
+constexpr const char* kMpirun = "Open MPI mpirun -np 4";
 
 std::string workers_case(int n) {
   return fmt::format("{} worker{} (`true`), one node", n, n == 1 ? "" : "s");
@@ -154,7 +156,9 @@ void launch_scaling(Context& ctx, Table& t) {
     s->target_vs = kFloor;
     s->target_ratio = 0.5;
     s->target_text = "<= 2x the floor (the floor / ddprun >= 0.50x), the same runs by turns";
+    s->compare_with = "none";  // not with figure 1's first row, timed in other runs
   }
+  if (auto* s = t.find("wall time", kFloor, workers_case(4))) s->compare_with = kInterleaved;
 }
 
 void figure_launch(Context& ctx) {
@@ -184,12 +188,29 @@ void figure_launch(Context& ctx) {
         breakdown(t, case_name, l.label, node.events_file, start, agent.exit_mono());
       }
     }
+    if (ctx.mpirun.empty()) return;
+    // The peer of issue 13: the same 4 `true` on this host, as Open MPI starts them.
+    const auto log = run_dir(ctx) + "/mpirun.log";
+    const double start = mono_now();
+    Child mpirun({{ctx.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "true"},
+                  {},
+                  log});
+    expect_exit(mpirun.wait(120s), 0, kMpirun, log);
+    if (recorded) {
+      t.get(1, case_name, "wall time", kMpirun).samples.push_back(ms(mpirun.exit_mono() - start));
+    }
   });
   if (auto* s = t.find("wall time", "ddprun")) {
     s->target_max = 20;
-    s->target_vs = kTorchrunDefault;
-    s->target_ratio = 100;
-    s->target_text = "<= 20 ms median; >= 100x faster than torchrun (default interval)";
+    if (ctx.mpirun.empty()) {
+      s->target_vs = kTorchrunDefault;
+      s->target_ratio = 100;
+      s->target_text = "<= 20 ms median; >= 100x faster than torchrun (default interval)";
+    } else {  // issue 13's peer; torchrun's ratio stays in the table
+      s->target_vs = kMpirun;
+      s->target_ratio = 6;
+      s->target_text = "<= 20 ms median; >= 6x faster than Open MPI's mpirun -np 4 (issue 13)";
+    }
   }
   if (!ctx.floor.empty()) launch_scaling(ctx, t);
   t.write(ctx.common.results);
@@ -318,6 +339,7 @@ int main(int argc, char** argv) {
   app.add_option("--worker", ctx.worker, "the bench_worker binary")->required();
   app.add_option("--floor", ctx.floor,
                  "the spawn_floor binary: figure 1 also over 1..32 workers, next to the floor");
+  app.add_option("--mpirun", ctx.mpirun, "Open MPI's mpirun: figure 1 also times mpirun -np 4");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -153,8 +153,11 @@ step() {  # name, command...
 launch=("$b/bench_launch" --ddprun "$ddprun" --python "$python" --worker "$b/bench_worker"
         --results "$results" "${runs[@]}")
 
+# Open MPI's mpirun (Debian's openmpi-bin) is figure 1's peer when it is installed.
+mpirun_arg=()
+command -v mpirun >/dev/null && mpirun_arg=(--mpirun "$(command -v mpirun)")
 want 1 && step "figure 1: launch overhead" "${launch[@]}" --figure launch --torchrun "$torchrun_launch" \
-  --floor "$b/spawn_floor"
+  --floor "$b/spawn_floor" "${mpirun_arg[@]}"
 want 2 && step "figure 2: restart latency" "${launch[@]}" --figure restart --torchrun "$torchrun_launch"
 want 3 && step "figure 3: two-node start" "${launch[@]}" --figure two-node --torchrun "$torchrun_launch"
 want 4 && step "figure 4: agent memory" "$b/bench_memory" --ddprun "$ddprun" --python "$python" \

@@ -153,7 +153,12 @@ wait_clean() {  # wait_clean SECONDS NODES...: nothing but sshd is left in these
       echo "processes left in nodes $* after $seconds s:"
       for i in "$@"; do
         for pid in $(leftovers "$i"); do
-          echo "  node $i: $(ps -o pid=,ppid=,etime=,args= -p "$pid" 2>/dev/null || echo "$pid (gone)")"
+          echo "  node $i: $(ps -o pid=,ppid=,etime=,comm=,args= -p "$pid" 2>/dev/null || echo "$pid (gone)")"
+          # Where it waits: each thread's name, wait channel and kernel stack's top frames.
+          for t in /proc/"$pid"/task/*; do
+            echo "    thread ${t##*/} $(cat "$t/comm" 2>/dev/null): $(cat "$t/wchan" 2>/dev/null);" \
+              "$(head -n 4 "$t/stack" 2>/dev/null | awk '{printf "%s ", $2}')"
+          done
         done
       done
       fail "processes other than sshd are left $seconds s after the command ended"

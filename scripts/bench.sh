@@ -75,7 +75,8 @@ report() {
   dir="$(dirname "$output")/charts"
   mkdir -p "$(dirname "$output")"
   if command -v gnuplot >/dev/null; then
-    rm -rf "$dir" && mkdir -p "$dir"
+    # Only this suite's own charts are redrawn: others there (bench/hosts_launch.sh's) stay.
+    mkdir -p "$dir" && rm -f "$dir"/figure*.svg "$dir"/figure*.gp "$dir"/figure*.dat
     charts=(--charts "$dir")
   else
     echo "== charts: not drawn (gnuplot is not installed; scripts/install-deps.sh installs gnuplot-nox)"

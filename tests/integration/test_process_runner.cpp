@@ -38,6 +38,7 @@ using ddprun::PosixProcessRunner;
 using ddprun::WorkerExit;
 using ddprun::WorkerLaunch;
 using ddprun::test::process_alive;
+using ddprun::test::process_state;
 using ddprun::test::read_lines;
 using ddprun::test::TempDir;
 using ddprun::test::wait_until;
@@ -626,19 +627,6 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
     ::kill(guardian, SIGKILL);
   }
 }
-
-namespace {
-
-// The state letter of /proc/PID/stat ('Z': exited, not yet reaped); 0 when it cannot be read.
-char process_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  const auto close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
-}
-
-}  // namespace
 
 TEST_CASE("told of a clean end, the guardian exits before its agent reaps it", "[runner][orphan]") {
   std::cout.flush();

@@ -110,12 +110,25 @@ int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
   return r == pid ? status : -1;
 }
 
-bool process_alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+namespace {
+
+// The state letter of a /proc stat file, 0 when it cannot be read. "pid (comm) S ...": the
+// command may contain spaces and parentheses, the state follows the last ')'.
+char stat_state(const std::string& path) {
+  std::ifstream stat(path);
   std::string content;
-  if (!std::getline(stat, content)) return false;
-  auto close = content.rfind(')');
-  return close != std::string::npos && close + 2 < content.size() && content[close + 2] != 'Z';
+  if (!std::getline(stat, content)) return 0;
+  const auto close = content.rfind(')');
+  return close != std::string::npos && close + 2 < content.size() ? content[close + 2] : 0;
+}
+
+}  // namespace
+
+char process_state(pid_t pid) { return stat_state("/proc/" + std::to_string(pid) + "/stat"); }
+
+bool process_alive(pid_t pid) {
+  const char state = process_state(pid);
+  return state != 0 && state != 'Z';
 }
 
 bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::milliseconds timeout) {
@@ -154,13 +167,7 @@ bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds tim
 pid_t this_thread_id() { return ::gettid(); }
 
 bool thread_sleeping(pid_t tid) {
-  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
-  std::string content;
-  if (!std::getline(stat, content)) return false;
-  // "tid (comm) S ...": the command may contain spaces and parentheses, the state follows the
-  // last ')'.
-  auto close = content.rfind(')');
-  return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'S';
+  return stat_state("/proc/self/task/" + std::to_string(tid) + "/stat") == 'S';
 }
 
 Gate::Gate() {

@@ -34,6 +34,9 @@ class RawSocket {
 pid_t spawn(const std::vector<std::string>& argv);
 // Waits for a child until the timeout; returns its wait status, or -1 if it did not exit.
 int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
+// The state letter of /proc/PID/stat ('R', 'S', 'Z' for exited but not reaped, ...); 0 when
+// there is no such process.
+char process_state(pid_t pid);
 // True when a process with this pid exists (and is not a zombie).
 bool process_alive(pid_t pid);
 // Waits until none of these pids (decimal text, as pid files hold them) is alive.

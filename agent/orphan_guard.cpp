@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <iterator>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -42,24 +43,18 @@ struct GuardianState {
   int read_fd;
   int write_fd;  // the agent's end: the guardian closes its own copy
   std::size_t marker_size;
-  char marker[64];  // "DDPRUN_GUARD=<hex>"
-  pid_t* groups;    // the workers' process groups still alive
-  std::size_t group_capacity;
-  pid_t* killed;  // what the sweep killed, to count each process once
-  std::size_t killed_capacity;
+  char marker[64];     // "DDPRUN_GUARD=<hex>"
+  pid_t killed[4096];  // what the sweep killed, to count each process once
+  // The workers' process groups still alive: room for far more than a node has workers.
+  pid_t groups[std::size_t{1} << 18];
 };
 
-// The region: this state, the groups, the killed list, an inaccessible page, the stack (which
-// grows down towards that page). Reserved, not committed: only the pages used are ever touched.
+// The region: this state, an inaccessible page, the stack (which grows down towards that page).
+// Reserved, not committed: only the pages used are ever touched.
 constexpr std::size_t kPage = 4096;
-constexpr std::size_t kGroupCapacity = std::size_t{1} << 18;  // far more than a node has workers
-constexpr std::size_t kKilledCapacity = 4096;
+constexpr std::size_t kGuardPageOffset = (sizeof(GuardianState) + kPage - 1) / kPage * kPage;
 constexpr std::size_t kStackSize = 128 * 1024;
-constexpr std::size_t kGroupsOffset = kPage;
-constexpr std::size_t kKilledOffset = kGroupsOffset + kGroupCapacity * sizeof(pid_t);
-constexpr std::size_t kGuardPageOffset = kKilledOffset + kKilledCapacity * sizeof(pid_t);
 constexpr std::size_t kRegionSize = kGuardPageOffset + kPage + kStackSize;
-static_assert(sizeof(GuardianState) <= kPage && kGuardPageOffset % kPage == 0);
 
 // What the guardian calls. It shares the agent's memory and its main thread's thread-local
 // storage, so it uses no libc function that allocates, locks or is a cancellation point (those
@@ -144,8 +139,8 @@ std::size_t kill_marked(GuardianState& s, int rounds) {
         ++found;
         const pid_t* seen = std::find(s.killed, s.killed + distinct, pid);
         if (seen == s.killed + distinct) {
-          if (distinct < s.killed_capacity) s.killed[distinct] = pid;
-          distinct = std::min(distinct + 1, s.killed_capacity);
+          if (distinct < std::size(s.killed)) s.killed[distinct] = pid;
+          distinct = std::min(distinct + 1, std::size(s.killed));
         }
       }
     }
@@ -181,7 +176,7 @@ int guardian_main(void* arg) {
       line[length] = '\0';
       const pid_t pgid = length > 1 ? parse_pid(line + 1) : -1;
       if (length == 1 && line[0] == '=') clean_end = true;
-      if (pgid > 0 && line[0] == '+' && count < s.group_capacity) s.groups[count++] = pgid;
+      if (pgid > 0 && line[0] == '+' && count < std::size(s.groups)) s.groups[count++] = pgid;
       if (pgid > 0 && line[0] == '-') {
         pid_t* end = s.groups + count;
         pid_t* it = std::find(s.groups, end, pgid);
@@ -353,15 +348,13 @@ OrphanGuard::OrphanGuard() {
     throw Error("orphan guard: cannot map the guardian's memory: " + errno_message(err));
   }
   auto* base = static_cast<char*>(region);
-  auto* state = new (base) GuardianState{};
+  // Default-initialized, not value-initialized: zeroing the arrays would touch every page of
+  // them (the mapping reads as zeros anyway). The scalars are set here.
+  auto* state = new (base) GuardianState;
   state->read_fd = fds[0];
   state->write_fd = fds[1];
   state->marker_size = std::min(marker_.size(), sizeof(state->marker) - 1);
   std::memcpy(state->marker, marker_.data(), state->marker_size);
-  state->groups = reinterpret_cast<pid_t*>(base + kGroupsOffset);
-  state->group_capacity = kGroupCapacity;
-  state->killed = reinterpret_cast<pid_t*>(base + kKilledOffset);
-  state->killed_capacity = kKilledCapacity;
   // SIGCHLD: an ordinary child, reaped with waitpid. No CLONE_FILES or CLONE_SIGHAND: its
   // descriptors and dispositions are copies, so the agent's later ones never reach it.
   guardian_ = clone(guardian_main, base + kRegionSize, CLONE_VM | SIGCHLD, state);
@@ -373,7 +366,6 @@ OrphanGuard::OrphanGuard() {
     throw Error("orphan guard: cannot start the guardian: " + errno_message(err));
   }
   region_ = region;
-  region_size_ = kRegionSize;
   close(fds[0]);
   fd_ = fds[1];
   // Orphaned descendants of the workers become this process's children (see the header).
@@ -384,7 +376,7 @@ OrphanGuard::~OrphanGuard() {
   finish();
   reap_guardian();
   // The guardian is gone: nothing runs on its stack any more.
-  if (region_ != nullptr) munmap(region_, region_size_);
+  if (region_ != nullptr) munmap(region_, kRegionSize);
 }
 
 void OrphanGuard::finish() {

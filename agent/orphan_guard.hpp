@@ -32,7 +32,6 @@
 
 #include <sys/types.h>
 
-#include <cstddef>
 #include <string>
 
 namespace ddprun {
@@ -77,7 +76,6 @@ class OrphanGuard {
   pid_t guardian_ = -1;
   std::string marker_;
   void* region_ = nullptr;  // the guardian's stack and state (see orphan_guard.cpp)
-  std::size_t region_size_ = 0;
 };
 
 }  // namespace ddprun

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -34,54 +36,84 @@ Heartbeat::~Heartbeat() {
   thread_.join();
 }
 
+namespace {
+
+std::string wake_key(const std::string& counter_key, std::int64_t count) {
+  return fmt::format("{}/{}", counter_key, count);
+}
+
+}  // namespace
+
+std::int64_t beat(Store& store, const std::string& key, Deadline deadline) {
+  const auto count = store.add(key, 1, deadline);
+  store.set(wake_key(key, count), "", deadline);
+  // Two wake-up keys stay, so a watcher one beat behind still finds the one it blocks on.
+  if (count > 2) store.erase(wake_key(key, count - 2), deadline);
+  return count;
+}
+
 void Heartbeat::run() {
   const auto& o = options_;
   const auto& t = o.timing;
   const auto mine = beat_key(o.prefix, o.group_rank);
   const int watched = (o.group_rank + 1) % o.members;
   const auto theirs = beat_key(o.prefix, watched);
-  // Silence is judged by time, not by counting checks: the watched member is dead once its
-  // counter has not changed for interval x max_attempts, and it is looked at kChecksPerInterval
-  // times per interval, so a death is seen within a fraction of an interval of that deadline
-  // whatever the two members' phases.
   const auto silence_limit = t.interval * t.max_attempts;
-  const auto tick = std::max<std::chrono::milliseconds>(t.interval / kChecksPerInterval,
-                                                        std::chrono::milliseconds(1));
-  std::optional<std::string> last_seen;
-  auto last_change = Clock::now();
-  auto next_beat = Clock::now();
-  bool reported = false;
-  while (true) {
-    try {
+  const auto read = [&] { return Deadline::after(t.read_timeout); };
+  // What the watched counter says: nullopt while it has not been read, "done" when the member
+  // left on purpose (nothing more to watch), else its count.
+  const auto read_count = [&]() -> std::optional<std::int64_t> {
+    auto value = store_->try_get(theirs, read());
+    if (value == kHeartbeatDone) return std::nullopt;
+    return value ? parse_counter(*value, theirs) : 0;
+  };
+  try {
+    bool watching = o.members > 1;
+    std::int64_t seen = 0;  // the watched member's count at its last beat seen
+    if (watching) {
+      const auto count = read_count();
+      watching = count.has_value();
+      seen = count.value_or(0);
+    }
+    auto last_change = Clock::now();
+    auto next_beat = Clock::now();
+    while (true) {
       if (Clock::now() >= next_beat) {
-        store_->add(mine, 1, Deadline::after(t.read_timeout));
+        beat(*store_, mine, read());
         next_beat = Clock::now() + t.interval;
       }
-      if (o.members > 1 && !reported) {
-        auto seen = store_->try_get(theirs, Deadline::after(t.read_timeout));
-        const auto now = Clock::now();
-        if (seen == kHeartbeatDone) {
-          reported = true;  // it finished and left on purpose: nothing more to watch
-        } else if (seen && seen != last_seen) {
-          last_seen = seen;
-          last_change = now;
-        } else if (now - last_change >= silence_limit) {
-          reported = true;
-          spdlog::warn("keep-alive: node {} sent no heartbeat for {} (keep-alive {} x {})", watched,
-                       format_duration(now - last_change),
-                       format_duration(t.interval), t.max_attempts);
-          on_dead_(watched);
-        }
+      if (!watching) {
+        std::unique_lock lock(mutex_);
+        if (stop_cv_.wait_until(lock, next_beat, [&] { return stop_; })) return;
+        continue;
       }
-    } catch (const InterruptedError&) {
-      return;
-    } catch (const Error& e) {
-      on_error_(e.what());
-      return;
+      // Blocks until the watched member's next beat, our own beat or its deadline.
+      const auto deadline = last_change + silence_limit;
+      try {
+        store_->get(wake_key(theirs, seen + 1), Deadline::at(std::min(next_beat, deadline)));
+        ++seen;
+        last_change = Clock::now();
+        continue;
+      } catch (const TimeoutError&) {
+      }
+      if (Clock::now() < deadline) continue;  // our own beat is due
+      const auto count = read_count();
+      if (!count) {
+        watching = false;  // it finished and left on purpose
+      } else if (*count > seen) {
+        seen = *count;  // it beat, but we were behind and its wake-up key is gone
+        last_change = Clock::now();
+      } else {
+        watching = false;
+        spdlog::warn("keep-alive: node {} sent no heartbeat for {} (keep-alive {} x {})", watched,
+                     format_duration(Clock::now() - last_change), format_duration(t.interval),
+                     t.max_attempts);
+        on_dead_(watched);
+      }
     }
-    std::unique_lock lock(mutex_);
-    // A timer, not a poll of a condition: the wait ends at the next check or at once on stop.
-    if (stop_cv_.wait_for(lock, tick, [&] { return stop_; })) return;
+  } catch (const InterruptedError&) {
+  } catch (const Error& e) {
+    on_error_(e.what());
   }
 }
 

@@ -1,10 +1,16 @@
 #pragma once
-// Keep-alive over the store, for the static and the c10d rendezvous alike. Every member bumps
-// its own counter each interval and watches one other member, its successor in group-rank
-// order, reading its counter kChecksPerInterval times per interval, so the whole job costs O(n)
-// store operations per interval. A successor whose counter has not changed for
-// interval x max_attempts (time since the change was seen, not a count of checks) is declared
-// dead, once. Runs on its own thread with its own store connection.
+// Keep-alive over the store, for the static and the c10d rendezvous alike. Every member beats
+// once per interval and watches one other member, its successor in group-rank order, so the
+// whole job costs O(n) store operations per interval. A successor that has not beaten for
+// interval x max_attempts of time is declared dead, once. Runs on its own thread with its own
+// store connection.
+//
+// A beat adds 1 to the member's counter, <prefix>/hb/<g>, and then creates the wake-up key
+// <prefix>/hb/<g>/<count> (erasing the one of two beats before). The watcher does not poll: it
+// blocks on the wake-up key of the next beat, so it learns of a beat within a round trip of it
+// and of a death at the deadline itself, whatever the two members' phases. The counter is the
+// truth: at the deadline the watcher reads it before declaring anything (a watcher that fell
+// more than a beat behind finds its wake-up key erased and catches up from the counter).
 
 #include <chrono>
 #include <condition_variable>
@@ -22,8 +28,6 @@ namespace ddprun {
 // What a member writes in place of its counter when it leaves on purpose (its work is done),
 // so that its silence is not taken for death.
 inline constexpr const char* kHeartbeatDone = "done";
-// How often per keep-alive interval a member looks at the member it watches (it beats once).
-inline constexpr int kChecksPerInterval = 4;
 
 struct KeepAliveTiming {
   std::chrono::milliseconds interval{5'000};
@@ -68,8 +72,12 @@ std::unique_ptr<KeepAlive> ring_keep_alive(const StoreOpener& open_store, const 
                                            RendezvousHandler::LostCallback on_lost,
                                            RendezvousHandler::ErrorCallback on_error);
 
-// "<prefix>/hb/<group rank>": the key a member's liveness lives at.
+// "<prefix>/hb/<group rank>": the key a member's beat counter lives at.
 std::string beat_key(const std::string& prefix, int group_rank);
+
+// One beat of the member whose counter is at `key`: the counter's increment and its wake-up key
+// (see above). Returns the new count.
+std::int64_t beat(Store& store, const std::string& key, Deadline deadline);
 
 // Marks this node of `round` as gone on purpose (see kHeartbeatDone).
 void mark_left_on_purpose(Store& store, const Round& round, Deadline deadline);

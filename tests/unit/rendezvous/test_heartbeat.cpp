@@ -1,7 +1,6 @@
 // The ring keep-alive on the in-memory store. Nothing here sleeps: "nothing happened" is
 // asserted only after the heartbeat has shown progress past the point where it would have
-// happened (its own counter, bumped once per interval, between which it checks its successor
-// kChecksPerInterval times), and liveness gets a silence allowance
+// happened (its own counter, bumped once per interval), and liveness gets a silence allowance
 // that a busy machine cannot starve.
 
 #include <catch2/catch.hpp>
@@ -61,8 +60,7 @@ TEST_CASE("heartbeat: silence is time since the last change, never less than the
   MemoryStore store;
   std::atomic<bool> dead{false};
   // Member 1 watches member 0, whose counter the test sets once: from that moment on it is
-  // silent. Checks come four times per interval, so a count of unchanged checks would say
-  // "dead" after 3 checks (75 ms); the deadline is 3 intervals of time (300 ms).
+  // silent. The deadline is 3 intervals of time (300 ms) from the watcher's start.
   store.set("r/0/hb/0", "1", Deadline::after(kHang));
   const auto last_beat = std::chrono::steady_clock::now();
   Heartbeat hb(store.connect(), options(1, 2, 100ms, 3), [&](int) { dead = true; },
@@ -74,13 +72,41 @@ TEST_CASE("heartbeat: silence is time since the last change, never less than the
 TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {
   MemoryStore store;
   std::atomic<int> calls{0};
-  // 40 checks of silence before death (2 s): far beyond what a busy machine starves a thread.
+  // 40 intervals of silence before death (2 s): far beyond what a busy machine starves a thread.
   Heartbeat a(store.connect(), options(0, 2, 50ms, 40), [&](int) { ++calls; }, [](std::string) {});
   Heartbeat b(store.connect(), options(1, 2, 50ms, 40), [&](int) { ++calls; }, [](std::string) {});
-  // More checks than the death threshold on both sides.
+  // More beats than the death threshold on both sides.
   REQUIRE(beats_more(store, 0, 60));
   REQUIRE(beats_more(store, 1, 1));
   CHECK(calls == 0);
+}
+
+TEST_CASE("heartbeat: a beat bumps the counter and keeps the last two wake-up keys",
+          "[heartbeat]") {
+  MemoryStore store;
+  for (std::int64_t n = 1; n <= 5; ++n) CHECK(beat(store, "r/0/hb/3", Deadline::after(kHang)) == n);
+  CHECK(beats(store, 3) == 5);
+  CHECK(store.check({"r/0/hb/3/4", "r/0/hb/3/5"}, Deadline::after(kHang)));
+  for (const char* gone : {"r/0/hb/3/1", "r/0/hb/3/2", "r/0/hb/3/3"}) {
+    CHECK_FALSE(store.check({gone}, Deadline::after(kHang)));
+  }
+}
+
+TEST_CASE("heartbeat: a watcher whose wake-up keys are gone catches up from the counter",
+          "[heartbeat]") {
+  MemoryStore store;
+  std::atomic<int> calls{0};
+  // Member 1 watches member 0, which the test plays: it bumps the counter but never makes the
+  // wake-up keys (as if the watcher had fallen behind and they were erased), so only the
+  // counter read at each deadline (60 intervals, 1.5 s) keeps member 0 alive.
+  Heartbeat watcher(store.connect(), options(1, 2, 25ms, 60), [&](int) { ++calls; },
+                    [](std::string) {});
+  for (int i = 0; i < 30; ++i) {  // 30 x 6 of the watcher's beats: 4.5 s, three deadlines
+    store.add("r/0/hb/0", 1, Deadline::after(kHang));
+    REQUIRE(beats_more(store, 1, 6));
+  }
+  CHECK(calls == 0);
+  REQUIRE(test::wait_until([&] { return calls.load() == 1; }, kHang));  // silent from now on
 }
 
 TEST_CASE("heartbeat: a member that left on purpose is not dead", "[heartbeat]") {

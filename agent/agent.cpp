@@ -75,7 +75,7 @@ RunResult Agent::run() {
     if (round_) {
       announce_stop(ctx_, *round_, sig);
       // Say goodbye too, so that the agent serving the store does not wait for this one.
-      say_goodbye(0);
+      say_goodbye(-1);
     }
     stop_signal = sig;
     grace = config_.shutdown_timeout;
@@ -165,14 +165,14 @@ RunResult Agent::finished_without_this_node(const std::string& outcome) const {
 }
 
 RunResult Agent::finish_success() {
-  say_goodbye(0);
+  say_goodbye(-1);
   return result(RunResult::End::kSucceeded,
                 fmt::format("all {} workers succeeded", round_->ranks.world_size));
 }
 
 RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
   // With the store gone there is nobody to say goodbye to.
-  if (!store_lost) say_goodbye(f.lost_node >= 0 ? 1 : 0);
+  if (!store_lost) say_goodbye(f.lost_node);
   auto r = result(RunResult::End::kFailed,
                   f.kind == Failure::Kind::kWorker
                       ? fmt::format("rank {} on {} failed with exit code {}", f.rank, f.host,
@@ -189,19 +189,32 @@ void Agent::log_restart(const Failure& f) const {
                config_.max_restarts);
 }
 
-// The end of the job: the node serving the store waits (bounded) until every node has read
-// the outcome before the store goes away. After a signal this agent's own connection was
-// interrupted, so the goodbye goes through a fresh one.
-void Agent::say_goodbye(int lost_nodes) {
+// The end of the job: this node says goodbye, and the node serving the store waits (bounded)
+// until every node has, before the store goes away. A signal interrupts this agent's own
+// connection, before the goodbye or during it, so the goodbye then goes through a fresh one:
+// without it the node serving the store would wait its whole close timeout for this node.
+void Agent::say_goodbye(int lost_node) {
+  const auto deadline = Deadline::after(config_.rdzv_conf.close_timeout);
+  const auto channel = [&](Store& store) {
+    return RoundChannel(store, *round_, config_.rdzv_conf.read_timeout);
+  };
   try {
-    std::unique_ptr<Store> fresh;
     Store* store = ctx_.store;
-    if (signal_ != 0) {
-      fresh = ctx_.open_store(Deadline::after(5s));
-      store = fresh.get();
+    std::unique_ptr<Store> fresh;
+    bool left = false;
+    if (signal_ == 0) {
+      try {
+        channel(*store).leave(deadline);
+        left = true;
+      } catch (const InterruptedError&) {
+      }
     }
-    RoundChannel(*store, *round_, config_.rdzv_conf.read_timeout)
-        .say_goodbye(lost_nodes, ctx_.hosts_store, config_.rdzv_conf.close_timeout);
+    if (!left) {
+      fresh = ctx_.open_store(deadline.min(Deadline::after(5s)));
+      store = fresh.get();
+      channel(*store).leave(deadline);
+    }
+    if (ctx_.hosts_store) channel(*store).wait_for_goodbyes(lost_node, deadline);
   } catch (const Error& e) {
     spdlog::warn("leaving the rendezvous: {}", e.what());
   }

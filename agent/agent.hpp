@@ -75,7 +75,7 @@ class Agent {
   RunResult finish_failure(const Failure& failure, bool store_lost);
   RunResult result(RunResult::End end, std::string reason) const;
   void log_restart(const Failure& failure) const;
-  void say_goodbye(int lost_nodes);
+  void say_goodbye(int lost_node);
   void emit(const std::string& name, nlohmann::json fields = nlohmann::json::object());
 
   const LaunchConfig& config_;

@@ -1,6 +1,7 @@
 #include "agent/round_channel.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
@@ -86,16 +87,31 @@ Failure RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
   }
 }
 
-void RoundChannel::say_goodbye(int lost_nodes, bool wait_for_all,
-                               std::chrono::milliseconds close_timeout) {
+namespace {
+
+std::string goodbye_key(int group_rank) { return fmt::format("left/{}", group_rank); }
+
+}  // namespace
+
+void RoundChannel::leave(Deadline deadline) {
+  store_.set(goodbye_key(round_.ranks.group_rank), "1", deadline);
+}
+
+void RoundChannel::wait_for_goodbyes(int lost_node, Deadline deadline) {
+  std::vector<std::string> keys;
+  for (int g = 0; g < round_.ranks.group_world_size; ++g) {
+    if (g != lost_node) keys.push_back(goodbye_key(g));
+  }
+  const auto started = Clock::now();
   try {
-    const auto deadline = Deadline::after(close_timeout);
-    // A node declared dead will not come to say goodbye: do not wait for it.
-    const auto left = store_.add("left", 1, deadline);
-    if (left == round_.ranks.group_world_size - lost_nodes) store_.set("all_left", "1", deadline);
-    if (wait_for_all) store_.wait({"all_left"}, deadline);
-  } catch (const Error& e) {
-    spdlog::warn("leaving the rendezvous: {}", e.what());
+    store_.wait(keys, deadline);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    for (int g = 0; g < round_.ranks.group_world_size; ++g) {
+      if (g != lost_node && !store_.check({goodbye_key(g)}, op())) missing.push_back(g);
+    }
+    throw TimeoutError(fmt::format("node(s) {} did not say goodbye within {}", missing,
+                                   format_duration(Clock::now() - started)));
   }
 }
 

@@ -44,10 +44,13 @@ class RoundChannel {
   Failure resolve_root_cause(const Failure& first, bool chooser,
                              std::chrono::milliseconds settle_time);
 
-  // The end of the job for this node. The node serving the store (`wait_for_all`) waits,
-  // bounded by `close_timeout`, until every node that is not known dead has left, so that the
-  // store does not vanish under them. Logged, not thrown, when the store fails.
-  void say_goodbye(int lost_nodes, bool wait_for_all, std::chrono::milliseconds close_timeout);
+  // The end of the job for this node: its goodbye, one key of its own, so that saying it twice
+  // (again on a fresh connection, after a signal cut the first one short) counts once. Throws.
+  void leave(Deadline deadline);
+  // The node serving the store waits, until `deadline`, for the goodbye of every node but
+  // `lost_node` (declared dead: it will not come; -1 for none), so that the store does not
+  // vanish under nodes that still read the outcome. Throws TimeoutError naming the missing nodes.
+  void wait_for_goodbyes(int lost_node, Deadline deadline);
 
  private:
   Deadline op() const { return Deadline::after(read_timeout_); }

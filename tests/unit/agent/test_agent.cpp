@@ -6,6 +6,8 @@
 
 #include <signal.h>
 
+#include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -54,10 +56,72 @@ LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_res
   return c;
 }
 
+// A store that runs `before_set(key)` before each set it passes on (for a test to act at that
+// exact moment).
+class SetHookStore final : public Store {
+ public:
+  SetHookStore(std::unique_ptr<Store> inner, std::function<void(const std::string&)> before_set)
+      : inner_(std::move(inner)), before_set_(std::move(before_set)) {}
+
+  void set(const std::string& key, const std::string& value, Deadline deadline) override {
+    before_set_(key);
+    inner_->set(key, value, deadline);
+  }
+  std::string get(const std::string& key, Deadline deadline) override {
+    return inner_->get(key, deadline);
+  }
+  std::optional<std::string> try_get(const std::string& key, Deadline deadline) override {
+    return inner_->try_get(key, deadline);
+  }
+  bool check(const std::vector<std::string>& keys, Deadline deadline) override {
+    return inner_->check(keys, deadline);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) override {
+    return inner_->add(key, delta, deadline);
+  }
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired, Deadline deadline) override {
+    return inner_->compare_set(key, expected, desired, deadline);
+  }
+  bool erase(const std::string& key, Deadline deadline) override {
+    return inner_->erase(key, deadline);
+  }
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys,
+                                     Deadline deadline) override {
+    return inner_->multi_get(keys, deadline);
+  }
+  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                 Deadline deadline) override {
+    inner_->multi_set(keys, values, deadline);
+  }
+  void wait(const std::vector<std::string>& keys, Deadline deadline) override {
+    inner_->wait(keys, deadline);
+  }
+  std::int64_t num_keys(Deadline deadline) override { return inner_->num_keys(deadline); }
+  void ping(Deadline deadline) override { inner_->ping(deadline); }
+  std::string describe() const override { return inner_->describe(); }
+  void interrupt() override { inner_->interrupt(); }
+
+ private:
+  std::unique_ptr<Store> inner_;
+  std::function<void(const std::string&)> before_set_;
+};
+
+struct NodeOptions {
+  bool hosts_store = false;  // waits for the others' goodbyes at the end
+  // Runs before each set on the agent's own store connection (not on the fresh ones it opens).
+  std::function<void(const std::string& key)> before_set;
+};
+
 // One node's agent running on its own thread.
 struct Node {
-  Node(MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir)
-      : config(std::move(c)), store(shared.connect()) {
+  Node(MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir,
+       NodeOptions options = {})
+      : config(std::move(c)) {
+    store = shared.connect();
+    if (options.before_set) {
+      store = std::make_unique<SetHookStore>(std::move(store), std::move(options.before_set));
+    }
     StoreOpener open = [&shared](Deadline) { return std::unique_ptr<Store>(shared.connect()); };
     rendezvous = make_rendezvous_handler(config, *store, open, host);
     AgentContext ctx;
@@ -67,6 +131,7 @@ struct Node {
     ctx.rendezvous = rendezvous.get();
     ctx.runner = &runner;
     ctx.reserve_master_port = [](const std::string&) { return 23456; };
+    ctx.hosts_store = options.hosts_store;
     ctx.log_dir = log_dir;
     ctx.base_env = {{"HOME", "/home/test"}};
     agent = std::make_unique<Agent>(config, std::move(ctx));
@@ -79,7 +144,7 @@ struct Node {
   int exit_code() { return exit_code_of(finish()); }
 
   LaunchConfig config;
-  std::unique_ptr<MemoryStore> store;
+  std::unique_ptr<Store> store;
   std::unique_ptr<RendezvousHandler> rendezvous;
   FakeRunner runner;
   std::unique_ptr<Agent> agent;
@@ -212,6 +277,35 @@ TEST_CASE("agent: a signal stops the workers with that signal and exits 128+N", 
   CHECK(node.exit_code() == 128 + SIGINT);
   CHECK(node.runner.stop_signals().at(0) == SIGINT);
   CHECK(node.runner.starts() == 1);  // a signal is not retried
+}
+
+TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's host waiting",
+          "[agent]") {
+  MemoryStore shared;
+  test::TempDir dir;
+  // The host would wait far beyond kHang for a goodbye that never comes.
+  auto c0 = config_for(2, 0, 1);
+  c0.rdzv_conf.close_timeout = 3 * kHang;
+  Node n0(shared, c0, "hostA", dir.path(), NodeOptions{true, {}});
+  // Node 1's signal comes just as it says goodbye on its own connection, which the signal
+  // interrupts (as SIGTERM after an ssh hang-up does, racing the job's end).
+  std::atomic<Agent*> agent1{nullptr};
+  std::atomic<int> signalled{0};
+  NodeOptions o1;
+  o1.before_set = [&](const std::string& key) {
+    if (key.size() >= 7 && key.compare(key.size() - 7, 7, "/left/1") == 0 && !signalled++) {
+      agent1.load()->on_signal(SIGTERM);
+    }
+  };
+  Node n1(shared, config_for(2, 1, 1), "hostB", dir.path(), std::move(o1));
+  agent1 = n1.agent.get();
+  REQUIRE(n0.runner.wait_for_start(1));
+  REQUIRE(n1.runner.wait_for_start(1));
+  n0.runner.exit_all(0);
+  n1.runner.exit_all(0);
+  CHECK(n1.finish().end == RunResult::End::kSucceeded);
+  CHECK(n0.finish().end == RunResult::End::kSucceeded);  // not after 3 x kHang
+  CHECK(signalled == 1);
 }
 
 TEST_CASE("agent: a signal during the rendezvous ends it at once", "[agent]") {

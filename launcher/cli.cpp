@@ -127,18 +127,51 @@ std::string env_suffix(std::string_view name) {
   return out;
 }
 
-// "-r,--redirects" plus torchrun's underscore spelling where it differs.
+// "-r,--redirects". torchrun's underscore spellings are not registered with CLI11: each name
+// costs every later registration and every argument a comparison, so they are rewritten to
+// ours before parsing instead (with_our_spelling).
 std::string cli11_names(const OptionSpec& spec) {
   std::string names = spec.short_name.empty() ? "" : fmt::format("-{},", spec.short_name);
-  names += fmt::format("--{}", spec.name);
-  std::string underscored(spec.name);
-  std::replace(underscored.begin(), underscored.end(), '-', '_');
-  if (underscored != spec.name) names += fmt::format(",--{}", underscored);
-  return names;
+  return names + fmt::format("--{}", spec.name);
 }
 
-// Shows one spelling per option (the underscore twins would double every line) and our
-// usage line, which has a positional program CLI11 does not know about.
+constexpr std::string_view kForwardShort = "x";  // -x NAME[=VALUE], not in kOptions
+
+const OptionSpec* find_option(std::string_view long_name, std::string_view short_name) {
+  for (const auto& spec : kOptions) {
+    if (long_name.empty() ? spec.short_name == short_name : spec.name == long_name) return &spec;
+  }
+  return nullptr;
+}
+
+// Rewrites --nproc_per_node (torchrun's spelling) to --nproc-per-node in ddprun's own
+// arguments, which end at the program (the first positional) or at "--": the program's own
+// arguments are never touched. Walks the arguments as CLI11 will, so that an option's value
+// is not taken for the program.
+void with_our_spelling(std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto& arg = args[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;
+    bool takes_value = false;
+    if (arg[1] != '-') {  // -r 3, -r3, -x NAME
+      const auto letter = std::string_view(arg).substr(1, 1);
+      const auto* spec = find_option({}, letter);
+      takes_value = letter == kForwardShort || (spec != nullptr && !spec->value_name.empty());
+      if (takes_value && arg.size() == 2) ++i;
+      continue;
+    }
+    const auto end = std::min(arg.find('='), arg.size());
+    std::string name = arg.substr(2, end - 2);
+    std::replace(name.begin(), name.end(), '_', '-');
+    const auto* spec = find_option(name, {});
+    if (spec == nullptr) continue;  // unknown: CLI11 leaves it, and it is reported below
+    arg.replace(2, name.size(), name);
+    if (end == arg.size() && !spec->value_name.empty()) ++i;  // --nnodes 2
+  }
+}
+
+// Shows an option's names as "-r, --redirects", and our usage line, which has a positional
+// program CLI11 does not know about.
 class HelpFormatter final : public CLI::Formatter {
  public:
   HelpFormatter() { column_width(40); }
@@ -160,9 +193,7 @@ class HelpFormatter final : public CLI::Formatter {
     if (is_positional) return CLI::Formatter::make_option_name(opt, is_positional);
     std::string out;
     for (const auto& name : opt->get_snames()) out += "-" + name + ", ";
-    for (const auto& name : opt->get_lnames()) {
-      if (name.find('_') == std::string::npos) out += "--" + name + ", ";
-    }
+    for (const auto& name : opt->get_lnames()) out += "--" + name + ", ";
     return out.substr(0, out.size() - 2);
   }
 };
@@ -199,7 +230,7 @@ struct Parser {
       opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(std::string(spec.group));
       options[key] = opt;
     }
-    app.add_option("-x", forward,
+    app.add_option(fmt::format("-{}", kForwardShort), forward,
                    "NAME or NAME=VALUE: environment for every worker\non every host (repeatable)")
         ->type_name("NAME[=VALUE]")
         ->expected(1)
@@ -243,8 +274,10 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
                               const std::map<std::string, std::string>& env) {
   Parser parser;
   try {
+    std::vector<std::string> ours = args;
+    with_our_spelling(ours);
     // CLI11 consumes a reversed vector from the back.
-    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    std::vector<std::string> reversed(ours.rbegin(), ours.rend());
     for (auto& arg : reversed) {
       if (arg.size() > 3 && arg.starts_with("--") && arg.ends_with("=")) arg += kEmptyMarker;
     }

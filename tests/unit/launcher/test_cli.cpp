@@ -129,6 +129,21 @@ TEST_CASE("a repeated flag keeps its last value, like argparse", "[launcher][cli
   CHECK(parse_ok({"--nproc-per-node", "2", "--nproc_per_node=3", "x.py"}).nproc_per_node == 3);
 }
 
+TEST_CASE("underscore spellings are ddprun's own until the program, never the program's",
+          "[launcher][cli]") {
+  // Values (a separate "2", -r's "3") are not taken for the program, so the flags after them
+  // are still ddprun's; everything from the program on is passed untouched.
+  LaunchConfig c = parse_ok({"--nproc_per_node", "2", "-r", "3", "--no_python", "prog",
+                             "--nproc_per_node=5", "--log_dir", "d"});
+  CHECK(c.nproc_per_node == 2);
+  CHECK(c.no_python);
+  CHECK(c.redirects.for_rank(0) == Std::kAll);
+  CHECK(c.argv == Args{"prog", "--nproc_per_node=5", "--log_dir", "d"});
+  CHECK(parse_ok({"--no-python", "--", "prog", "--no_python"}).argv ==
+        Args{"prog", "--no_python"});
+  expect_usage_error({"--bogus_flag", "x.py"}, {"unknown option --bogus_flag"});
+}
+
 TEST_CASE("PET_ environment variables fill in flags the command line leaves out",
           "[launcher][cli][env]") {
   Env env = {{"PET_NPROC_PER_NODE", "4"}, {"PET_NNODES", "2"},          {"PET_NODE_RANK", "1"},

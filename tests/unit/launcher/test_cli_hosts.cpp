@@ -17,9 +17,9 @@ bool has(const std::vector<std::string>& flags, const std::string& flag) {
 }  // namespace
 
 TEST_CASE("cli: --hosts describes the job the remote agents form", "[launcher][cli][hosts]") {
-  auto config = parse_ok({"--hosts=10.0.0.1:2,10.0.0.2", "--nproc-per-node=gpu",
-                          "--max-restarts=2", "-x", "FOO=bar", "-x", "BAZ", "train.py", "--lr",
-                          "0.1"});
+  // -x's value is not the program: the flag after it is still ddprun's.
+  auto config = parse_ok({"--hosts=10.0.0.1:2,10.0.0.2", "--nproc-per-node=gpu", "-x",
+                          "FOO=bar", "--max_restarts=2", "-x", "BAZ", "train.py", "--lr", "0.1"});
   REQUIRE(config.cluster);
   const auto& c = *config.cluster;
   CHECK(c.hosts == std::vector<HostSpec>{{"10.0.0.1", 2}, {"10.0.0.2", std::nullopt}});

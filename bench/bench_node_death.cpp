@@ -96,9 +96,16 @@ int main(int argc, char** argv) {
                         "both survivors' rendezvous_completed of the new round");
     Series detect = make("SIGKILL to the first survivor re-forming (detection)",
                          "first rendezvous_started of the new round on a survivor");
-    total.target_max = deadline_s + 1;
-    total.target_text = fmt::format("<= {} + 1 s = {:g} s",
-                                    etcd ? "lease TTL" : "keep-alive deadline", deadline_s + 1);
+    if (etcd) {
+      total.target_max = deadline_s + 1;
+      total.target_text = fmt::format("median <= lease TTL + 1 s = {:g} s", deadline_s + 1);
+    } else {
+      // Issue 13: every run, not the median, within half a second of the deadline.
+      total.target_max = deadline_s + 0.5;
+      total.target_on_worst = true;
+      total.target_text = fmt::format(
+          "worst run <= keep-alive deadline + 0.5 s = {:g} s (issue 13)", deadline_s + 0.5);
+    }
     Series reform = make("re-forming (includes last_call_timeout)",
                          "last survivor's rendezvous_completed minus the first's rendezvous_started");
     TempDir dir("node-death");

@@ -19,6 +19,7 @@ void append_series(const std::string& path, const Series& s) {
          {"compare_with", s.compare_with}, {"target_vs", s.target_vs},
          {"target_ratio", s.target_ratio}, {"target_text", s.target_text}};
   if (s.target_max) j["target_max"] = *s.target_max;
+  if (s.target_on_worst) j["target_on_worst"] = true;
   std::ofstream out(path, std::ios::app);
   if (!out) throw Error("cannot append to " + path);
   out << j.dump() << '\n';
@@ -44,6 +45,7 @@ std::vector<Series> read_series(const std::string& path) {
     s.measured = j.value("measured", true);
     s.compare_with = j.value("compare_with", "");
     if (j.contains("target_max")) s.target_max = j.at("target_max").get<double>();
+    s.target_on_worst = j.value("target_on_worst", false);
     s.target_vs = j.value("target_vs", "");
     s.target_ratio = j.value("target_ratio", 0.0);
     s.target_text = j.value("target_text", "");

@@ -24,7 +24,8 @@ struct Series {
   // than that subject's row of the same case and metric.
   std::string compare_with;
   // The target for this series, checked on the median, if it has one.
-  std::optional<double> target_max;    // median <= this
+  std::optional<double> target_max;    // median <= this (the worst sample with target_on_worst)
+  bool target_on_worst = false;
   std::string target_vs;               // and/or: at least target_ratio times better than this subject
   double target_ratio = 0;
   std::string target_text;             // e.g. "<= 20 ms"

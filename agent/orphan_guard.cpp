@@ -1,6 +1,7 @@
 #include "agent/orphan_guard.hpp"
 
 #include <dirent.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -44,6 +45,8 @@ struct GuardianState {
   int write_fd;  // the agent's end: the guardian closes its own copy
   std::size_t marker_size;
   char marker[64];     // "DDPRUN_GUARD=<hex>"
+  // The agent's scratch directory (OrphanGuard::remove_if_abandoned), valid once "s" is read.
+  char scratch[PATH_MAX];
   pid_t killed[4096];  // what the sweep killed, to count each process once
   // The workers' process groups still alive: room for far more than a node has workers.
   pid_t groups[std::size_t{1} << 18];
@@ -150,7 +153,35 @@ std::size_t kill_marked(GuardianState& s, int rounds) {
   return distinct;
 }
 
-// The guardian: reads "+PGID", "-PGID" and "=" lines until the pipe closes. See the header.
+// Removes `name` in the directory `parent` with everything in it, `depth` levels deep, with
+// raw system calls (no symbolic link is followed: unlinkat removes the link itself). An entry
+// of a directory being read may be missed while entries are removed, so a directory that is
+// not empty at the end is read again, a few times.
+void remove_tree(int parent, const char* name, int depth) {
+  for (int pass = 0; pass < 4; ++pass) {
+    if (syscall(SYS_unlinkat, parent, name, AT_REMOVEDIR) == 0 || errno != ENOTEMPTY) return;
+    if (depth == 0) return;
+    const int dir = static_cast<int>(syscall(SYS_openat, parent, name,
+                                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir < 0) return;
+    alignas(dirent64) char entries[4096];
+    for (long n; (n = syscall(SYS_getdents64, dir, entries, sizeof(entries))) > 0;) {
+      for (long off = 0; off < n;) {
+        const auto* entry = reinterpret_cast<const dirent64*>(entries + off);
+        off += entry->d_reclen;
+        const char* e = entry->d_name;
+        if (e[0] == '.' && (e[1] == '\0' || (e[1] == '.' && e[2] == '\0'))) continue;
+        if (entry->d_type == DT_DIR ||
+            (syscall(SYS_unlinkat, dir, e, 0) != 0 && errno == EISDIR)) {
+          remove_tree(dir, e, depth - 1);
+        }
+      }
+    }
+    sys_close(dir);
+  }
+}
+
+// The guardian: reads "+PGID", "-PGID", "s", "k" and "=" lines until the pipe closes. See the header.
 int guardian_main(void* arg) {
   auto& s = *static_cast<GuardianState*>(arg);
   sys_close(s.write_fd);
@@ -164,6 +195,7 @@ int guardian_main(void* arg) {
   for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) sigaction(signo, &ignore, nullptr);
   std::size_t count = 0;
   bool clean_end = false;
+  bool scratch = false;  // a scratch directory to remove if the agent dies
   char line[32];
   std::size_t length = 0;
   char buf[512];
@@ -176,6 +208,8 @@ int guardian_main(void* arg) {
       line[length] = '\0';
       const pid_t pgid = length > 1 ? parse_pid(line + 1) : -1;
       if (length == 1 && line[0] == '=') clean_end = true;
+      if (length == 1 && line[0] == 's') scratch = true;
+      if (length == 1 && line[0] == 'k') scratch = false;  // the agent lives and removes it
       if (pgid > 0 && line[0] == '+' && count < std::size(s.groups)) s.groups[count++] = pgid;
       if (pgid > 0 && line[0] == '-') {
         pid_t* end = s.groups + count;
@@ -201,6 +235,8 @@ int guardian_main(void* arg) {
     p = std::copy(kTail.begin(), kTail.end(), p);
     sys_write_all(STDERR_FILENO, note, static_cast<std::size_t>(p - note));
   }
+  // Its depth: the run's, the attempt's and the worker's directories, and their files.
+  if (scratch) remove_tree(AT_FDCWD, s.scratch, 6);
   _exit(0);
 }
 
@@ -396,7 +432,8 @@ void OrphanGuard::finish() {
   // process's environment (proportional to all processes on the machine) is skipped. A child
   // that exits while the list is read may hide another from that read, hence two reads.
   const bool clean = only_guardian(children) && only_guardian(child_pids());
-  if (clean) send_line("=");
+  // Clean or not, this agent is alive and removes its scratch directory itself.
+  send_line(clean ? "=" : "k");
   close(std::exchange(fd_, -1));
   // Told "=", the guardian exits without another system call that could fail; otherwise it
   // kills and sweeps, and its failed calls (a process already gone) set the errno it shares
@@ -412,6 +449,16 @@ void OrphanGuard::reap_guardian() {
 }
 
 void OrphanGuard::forget(pid_t pgid) { send_line('-' + std::to_string(pgid)); }
+
+void OrphanGuard::remove_if_abandoned(const std::string& dir) {
+  auto* state = static_cast<GuardianState*>(region_);
+  std::error_code ec;
+  const auto path = std::filesystem::absolute(dir, ec).string();  // TMPDIR may be relative
+  if (fd_ < 0 || state == nullptr || ec || path.size() >= sizeof(state->scratch)) return;
+  // Written before the line that tells the guardian to read it (the pipe orders the two).
+  std::memcpy(state->scratch, path.c_str(), path.size() + 1);
+  send_line("s");
+}
 
 void OrphanGuard::send_line(const std::string& line) {
   if (fd_ < 0) return;  // finished: no group is left to tell about

@@ -18,7 +18,9 @@
 //    whose adopted children would otherwise pass to init. A descendant that clears its
 //    environment (env -i, some daemons' own sanitizing) escapes both only in that case.
 // When the agent ends with no child left but the guardian, it tells the guardian so ("=" on
-// the pipe) and the guardian exits at once: nothing of the job can be left anywhere.
+// the pipe) and the guardian exits at once: nothing of the job can be left anywhere. An agent
+// that dies unheard also leaves its scratch log directory (console-only jobs keep the workers'
+// error files there, in /dev/shm): the guardian removes it too.
 //
 // The guardian is a process that shares the agent's memory (clone with CLONE_VM, like the
 // first half of a vfork) instead of a fork of it: no page tables to copy, no copy-on-write
@@ -60,6 +62,11 @@ class OrphanGuard {
 
   // The group was stopped and reaped; forget it (its number may be reused).
   void forget(pid_t pgid);
+
+  // `dir` is this agent's scratch directory (made for this run only): if the agent dies
+  // without finish() (SIGKILL, a crash), the guardian removes it with everything in it. Call
+  // once, with nothing else in the directory's path that other programs may change under it.
+  void remove_if_abandoned(const std::string& dir);
 
   pid_t guardian_pid() const { return guardian_; }
   // "DDPRUN_GUARD=<random>": put in every worker's environment (PosixProcessRunner does).

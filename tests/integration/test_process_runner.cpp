@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -570,6 +571,16 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
   TempDir dir;
   const auto pid_file = dir.file("pids");
   const auto guardian_file = dir.file("guardian");
+  // A scratch directory like a run's (its attempt's and workers' directories, files in them,
+  // a link that must not be followed), which the guardian removes when the agent dies.
+  const auto scratch = dir.file("scratch");
+  const auto kept = dir.file("kept");
+  std::filesystem::create_directories(scratch + "/run/attempt_0/0");
+  std::filesystem::create_directories(scratch + "/run/attempt_0/1");
+  std::filesystem::create_directories(kept);
+  std::ofstream(scratch + "/run/attempt_0/0/error.json") << "{}";
+  std::ofstream(kept + "/file") << "stays";
+  std::filesystem::create_directory_symlink(kept, scratch + "/run/attempt_0/1/link");
   std::cout.flush();
   std::fflush(nullptr);
   // Catch2 runs tests on one thread and no runner exists here, so forking is safe.
@@ -579,6 +590,7 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
     // A stand-in agent; it must never return into Catch2.
     try {
       ddprun::OrphanGuard guard;
+      guard.remove_if_abandoned(scratch);
       PosixProcessRunner runner(&guard);
       runner.start({Fake("grandchild").env("FAKE_PID_FILE", pid_file).launch()}, {});
       // start() returns once the worker has told the guardian its group (before its exec).
@@ -626,6 +638,46 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
     ::kill(grandchild, SIGKILL);
     ::kill(guardian, SIGKILL);
   }
+  // Its exit came after the scratch directory's removal; the link's target is untouched.
+  CHECK_FALSE(std::filesystem::exists(scratch));
+  CHECK(std::filesystem::exists(kept + "/file"));
+}
+
+TEST_CASE("a guardian told of an unclean end leaves the scratch directory to its living agent",
+          "[runner][orphan]") {
+  TempDir dir;
+  const auto scratch = dir.file("scratch");
+  std::filesystem::create_directories(scratch + "/run");
+  std::cout.flush();
+  std::fflush(nullptr);
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {  // a stand-in agent; it must never return into Catch2
+    int code = 0;
+    try {
+      ddprun::OrphanGuard guard;
+      guard.remove_if_abandoned(scratch);
+      // A child of the agent's own that is not the guardian: the end is not clean, so the
+      // guardian kills and sweeps, and finish() waits for it.
+      const pid_t child = ::fork();
+      if (child == 0) {
+        ::close(guard.fd());  // or the guardian's pipe never closes
+        while (true) ::pause();
+      }
+      guard.finish();
+      if (!std::filesystem::exists(scratch + "/run")) code = 10;
+      ::kill(child, SIGKILL);
+      ::waitpid(child, nullptr, 0);
+    } catch (...) {
+      code = 11;
+    }
+    ::_exit(code);
+  }
+  const int status = ddprun::test::wait_for_exit(agent, kBound);
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));
+  INFO("10: the guardian removed the living agent's scratch directory; 11: an exception");
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("told of a clean end, the guardian exits before its agent reaps it", "[runner][orphan]") {

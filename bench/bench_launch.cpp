@@ -216,56 +216,74 @@ void figure_launch(Context& ctx) {
   t.write(ctx.common.results);
 }
 
+constexpr const char* kRestartAlone = "ddprun, runs of its own (no torchrun between)";
+
+// One restart job under `l` (rank 0 exits 3 once, --max-restarts=1), recorded as `label`.
+void restart_run(Context& ctx, const Launcher& l, const std::string& label, bool recorded,
+                 Table& t) {
+  const std::string case_name = "4 workers, rank 0 exits 3 once, --max-restarts=1";
+  auto dir = run_dir(ctx);
+  NodeArgs node;
+  node.nproc = 4;
+  node.port = free_port();
+  node.max_restarts = 1;
+  if (!l.torchrun) node.events_file = dir + "/events.jsonl";
+  const auto log = dir + "/agent.log";
+  const double start = mono_now();
+  Child agent({command(l, node, {ctx.worker, "--fail-once-rank=0"}), {{"BENCH_STAMP_DIR", dir}},
+               log});
+  expect_exit(agent.wait(180s), 0, label, log);
+  if (!recorded) return;
+  t.get(2, case_name, "whole job, wall time", label)
+      .samples.push_back(ms(agent.exit_mono() - start));
+  auto failed = read_stamps(dir, "exit.0.");
+  auto restarted = read_stamps(dir, "start.1.");
+  if (failed.size() != 1 || restarted.size() != 4) {
+    throw Error(fmt::format("{}: expected 1 failure and 4 restarted workers, stamps show {} "
+                            "and {} (in {})", label, failed.size(), restarted.size(), dir));
+  }
+  t.get(2, case_name, "failure to first restarted worker running (worker stamps)", label)
+      .samples.push_back(ms(*std::min_element(restarted.begin(), restarted.end()) - failed[0]));
+  if (l.torchrun) return;
+  double exit_mono = 0, noticed = 0, started = 0;
+  for (const auto& e : events_named(node.events_file, "worker_exited")) {
+    if (e.at("exit_code") == 3) {
+      exit_mono = e.at("exit_mono");
+      noticed = e.at("mono");
+    }
+  }
+  for (const auto& e : events_named(node.events_file, "workers_started")) {
+    if (e.at("attempt") == 1) started = e.at("mono");
+  }
+  if (exit_mono == 0 || started == 0) throw Error("events missing in " + node.events_file);
+  t.get(2, case_name, "failure to all workers restarted (events: workers_started)", label,
+        "ddprun's --events-file: workers_started(attempt 1).mono - worker_exited.exit_mono")
+      .samples.push_back(ms(started - exit_mono));
+  t.get(2, case_name, "failure noticed by the agent (events)", label,
+        "worker_exited.mono - worker_exited.exit_mono")
+      .samples.push_back(ms(noticed - exit_mono));
+}
+
 void figure_restart(Context& ctx) {
   Table t;
-  const std::string case_name = "4 workers, rank 0 exits 3 once, --max-restarts=1";
   repeat(ctx.common, [&](int, bool recorded) {
-    for (const auto& l : ctx.launchers) {
-      auto dir = run_dir(ctx);
-      NodeArgs node;
-      node.nproc = 4;
-      node.port = free_port();
-      node.max_restarts = 1;
-      if (!l.torchrun) node.events_file = dir + "/events.jsonl";
-      const auto log = dir + "/agent.log";
-      const double start = mono_now();
-      Child agent({command(l, node, {ctx.worker, "--fail-once-rank=0"}),
-                   {{"BENCH_STAMP_DIR", dir}}, log});
-      expect_exit(agent.wait(180s), 0, l.label, log);
-      if (!recorded) continue;
-      t.get(2, case_name, "whole job, wall time", l.label)
-          .samples.push_back(ms(agent.exit_mono() - start));
-      auto failed = read_stamps(dir, "exit.0.");
-      auto restarted = read_stamps(dir, "start.1.");
-      if (failed.size() != 1 || restarted.size() != 4) {
-        throw Error(fmt::format("{}: expected 1 failure and 4 restarted workers, stamps show {} "
-                                "and {} (in {})", l.label, failed.size(), restarted.size(), dir));
-      }
-      t.get(2, case_name, "failure to first restarted worker running (worker stamps)", l.label)
-          .samples.push_back(ms(*std::min_element(restarted.begin(), restarted.end()) - failed[0]));
-      if (l.torchrun) continue;
-      double exit_mono = 0, noticed = 0, started = 0;
-      for (const auto& e : events_named(node.events_file, "worker_exited")) {
-        if (e.at("exit_code") == 3) {
-          exit_mono = e.at("exit_mono");
-          noticed = e.at("mono");
-        }
-      }
-      for (const auto& e : events_named(node.events_file, "workers_started")) {
-        if (e.at("attempt") == 1) started = e.at("mono");
-      }
-      if (exit_mono == 0 || started == 0) throw Error("events missing in " + node.events_file);
-      t.get(2, case_name, "failure to all workers restarted (events: workers_started)", l.label,
-            "ddprun's --events-file: workers_started(attempt 1).mono - worker_exited.exit_mono")
-          .samples.push_back(ms(started - exit_mono));
-      t.get(2, case_name, "failure noticed by the agent (events)", l.label,
-            "worker_exited.mono - worker_exited.exit_mono")
-          .samples.push_back(ms(noticed - exit_mono));
-    }
+    for (const auto& l : ctx.launchers) restart_run(ctx, l, l.label, recorded, t);
   });
-  if (auto* s = t.find("whole job, wall time", "ddprun")) {
-    s->target_max = 10;
-    s->target_text = "whole job <= 10 ms (issue 13; it was 100 ms)";
+  // Issue 13's target is ddprun's own time, so it is timed once more without torchrun's runs
+  // in between: each of those leaves the machine busy for a while (its Python processes'
+  // ends), which lands on the ddprun run that follows it (the row above). 5 times the runs.
+  const auto& ddprun = ctx.launchers.front();
+  if (!ddprun.torchrun) {
+    CommonOptions alone = ctx.common;
+    alone.runs *= 5;
+    repeat(alone, [&](int, bool recorded) { restart_run(ctx, ddprun, kRestartAlone, recorded, t); });
+    for (auto& s : t.rows) {
+      if (s.subject == kRestartAlone) s.compare_with = "none";  // other runs than ddprun's row
+    }
+    if (auto* s = t.find("whole job, wall time", kRestartAlone)) {
+      s->target_max = 10;
+      s->target_text = "whole job <= 10 ms (issue 13; it was 100 ms)";
+    }
   }
   t.write(ctx.common.results);
 }

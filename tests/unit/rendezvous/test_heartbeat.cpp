@@ -98,12 +98,14 @@ TEST_CASE("heartbeat: a watcher whose wake-up keys are gone catches up from the 
   std::atomic<int> calls{0};
   // Member 1 watches member 0, which the test plays: it bumps the counter but never makes the
   // wake-up keys (as if the watcher had fallen behind and they were erased), so only the
-  // counter read at each deadline (60 intervals, 1.5 s) keeps member 0 alive.
-  Heartbeat watcher(store.connect(), options(1, 2, 25ms, 60), [&](int) { ++calls; },
+  // counter read at each deadline (120 intervals, 3 s) keeps member 0 alive. The test bumps it
+  // every 12 of the watcher's beats (0.3 s): a tenth of the allowance, so a busy machine that
+  // holds this thread back for a while does not make member 0 look dead.
+  Heartbeat watcher(store.connect(), options(1, 2, 25ms, 120), [&](int) { ++calls; },
                     [](std::string) {});
-  for (int i = 0; i < 30; ++i) {  // 30 x 6 of the watcher's beats: 4.5 s, three deadlines
+  for (int i = 0; i < 30; ++i) {  // 30 x 12 of the watcher's beats: 9 s, three deadlines
     store.add("r/0/hb/0", 1, Deadline::after(kHang));
-    REQUIRE(beats_more(store, 1, 6));
+    REQUIRE(beats_more(store, 1, 12));
   }
   CHECK(calls == 0);
   REQUIRE(test::wait_until([&] { return calls.load() == 1; }, kHang));  // silent from now on

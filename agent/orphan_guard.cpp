@@ -1,8 +1,8 @@
 #include "agent/orphan_guard.hpp"
 
 #include <dirent.h>
-#include <limits.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,12 +15,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <iterator>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <new>
 #include <optional>
 #include <string>
@@ -181,7 +181,8 @@ void remove_tree(int parent, const char* name, int depth) {
   }
 }
 
-// The guardian: reads "+PGID", "-PGID", "s", "k" and "=" lines until the pipe closes. See the header.
+// The guardian: reads "+PGID", "-PGID", "s", "k" and "=" lines until the pipe closes. See the
+// header.
 int guardian_main(void* arg) {
   auto& s = *static_cast<GuardianState*>(arg);
   sys_close(s.write_fd);

@@ -98,17 +98,20 @@ void RoundChannel::leave(Deadline deadline) {
 }
 
 void RoundChannel::wait_for_goodbyes(int lost_node, Deadline deadline) {
+  std::vector<int> expected;
   std::vector<std::string> keys;
   for (int g = 0; g < round_.ranks.group_world_size; ++g) {
-    if (g != lost_node) keys.push_back(goodbye_key(g));
+    if (g == lost_node) continue;
+    expected.push_back(g);
+    keys.push_back(goodbye_key(g));
   }
   const auto started = Clock::now();
   try {
     store_.wait(keys, deadline);
   } catch (const TimeoutError&) {
     std::vector<int> missing;
-    for (int g = 0; g < round_.ranks.group_world_size; ++g) {
-      if (g != lost_node && !store_.check({goodbye_key(g)}, op())) missing.push_back(g);
+    for (const int g : expected) {
+      if (!store_.check({goodbye_key(g)}, op())) missing.push_back(g);
     }
     throw TimeoutError(fmt::format("node(s) {} did not say goodbye within {}", missing,
                                    format_duration(Clock::now() - started)));

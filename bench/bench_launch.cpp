@@ -276,7 +276,8 @@ void figure_restart(Context& ctx) {
   if (!ddprun.torchrun) {
     CommonOptions alone = ctx.common;
     alone.runs *= 5;
-    repeat(alone, [&](int, bool recorded) { restart_run(ctx, ddprun, kRestartAlone, recorded, t); });
+    repeat(alone,
+           [&](int, bool recorded) { restart_run(ctx, ddprun, kRestartAlone, recorded, t); });
     for (auto& s : t.rows) {
       if (s.subject == kRestartAlone) s.compare_with = "none";  // other runs than ddprun's row
     }

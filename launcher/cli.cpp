@@ -152,11 +152,11 @@ void with_our_spelling(std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto& arg = args[i];
     if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;
-    bool takes_value = false;
     if (arg[1] != '-') {  // -r 3, -r3, -x NAME
       const auto letter = std::string_view(arg).substr(1, 1);
       const auto* spec = find_option({}, letter);
-      takes_value = letter == kForwardShort || (spec != nullptr && !spec->value_name.empty());
+      const bool takes_value =
+          letter == kForwardShort || (spec != nullptr && !spec->value_name.empty());
       if (takes_value && arg.size() == 2) ++i;
       continue;
     }
@@ -274,10 +274,10 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
                               const std::map<std::string, std::string>& env) {
   Parser parser;
   try {
-    std::vector<std::string> ours = args;
-    with_our_spelling(ours);
+    std::vector<std::string> reversed = args;
+    with_our_spelling(reversed);
     // CLI11 consumes a reversed vector from the back.
-    std::vector<std::string> reversed(ours.rbegin(), ours.rend());
+    std::reverse(reversed.begin(), reversed.end());
     for (auto& arg : reversed) {
       if (arg.size() > 3 && arg.starts_with("--") && arg.ends_with("=")) arg += kEmptyMarker;
     }

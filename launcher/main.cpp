@@ -177,7 +177,7 @@ int run(const LaunchConfig& config, const std::vector<std::string>& notes,
   const auto host = this_host(config);
   // Before the store listens: a node that cannot keep its workers' logs says so at once.
   LogDir log_dir(config);
-  if (!log_dir.scratch().empty()) guard.remove_if_abandoned(log_dir.scratch());
+  if (const auto scratch = log_dir.scratch(); !scratch.empty()) guard.remove_if_abandoned(scratch);
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);

@@ -60,8 +60,8 @@ void Heartbeat::run() {
   const auto theirs = beat_key(o.prefix, watched);
   const auto silence_limit = t.interval * t.max_attempts;
   const auto read = [&] { return Deadline::after(t.read_timeout); };
-  // What the watched counter says: nullopt while it has not been read, "done" when the member
-  // left on purpose (nothing more to watch), else its count.
+  // What the watched counter says: nullopt when the member left on purpose ("done": nothing
+  // more to watch), else its count (0 before its first beat).
   const auto read_count = [&]() -> std::optional<std::int64_t> {
     auto value = store_->try_get(theirs, read());
     if (value == kHeartbeatDone) return std::nullopt;

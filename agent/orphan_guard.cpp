@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -38,19 +39,31 @@
 namespace ddprun {
 namespace {
 
-// The guardian's state, at the start of the memory it runs in (OrphanGuard::region_): written
-// by the agent before the clone, then used by the guardian alone.
+// The guardian's state, at the start of the memory it runs in (OrphanGuard::region_). The
+// fds and the marker are written by the agent before the clone; the fields after them are
+// shared while both run, each accessed through std::atomic_ref only.
 struct GuardianState {
   int read_fd;
   int write_fd;  // the agent's end: the guardian closes its own copy
   std::size_t marker_size;
   char marker[64];     // "DDPRUN_GUARD=<hex>"
-  // The agent's scratch directory (OrphanGuard::remove_if_abandoned), valid once "s" is read.
+  pid_t killed[4096];  // what the sweep killed, to count each process once (guardian only)
+  // 1 once `scratch` holds the agent's scratch directory (OrphanGuard::remove_if_abandoned);
+  // 0 again when the agent ends alive and removes it itself.
+  int scratch_set;
   char scratch[PATH_MAX];
-  pid_t killed[4096];  // what the sweep killed, to count each process once
-  // The workers' process groups still alive: room for far more than a node has workers.
+  // How many of `groups` were ever claimed: the guardian reads the slots below it.
+  std::uint32_t slots_used;
+  // The workers' process groups, a slot per worker alive (0: free): each worker stores its own
+  // pid before exec (spawn.cpp), the agent clears it once the group is gone. Room for far more
+  // than a node has workers; only the pages of the slots used are ever touched.
   pid_t groups[std::size_t{1} << 18];
 };
+
+template <class T>
+std::atomic_ref<T> shared(T& field) {
+  return std::atomic_ref<T>(field);
+}
 
 // The region: this state, an inaccessible page, the stack (which grows down towards that page).
 // Reserved, not committed: only the pages used are ever touched.
@@ -181,8 +194,8 @@ void remove_tree(int parent, const char* name, int depth) {
   }
 }
 
-// The guardian: reads "+PGID", "-PGID", "s", "k" and "=" lines until the pipe closes. See the
-// header.
+// The guardian: waits for the pipe to close, then does what the header says. The pipe
+// carries one thing only: "=", the agent's word that it ends with nothing of the job left.
 int guardian_main(void* arg) {
   auto& s = *static_cast<GuardianState*>(arg);
   sys_close(s.write_fd);
@@ -194,39 +207,21 @@ int guardian_main(void* arg) {
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) sigaction(signo, &ignore, nullptr);
-  std::size_t count = 0;
   bool clean_end = false;
-  bool scratch = false;  // a scratch directory to remove if the agent dies
-  char line[32];
-  std::size_t length = 0;
-  char buf[512];
+  char buf[64];
   for (long n; (n = sys_read(s.read_fd, buf, sizeof(buf))) > 0;) {
-    for (long i = 0; i < n; ++i) {
-      if (buf[i] != '\n') {
-        if (length < sizeof(line) - 1) line[length++] = buf[i];
-        continue;
-      }
-      line[length] = '\0';
-      const pid_t pgid = length > 1 ? parse_pid(line + 1) : -1;
-      if (length == 1 && line[0] == '=') clean_end = true;
-      if (length == 1 && line[0] == 's') scratch = true;
-      if (length == 1 && line[0] == 'k') scratch = false;  // the agent lives and removes it
-      if (pgid > 0 && line[0] == '+' && count < std::size(s.groups)) s.groups[count++] = pgid;
-      if (pgid > 0 && line[0] == '-') {
-        pid_t* end = s.groups + count;
-        pid_t* it = std::find(s.groups, end, pgid);
-        if (it != end) {
-          *it = *(end - 1);
-          --count;
-        }
-      }
-      length = 0;
-    }
+    clean_end = clean_end || std::find(buf, buf + n, '=') != buf + n;
   }
   // The agent ended with no process left below it: nothing of the job is left anywhere, and
   // the groups it never forgot are empty. Exits without a call that could fail (errno).
   if (clean_end) _exit(0);
-  for (std::size_t i = 0; i < count; ++i) sys_kill(-s.groups[i], SIGKILL);
+  const std::size_t used =
+      std::min<std::size_t>(shared(s.slots_used).load(std::memory_order_acquire),
+                            std::size(s.groups));
+  for (std::size_t i = 0; i < used; ++i) {
+    const pid_t group = shared(s.groups[i]).load(std::memory_order_acquire);
+    if (group > 0) sys_kill(-group, SIGKILL);
+  }
   if (const std::size_t killed = kill_marked(s, 50); killed > 0) {
     char note[160];
     constexpr std::string_view kHead = "ddprun-guard: the agent is gone; ended ";
@@ -237,7 +232,9 @@ int guardian_main(void* arg) {
     sys_write_all(STDERR_FILENO, note, static_cast<std::size_t>(p - note));
   }
   // Its depth: the run's, the attempt's and the worker's directories, and their files.
-  if (scratch) remove_tree(AT_FDCWD, s.scratch, 6);
+  if (shared(s.scratch_set).load(std::memory_order_acquire) != 0) {
+    remove_tree(AT_FDCWD, s.scratch, 6);
+  }
   _exit(0);
 }
 
@@ -392,6 +389,8 @@ OrphanGuard::OrphanGuard() {
   state->write_fd = fds[1];
   state->marker_size = std::min(marker_.size(), sizeof(state->marker) - 1);
   std::memcpy(state->marker, marker_.data(), state->marker_size);
+  state->scratch_set = 0;
+  state->slots_used = 0;
   // SIGCHLD: an ordinary child, reaped with waitpid. No CLONE_FILES or CLONE_SIGHAND: its
   // descriptors and dispositions are copies, so the agent's later ones never reach it.
   guardian_ = clone(guardian_main, base + kRegionSize, CLONE_VM | SIGCHLD, state);
@@ -433,8 +432,13 @@ void OrphanGuard::finish() {
   // process's environment (proportional to all processes on the machine) is skipped. A child
   // that exits while the list is read may hide another from that read, hence two reads.
   const bool clean = only_guardian(children) && only_guardian(child_pids());
-  // Clean or not, this agent is alive and removes its scratch directory itself.
-  send_line(clean ? "=" : "k");
+  if (clean) {
+    while (write(fd_, "=", 1) < 0 && errno == EINTR) {
+    }
+  } else {
+    // This agent is alive and removes its scratch directory itself.
+    shared(static_cast<GuardianState*>(region_)->scratch_set).store(0, std::memory_order_release);
+  }
   close(std::exchange(fd_, -1));
   // Told "=", the guardian exits without another system call that could fail; otherwise it
   // kills and sweeps, and its failed calls (a process already gone) set the errno it shares
@@ -449,25 +453,37 @@ void OrphanGuard::reap_guardian() {
   guardian_ = -1;
 }
 
-void OrphanGuard::forget(pid_t pgid) { send_line('-' + std::to_string(pgid)); }
+pid_t* OrphanGuard::claim_slot() {
+  auto& state = *static_cast<GuardianState*>(region_);
+  std::lock_guard lock(slots_mutex_);
+  if (!free_slots_.empty()) {
+    const auto slot = free_slots_.back();
+    free_slots_.pop_back();
+    return &state.groups[slot];
+  }
+  const auto used = shared(state.slots_used).load(std::memory_order_relaxed);
+  if (used >= std::size(state.groups)) return nullptr;
+  // Raised before the worker can write the slot: the guardian reads every slot below it.
+  shared(state.slots_used).store(used + 1, std::memory_order_release);
+  return &state.groups[used];
+}
+
+void OrphanGuard::forget(pid_t* slot) {
+  if (slot == nullptr) return;
+  auto& state = *static_cast<GuardianState*>(region_);
+  shared(*slot).store(0, std::memory_order_release);
+  std::lock_guard lock(slots_mutex_);
+  free_slots_.push_back(static_cast<std::uint32_t>(slot - state.groups));
+}
 
 void OrphanGuard::remove_if_abandoned(const std::string& dir) {
   auto* state = static_cast<GuardianState*>(region_);
   std::error_code ec;
   const auto path = std::filesystem::absolute(dir, ec).string();  // TMPDIR may be relative
   if (fd_ < 0 || state == nullptr || ec || path.size() >= sizeof(state->scratch)) return;
-  // Written before the line that tells the guardian to read it (the pipe orders the two).
   std::memcpy(state->scratch, path.c_str(), path.size() + 1);
-  send_line("s");
-}
-
-void OrphanGuard::send_line(const std::string& line) {
-  if (fd_ < 0) return;  // finished: no group is left to tell about
-  const std::string msg = line + "\n";
-  // Short writes to a pipe below PIPE_BUF are atomic; a failure means the guardian is gone,
-  // which only weakens the guarantee, so it is not fatal.
-  while (write(fd_, msg.data(), msg.size()) < 0 && errno == EINTR) {
-  }
+  // Set after the path is in place: a guardian that sees the flag sees the whole path.
+  shared(state->scratch_set).store(1, std::memory_order_release);
 }
 
 }  // namespace ddprun

@@ -134,6 +134,7 @@ class PosixProcessRunner::Impl {
     int status = 0;
     Clock::time_point exit_time;
     int open_streams = 0;
+    pid_t* guard_slot = nullptr;  // where the orphan guard keeps its group (OrphanGuard)
     std::unique_ptr<bp::process::handle_type> handle;
     std::unique_ptr<WorkerOutput> out;
     std::unique_ptr<WorkerOutput> err;
@@ -194,8 +195,14 @@ class PosixProcessRunner::Impl {
     request.stderr_fd = pipe_err ? err_pipe.write_end() : STDERR_FILENO;
     // It dies with this runner thread (which outlives every worker it started), and it tells
     // the guardian about its group itself before exec: spawn_process returns after that.
-    request.announce_fd = guard_ ? guard_->fd() : -1;
-    worker->pid = spawn_process(request);
+    worker->guard_slot = guard_ ? guard_->claim_slot() : nullptr;
+    request.announce_slot = worker->guard_slot;
+    try {
+      worker->pid = spawn_process(request);
+    } catch (...) {
+      if (guard_) guard_->forget(worker->guard_slot);
+      throw;
+    }
     out_pipe.close_write();
     err_pipe.close_write();
     worker->handle = std::make_unique<bp::process::handle_type>(io_.get_executor(), worker->pid);
@@ -321,7 +328,7 @@ class PosixProcessRunner::Impl {
       // Whatever the worker left in its group (grandchildren) goes with it, once.
       w->group_killed = true;
       kill(-w->pid, SIGKILL);
-      if (guard_) guard_->forget(w->pid);
+      if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
     }
     for (auto& p : stop_waiters_) p->set_value();
     stop_waiters_.clear();

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <utility>
 
@@ -27,7 +28,7 @@ struct ChildArgs {
   int err;
   bool own_group;
   pid_t parent;  // > 0: die with it
-  int announce_fd;
+  pid_t* announce_slot;
   volatile int error;  // errno of the step that failed; 0: the exec happened
 };
 
@@ -47,17 +48,11 @@ int child_main(void* arg) {
     if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) signal(s, SIG_DFL);
   }
   if (a.own_group && setpgid(0, 0) != 0) fail_child(a);
-  if (a.announce_fd >= 0) {
+  if (a.announce_slot != nullptr) {
     // Tell the guardian about this group before exec: if the agent is SIGKILLed before it
-    // could do so itself, the group is still known. (Hand-made digits: no allocation here.)
-    char buf[24];
-    int n = sizeof(buf);
-    buf[--n] = '\n';
-    for (auto pid = getpid(); pid > 0 && n > 1; pid /= 10) {
-      buf[--n] = static_cast<char>('0' + pid % 10);
-    }
-    buf[--n] = '+';
-    (void)!write(a.announce_fd, buf + n, sizeof(buf) - static_cast<std::size_t>(n));
+    // could do so itself, the group is still known. A store into memory the guardian shares:
+    // no system call, nobody woken.
+    std::atomic_ref<pid_t>(*a.announce_slot).store(getpid(), std::memory_order_release);
   }
   if (a.parent > 0) die_with(a.parent);
   if ((a.in != STDIN_FILENO && dup2(a.in, STDIN_FILENO) < 0) ||
@@ -124,7 +119,7 @@ pid_t spawn_process(const SpawnRequest& r) {
   a.err = r.stderr_fd;
   a.own_group = r.own_group;
   a.parent = r.die_with_parent ? getpid() : 0;
-  a.announce_fd = r.announce_fd;
+  a.announce_slot = r.announce_slot;
   a.error = 0;
   // The child's stack: it makes system calls only, a few hundred bytes deep.
   constexpr std::size_t kStackSize = 64 * 1024;

@@ -3,7 +3,7 @@
 // child borrows the parent's memory until it calls exec, so nothing is copied and no page of
 // the agent is faulted in again), with what ddprun needs between clone and exec that
 // posix_spawn cannot express: death with the starting thread (PR_SET_PDEATHSIG), the new
-// process group announced to the orphan guard before exec, and every descriptor above stderr
+// process group made known to the orphan guard before exec, and every descriptor above stderr
 // closed at exec. An exec failure is reported to the caller synchronously (the parent resumes
 // only after the child's exec or exit), so no pipe is read to learn whether the exec worked.
 
@@ -29,7 +29,9 @@ struct SpawnRequest {
   int stderr_fd = 2;
   bool own_group = true;  // setpgid(0, 0): a process group of its own, led by the child
   bool die_with_parent = true;  // SIGKILL when the thread that started it ends
-  int announce_fd = -1;  // >= 0: "+PID\n" is written there before exec (the orphan guard)
+  // Not null: the child stores its pid there (atomically) before exec: its slot in the orphan
+  // guard's memory, which the child shares until exec (OrphanGuard::claim_slot).
+  pid_t* announce_slot = nullptr;
 };
 
 // The exec (or the child's setup) failed; `error()` is its errno.

@@ -17,6 +17,9 @@
 //   grandchild           fork a child that ignores SIGTERM/SIGINT/SIGHUP and sleeps forever;
 //                        that child appends "<worker pid>\n<grandchild pid>\n" to
 //                        $FAKE_PID_FILE once it is set up; the worker itself hangs
+//   grandchild_bare      like grandchild, but the child then execs `sleep 3600` with an empty
+//                        environment (polite signals still ignored): nothing in it carries the
+//                        orphan guard's marker, so only a kill of the worker's group reaches it
 //   daemon               fork a daemon (setsid: its own session and group, polite signals
 //                        ignored) that appends "<daemon pid>\n" to $FAKE_PID_FILE and sleeps
 //                        forever; once it has, exit 0
@@ -163,7 +166,7 @@ void print_lines(int count) {
   }
 }
 
-[[noreturn]] void grandchild_mode() {
+[[noreturn]] void grandchild_mode(bool bare = false) {
   const pid_t worker = getpid();
   const pid_t child = fork();
   if (child < 0) fail(kSideFileFailed, std::string("fork failed: ") + std::strerror(errno));
@@ -177,6 +180,12 @@ void print_lines(int count) {
       // One short O_APPEND write: a reader sees both pids or neither.
       write_all(fd, std::to_string(worker) + "\n" + std::to_string(getpid()) + "\n");
       ::close(fd);
+    }
+    if (bare) {
+      char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("3600"), nullptr};
+      char* const no_env[] = {nullptr};
+      ::execve("/bin/sleep", argv, no_env);
+      fail(kSideFileFailed, std::string("cannot exec /bin/sleep: ") + std::strerror(errno));
     }
     sleep_forever();
   }
@@ -331,6 +340,7 @@ int number(std::string_view mode, std::string_view text) {
     std::abort();
   }
   if (name == "grandchild" && args == 0) grandchild_mode();
+  if (name == "grandchild_bare" && args == 0) grandchild_mode(true);
   if (name == "env" && args == 0) env_mode();
   if (name == "long_line" && args == 1) {
     std::string text;

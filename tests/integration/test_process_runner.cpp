@@ -643,6 +643,53 @@ TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an Orphan
   CHECK(std::filesystem::exists(kept + "/file"));
 }
 
+TEST_CASE("a grandchild without the guard's marker dies with a SIGKILLed agent: the worker "
+          "stored its group in the guard's memory", "[runner][orphan]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  std::cout.flush();
+  std::fflush(nullptr);
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {  // a stand-in agent; it must never return into Catch2
+    try {
+      ddprun::OrphanGuard guard;
+      PosixProcessRunner runner(&guard);
+      runner.start({Fake("grandchild_bare").env("FAKE_PID_FILE", pid_file).launch()}, {});
+      while (true) ::pause();
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  // Ready once the grandchild runs sleep with an empty environment: the marker sweep cannot
+  // find it, and it ignores SIGTERM and has no parent-death signal; only a kill of the worker's
+  // group reaches it, and only the guardian's slots know that group once the agent is gone.
+  pid_t worker = -1;
+  pid_t grandchild = -1;
+  const bool ready = wait_until([&] {
+    const auto family = read_pids(pid_file);
+    if (family.size() < 2) return false;
+    worker = family[0];
+    grandchild = family[1];
+    std::ifstream comm("/proc/" + std::to_string(grandchild) + "/comm");
+    std::string name;
+    return std::getline(comm, name) && name == "sleep";
+  }, kBound);
+  if (!ready) {
+    ::kill(agent, SIGKILL);
+    ddprun::test::wait_for_exit(agent, kBound);
+    if (worker > 0) ::kill(-worker, SIGKILL);
+    FAIL("the stand-in agent's worker did not start its bare grandchild");
+  }
+  ::kill(agent, SIGKILL);
+  REQUIRE(ddprun::test::wait_for_exit(agent, kBound) != -1);
+  const bool gone =
+      wait_until([&] { return !process_alive(worker) && !process_alive(grandchild); }, 10s);
+  CHECK_FALSE(process_alive(worker));
+  CHECK_FALSE(process_alive(grandchild));
+  if (!gone) ::kill(-worker, SIGKILL);  // leave nothing behind, even on failure
+}
+
 TEST_CASE("a guardian told of an unclean end leaves the scratch directory to its living agent",
           "[runner][orphan]") {
   TempDir dir;

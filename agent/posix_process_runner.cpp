@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -42,17 +44,32 @@ std::string plain_reason(const WorkerLaunch& launch, const std::exception& e) {
   return e.what();
 }
 
-// The file to execute, looked up on the PATH the worker gets (as execvp would).
-std::filesystem::path resolve_program(const std::string& program,
-                                      const std::vector<std::string>& env) {
-  std::string path_env;
-  for (const auto& kv : env) {
-    if (kv.starts_with("PATH=")) path_env = kv.substr(5);
+// The file to execute, looked up on the PATH the worker gets (as execvp would). The workers of
+// a node usually share program and PATH: one search serves them all (each searched directory
+// is a failed access(2)).
+class ProgramResolver {
+ public:
+  std::string resolve(const std::string& program, const std::vector<std::string>& env) {
+    std::string path_env;
+    for (const auto& kv : env) {
+      if (kv.starts_with("PATH=")) path_env = kv.substr(5);
+    }
+    if (!last_ || last_->program != program || last_->path_env != path_env) {
+      auto check = check_program(program, path_env);
+      if (check.exit_code != 0) throw CannotStartError(check.exit_code, check.message);
+      last_ = Found{program, std::move(path_env), std::move(check.path)};
+    }
+    return last_->path;
   }
-  auto check = check_program(program, path_env);
-  if (check.exit_code != 0) throw CannotStartError(check.exit_code, check.message);
-  return check.path;
-}
+
+ private:
+  struct Found {
+    std::string program;
+    std::string path_env;
+    std::string path;
+  };
+  std::optional<Found> last_;
+};
 
 }  // namespace
 
@@ -75,6 +92,7 @@ class PosixProcessRunner::Impl {
   }
 
   std::vector<int> start(const std::vector<WorkerLaunch>& launches, ExitCallback on_exit) {
+    quiet_.store(false, std::memory_order_relaxed);  // posted below: the runner sees it first
     auto task = std::make_shared<std::packaged_task<std::vector<int>()>>(
         [this, &launches, on_exit] { return launch_all(launches, on_exit); });
     auto result = task->get_future();
@@ -83,6 +101,9 @@ class PosixProcessRunner::Impl {
   }
 
   void stop(int signal, Clock::duration grace, const std::vector<int>& spared = {}) {
+    // Every worker reported and its group ended by an earlier stop: nothing to do, and no
+    // round trip to the runner's thread (the agent and this runner's destructor both stop).
+    if (quiet_.load(std::memory_order_acquire)) return;
     auto done = std::make_shared<std::promise<void>>();
     auto future = done->get_future();
     asio::post(io_, [this, signal, grace, spared, done] { begin_stop(signal, grace, spared, done); });
@@ -154,9 +175,10 @@ class PosixProcessRunner::Impl {
     }
     workers_.clear();
     std::vector<int> pids;
+    ProgramResolver programs;
     for (const auto& launch : launches) {
       try {
-        pids.push_back(launch_one(launch, on_exit));
+        pids.push_back(launch_one(launch, on_exit, programs));
       } catch (const std::exception& e) {
         for (auto& w : workers_) {
           if (!w->exited) kill(-w->pid, SIGKILL);
@@ -170,12 +192,13 @@ class PosixProcessRunner::Impl {
     return pids;
   }
 
-  int launch_one(const WorkerLaunch& launch, const ExitCallback& on_exit) {
+  int launch_one(const WorkerLaunch& launch, const ExitCallback& on_exit,
+                 ProgramResolver& programs) {
     if (launch.argv.empty()) throw Error("empty command line");
     auto worker = std::make_unique<Worker>();
     worker->launch = launch;
     worker->on_exit = on_exit;
-    auto exe = resolve_program(launch.argv[0], launch.env);
+    const auto exe = programs.resolve(launch.argv[0], launch.env);
     std::vector<std::string> env = launch.env;
     if (guard_) env.push_back(guard_->marker());  // see OrphanGuard: found wherever they go
 
@@ -187,7 +210,7 @@ class PosixProcessRunner::Impl {
     if (pipe_out) out_pipe.open();
     if (pipe_err) err_pipe.open();
     SpawnRequest request;
-    request.path = exe.string();
+    request.path = exe;
     request.argv = launch.argv;
     request.argv[0] = request.path;
     request.env = std::move(env);
@@ -330,6 +353,8 @@ class PosixProcessRunner::Impl {
       kill(-w->pid, SIGKILL);
       if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
     }
+    quiet_.store(std::all_of(retired_.begin(), retired_.end(), [](auto& w) { return w->reported; }),
+                 std::memory_order_release);
     for (auto& p : stop_waiters_) p->set_value();
     stop_waiters_.clear();
     return true;
@@ -343,6 +368,9 @@ class PosixProcessRunner::Impl {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
   std::vector<std::unique_ptr<Worker>> retired_;  // unreported workers of an earlier start()
+  // Set by the runner's thread when a stop completed with every worker reported and every
+  // group ended; cleared by start(). Read by stop() on the caller's thread.
+  std::atomic<bool> quiet_{true};
   std::thread thread_;
 };
 

@@ -35,6 +35,7 @@
 
 #include "common/error.hpp"
 #include "common/random.hpp"
+#include "common/remove_tree.hpp"
 
 namespace ddprun {
 namespace {
@@ -166,34 +167,6 @@ std::size_t kill_marked(GuardianState& s, int rounds) {
   return distinct;
 }
 
-// Removes `name` in the directory `parent` with everything in it, `depth` levels deep, with
-// raw system calls (no symbolic link is followed: unlinkat removes the link itself). An entry
-// of a directory being read may be missed while entries are removed, so a directory that is
-// not empty at the end is read again, a few times.
-void remove_tree(int parent, const char* name, int depth) {
-  for (int pass = 0; pass < 4; ++pass) {
-    if (syscall(SYS_unlinkat, parent, name, AT_REMOVEDIR) == 0 || errno != ENOTEMPTY) return;
-    if (depth == 0) return;
-    const int dir = static_cast<int>(syscall(SYS_openat, parent, name,
-                                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir < 0) return;
-    alignas(dirent64) char entries[4096];
-    for (long n; (n = syscall(SYS_getdents64, dir, entries, sizeof(entries))) > 0;) {
-      for (long off = 0; off < n;) {
-        const auto* entry = reinterpret_cast<const dirent64*>(entries + off);
-        off += entry->d_reclen;
-        const char* e = entry->d_name;
-        if (e[0] == '.' && (e[1] == '\0' || (e[1] == '.' && e[2] == '\0'))) continue;
-        if (entry->d_type == DT_DIR ||
-            (syscall(SYS_unlinkat, dir, e, 0) != 0 && errno == EISDIR)) {
-          remove_tree(dir, e, depth - 1);
-        }
-      }
-    }
-    sys_close(dir);
-  }
-}
-
 // The guardian: waits for the pipe to close, then does what the header says. The pipe
 // carries one thing only: "=", the agent's word that it ends with nothing of the job left.
 int guardian_main(void* arg) {
@@ -233,7 +206,7 @@ int guardian_main(void* arg) {
   }
   // Its depth: the run's, the attempt's and the worker's directories, and their files.
   if (shared(s.scratch_set).load(std::memory_order_acquire) != 0) {
-    remove_tree(AT_FDCWD, s.scratch, 6);
+    remove_tree(AT_FDCWD, s.scratch, 6);  // its failure sets errno: the agent is gone
   }
   _exit(0);
 }

@@ -4,6 +4,7 @@
 // that starts an agent per host instead (cluster/head.hpp); started that way on a host, it is
 // an agent in a session with that command (cluster/head_link.hpp).
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "common/limits.hpp"
 #include "common/logging.hpp"
 #include "common/random.hpp"
+#include "common/remove_tree.hpp"
 #include "common/version.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/config_summary.hpp"
@@ -104,6 +106,9 @@ class LogDir {
 
   void remove_temp() {
     if (temp_.empty()) return;
+    // The run's, the attempts' and the workers' directories and their error files; anything
+    // deeper (a worker's own files) goes through remove_all.
+    if (remove_tree(AT_FDCWD, temp_.c_str(), 6)) return;
     std::error_code ec;
     fs::remove_all(temp_, ec);
     if (ec) {

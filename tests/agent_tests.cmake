@@ -15,7 +15,8 @@ target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_supp
   ddprun_launcher_lib)
 catch_discover_tests(agent_unit_tests TEST_PREFIX "unit: ")
 
-add_executable(runner_tests integration/test_process_runner.cpp integration/test_spawn.cpp)
+add_executable(runner_tests integration/test_process_runner.cpp integration/test_spawn.cpp
+  integration/test_remove_tree.cpp)
 target_link_libraries(runner_tests PRIVATE
   ddprun_test_main ddprun_test_support ddprun_agent nlohmann_json::nlohmann_json)
 target_compile_definitions(runner_tests PRIVATE

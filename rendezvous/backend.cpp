@@ -1,6 +1,9 @@
 #include "rendezvous/backend.hpp"
 
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <boost/asio.hpp>
 #include <fmt/format.h>
@@ -44,10 +47,10 @@ KeepAliveTiming keep_alive_timing(const RdzvConf& conf) {
 }  // namespace
 
 int reserve_port(const std::string& host) {
-  asio::io_context io;
   boost::system::error_code ec;
   auto address = asio::ip::make_address(host, ec);
   if (ec) {
+    asio::io_context io;
     asio::ip::tcp::resolver resolver(io);
     auto results = resolver.resolve(host, "0", ec);
     if (ec || results.empty()) {
@@ -56,8 +59,22 @@ int reserve_port(const std::string& host) {
     }
     address = results.begin()->endpoint().address();
   }
-  asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(address, 0));
-  return acceptor.local_endpoint().port();
+  // The port the kernel picks for a socket bound to the address, asked with plain system calls:
+  // an acceptor would first make its io_context's epoll, timer and event descriptors.
+  asio::ip::tcp::endpoint endpoint(address, 0);
+  const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  socklen_t size = static_cast<socklen_t>(endpoint.capacity());
+  const bool bound =
+      fd >= 0 && ::bind(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) == 0 &&
+      ::getsockname(fd, endpoint.data(), &size) == 0;
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  if (!bound) {
+    throw ConnectionError(fmt::format("cannot bind a port for the workers on the master address "
+                                      "{}: {}", address.to_string(), errno_message(error)));
+  }
+  endpoint.resize(size);
+  return endpoint.port();
 }
 
 RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::string& host,

@@ -87,53 +87,66 @@ void Connection::close(const std::string& reason) {
 }
 
 void Connection::read() {
-  socket_.async_wait(asio::ip::tcp::socket::wait_read,
-                     [self = shared_from_this()](boost::system::error_code ec) {
-                       self->on_readable(ec);
-                     });
+  socket_.async_read_some(asio::buffer(landing_),
+                          [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                            self->on_read(ec, n);
+                          });
 }
 
-void Connection::on_readable(boost::system::error_code ec) {
+void Connection::on_read(boost::system::error_code ec, std::size_t n) {
   if (closed_) return;
   if (ec) {
-    if (ec != asio::error::operation_aborted) close("read failed: " + ec.message());
+    if (ec != asio::error::operation_aborted) read_failed(ec);
     return;
   }
-  auto& chunk = context_.chunk;
-  std::size_t n = socket_.read_some(asio::buffer(chunk), ec);
-  if (ec == asio::error::would_block || ec == asio::error::try_again) {
-    read();
-    return;
-  }
-  if (ec) {
-    if (ec == asio::error::eof || ec == asio::error::connection_reset) {
-      close(buffer_.empty() ? "" : fmt::format("disconnected with {} bytes of an unfinished frame",
-                                               buffer_.size()));
-    } else {
-      close("read failed: " + ec.message());
+  if (!take(landing_.data(), n)) return;
+  // A full landing may mean more is waiting: read on through the shared chunk until the
+  // socket has nothing left.
+  for (bool more = n == landing_.size(); more;) {
+    auto& chunk = context_.chunk;
+    n = socket_.read_some(asio::buffer(chunk), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+    if (ec) {
+      read_failed(ec);
+      return;
     }
-    return;
+    if (!take(chunk.data(), n)) return;
+    more = n == chunk.size();
   }
-  // Memory is refused, not allocated: a connection's pile beyond one maximal frame while a
-  // request is still pending is abuse, and so is what would take all connections together
-  // beyond the server's cap.
-  if (buffer_.size() + n > context_.limits.max_frame + kFrameHeaderSize) {
-    close(fmt::format("{} bytes queued behind a pending request", buffer_.size() + n));
-    return;
-  }
-  if (context_.max_buffered_total != 0 &&
-      context_.buffered_total + n > context_.max_buffered_total) {
-    close(fmt::format("the store holds {} bytes of unfinished requests, its limit is {}; this "
-                      "connection's {} more are refused",
-                      context_.buffered_total, context_.max_buffered_total, n));
-    return;
-  }
-  buffer_.append(chunk.data(), n);
   account();
   process();
   if (closed_) return;
   arm_stall_timer();
   read();
+}
+
+void Connection::read_failed(boost::system::error_code ec) {
+  if (ec == asio::error::eof || ec == asio::error::connection_reset) {
+    close(buffer_.empty() ? "" : fmt::format("disconnected with {} bytes of an unfinished frame",
+                                             buffer_.size()));
+  } else {
+    close("read failed: " + ec.message());
+  }
+}
+
+bool Connection::take(const char* data, std::size_t n) {
+  // Memory is refused, not allocated: a connection's pile beyond one maximal frame while a
+  // request is still pending is abuse, and so is what would take all connections together
+  // beyond the server's cap.
+  if (buffer_.size() + n > context_.limits.max_frame + kFrameHeaderSize) {
+    close(fmt::format("{} bytes queued behind a pending request", buffer_.size() + n));
+    return false;
+  }
+  if (context_.max_buffered_total != 0 &&
+      context_.buffered_total + (buffer_.size() - accounted_) + n > context_.max_buffered_total) {
+    close(fmt::format("the store holds {} bytes of unfinished requests, its limit is {}; this "
+                      "connection's {} more are refused",
+                      context_.buffered_total + (buffer_.size() - accounted_),
+                      context_.max_buffered_total, n));
+    return false;
+  }
+  buffer_.append(data, n);
+  return true;
 }
 
 void Connection::account() {

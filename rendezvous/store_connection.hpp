@@ -6,6 +6,7 @@
 // else is served before. The whole handshake must finish within the read timeout.
 
 #include <cstdint>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -70,9 +71,13 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point connected_at() const { return connected_at_; }
 
  private:
-  // Waits until the socket is readable, then reads what is there into the shared chunk.
+  // Reads what arrives into landing_ (the rest of a larger frame through the shared chunk).
   void read();
-  void on_readable(boost::system::error_code ec);
+  void on_read(boost::system::error_code ec, std::size_t n);
+  // Appends received bytes to buffer_ within the limits; false: the connection was closed.
+  bool take(const char* data, std::size_t n);
+  // A read that failed: closes the connection, saying why.
+  void read_failed(boost::system::error_code ec);
   // Keeps context_.buffered_total in step with buffer_.
   void account();
   // Runs the frames in the buffer until one blocks or the buffer holds no whole frame.
@@ -105,6 +110,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point connected_at_ = std::chrono::steady_clock::now();
   StoreState::WaiterId waiter_ = 0;
   std::string buffer_;   // received, not yet processed
+  // Where a read lands: asio reads into it when the socket becomes readable, with no system
+  // call before that (an async_wait re-armed the socket with epoll_ctl for every request).
+  // Sized for a typical request; a larger one continues through the shared chunk.
+  std::array<char, 512> landing_{};
   std::string outgoing_;
   bool close_after_write_ = false;  // the reply being written is a refusal (already logged)
 };

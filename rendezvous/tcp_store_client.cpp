@@ -355,10 +355,11 @@ class TcpStoreClient::Impl {
     Impl& impl_;
   };
 
-  // Before a blocking send or recv: throws TimeoutError once the deadline has passed; lowers
-  // the socket's timeout `option` (whose value in force is `in_force`; zero: none) to the time
-  // left when it would outlast it. A call that returns at the timeout while time is left
-  // (an earlier, longer deadline's timeout) just goes round again.
+  // Before a blocking send or recv: throws TimeoutError once the deadline has passed; sets the
+  // socket's timeout `option` (whose value in force is `in_force`; zero: none) to the time
+  // left when the one in force would outlast it, or would end the wait before half of it (a
+  // wasted wake-up each time: a 30-s wait after a 25-ms call). Calls with similar deadlines set
+  // none. A call that returns at the timeout while time is left just goes round again.
   void bound(int fd, int option, Clock::duration& in_force, Deadline deadline,
              Clock::time_point start) {
     const auto left = deadline.remaining();
@@ -367,7 +368,7 @@ class TcpStoreClient::Impl {
       throw TimeoutError(fmt::format("no reply from store at {} after {}", where_,
                                      format_duration(Clock::now() - start)));
     }
-    if (in_force != Clock::duration::zero() && in_force <= left) return;
+    if (in_force != Clock::duration::zero() && in_force <= left && 2 * in_force >= left) return;
     // At least 1 us: a zero timeout would mean none.
     const auto us = std::max<std::int64_t>(
         1, std::chrono::duration_cast<std::chrono::microseconds>(left).count());

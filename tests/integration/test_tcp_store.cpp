@@ -407,6 +407,27 @@ TEST_CASE("tcp store: a client whose server dies mid-request gets an error, not 
   CHECK(test::wait_for_exit(pid, 5s) != -1);
 }
 
+TEST_CASE("tcp store: a silent server fails each call by its own deadline, shorter ones too",
+          "[tcp_store]") {
+  auto port = test::free_port();
+  auto pid = test::spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                          std::to_string(port), "--log-level", "warn"});
+  StoreClientOptions o;
+  o.port = port;
+  TcpStoreClient c(o, Deadline::after(10s));
+  // A long deadline first: the socket's receive timeout is set from it.
+  c.set("x", "1", Deadline::after(120s));
+  // Stopped, the server's kernel still takes the bytes; no reply ever comes.
+  REQUIRE(kill(pid, SIGSTOP) == 0);
+  auto start = Clock::now();
+  CHECK_THROWS_AS(c.try_get("x", Deadline::after(1500ms)), TimeoutError);
+  const auto waited = Clock::now() - start;
+  kill(pid, SIGKILL);
+  CHECK(test::wait_for_exit(pid, 5s) != -1);
+  CHECK(waited >= 1500ms);
+  CHECK(waited < 30s);  // not the 120 s of the call before
+}
+
 TEST_CASE("ddprun-store: listens, refuses a taken port with exit 2, stops on SIGTERM",
           "[tcp_store]") {
   auto port = test::free_port();

@@ -55,6 +55,20 @@ std::unique_ptr<TcpStoreClient> new_client(const TcpStoreServer& server) {
   return std::make_unique<TcpStoreClient>(o, Deadline::after(10s));
 }
 
+// A ddprun-store process of its own on a free loopback port (warnings only), for tests that
+// kill or stop the server under a client.
+struct StoreProcess {
+  std::uint16_t port = test::free_port();
+  pid_t pid = test::spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                           std::to_string(port), "--log-level", "warn"});
+
+  TcpStoreClient client() const {
+    StoreClientOptions o;
+    o.port = port;
+    return TcpStoreClient(o, Deadline::after(10s));
+  }
+};
+
 std::string hello_frame(std::uint32_t magic = store::kMagic) {
   store::Request hello;
   hello.command = store::Command::kHello;
@@ -388,42 +402,34 @@ TEST_CASE("tcp store: bad input closes only the offending connection", "[tcp_sto
 
 TEST_CASE("tcp store: a client whose server dies mid-request gets an error, not a hang",
           "[tcp_store]") {
-  auto port = test::free_port();
-  auto pid = test::spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
-                          std::to_string(port), "--log-level", "warn"});
-  StoreClientOptions o;
-  o.port = port;
-  TcpStoreClient c(o, Deadline::after(10s));
+  const StoreProcess server;
+  auto c = server.client();
   c.set("x", "1", Deadline::after(2s));
   const pid_t caller = test::this_thread_id();
   std::thread killer([&] {
     test::wait_until([&] { return test::thread_sleeping(caller); }, 20s);  // blocked in get()
-    kill(pid, SIGKILL);
+    kill(server.pid, SIGKILL);
   });
   auto start = Clock::now();
   CHECK_THROWS_AS(c.get("never", Deadline::after(30s)), ConnectionError);
   killer.join();
   CHECK(Clock::now() - start < 10s);
-  CHECK(test::wait_for_exit(pid, 5s) != -1);
+  CHECK(test::wait_for_exit(server.pid, 5s) != -1);
 }
 
 TEST_CASE("tcp store: a silent server fails each call by its own deadline, shorter ones too",
           "[tcp_store]") {
-  auto port = test::free_port();
-  auto pid = test::spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
-                          std::to_string(port), "--log-level", "warn"});
-  StoreClientOptions o;
-  o.port = port;
-  TcpStoreClient c(o, Deadline::after(10s));
+  const StoreProcess server;
+  auto c = server.client();
   // A long deadline first: the socket's receive timeout is set from it.
   c.set("x", "1", Deadline::after(120s));
   // Stopped, the server's kernel still takes the bytes; no reply ever comes.
-  REQUIRE(kill(pid, SIGSTOP) == 0);
+  REQUIRE(kill(server.pid, SIGSTOP) == 0);
   auto start = Clock::now();
   CHECK_THROWS_AS(c.try_get("x", Deadline::after(1500ms)), TimeoutError);
   const auto waited = Clock::now() - start;
-  kill(pid, SIGKILL);
-  CHECK(test::wait_for_exit(pid, 5s) != -1);
+  kill(server.pid, SIGKILL);
+  CHECK(test::wait_for_exit(server.pid, 5s) != -1);
   CHECK(waited >= 1500ms);
   CHECK(waited < 30s);  // not the 120 s of the call before
 }

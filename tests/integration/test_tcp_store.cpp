@@ -423,8 +423,10 @@ TEST_CASE("tcp store: a silent server fails each call by its own deadline, short
   auto c = server.client();
   // A long deadline first: the socket's receive timeout is set from it.
   c.set("x", "1", Deadline::after(120s));
-  // Stopped, the server's kernel still takes the bytes; no reply ever comes.
+  // Stopped, the server's kernel still takes the bytes; no reply ever comes. (Every thread:
+  // one takes the signal and stops the others, each when it next runs.)
   REQUIRE(kill(server.pid, SIGSTOP) == 0);
+  REQUIRE(test::wait_until([&] { return test::process_stopped(server.pid); }, 20s));
   auto start = Clock::now();
   CHECK_THROWS_AS(c.try_get("x", Deadline::after(1500ms)), TimeoutError);
   const auto waited = Clock::now() - start;

@@ -131,6 +131,17 @@ bool process_alive(pid_t pid) {
   return state != 0 && state != 'Z';
 }
 
+bool process_stopped(pid_t pid) {
+  std::error_code ec;
+  int threads = 0;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    if (stat_state(task.path().string() + "/stat") != 'T') return false;
+    ++threads;
+  }
+  return !ec && threads > 0;
+}
+
 bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::milliseconds timeout) {
   return wait_until(
       [&] {

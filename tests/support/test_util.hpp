@@ -39,6 +39,9 @@ int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 char process_state(pid_t pid);
 // True when a process with this pid exists (and is not a zombie).
 bool process_alive(pid_t pid);
+// True when every thread of the process is stopped (state T). kill(pid, SIGSTOP) returns
+// before that: one thread takes the signal and stops the others, each when it next runs.
+bool process_stopped(pid_t pid);
 // Waits until none of these pids (decimal text, as pid files hold them) is alive.
 bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::milliseconds timeout);
 // A listening TCP socket on 127.0.0.1, at a port the kernel picked (stored in *port). It is

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddprun {
 
@@ -79,14 +80,11 @@ RunResult Agent::run() {
     }
     stop_signal = sig;
     grace = config_.shutdown_timeout;
-  } catch (const TimeoutError& e) {
-    r = result(RunResult::End::kRendezvousFailed, e.what());
-  } catch (const RendezvousError& e) {
-    r = result(RunResult::End::kRendezvousFailed, e.what());
-  } catch (const ConnectionError& e) {
-    r = result(RunResult::End::kRendezvousFailed, e.what());
   } catch (const std::exception& e) {
-    r = result(RunResult::End::kInternalError, std::string("internal error: ") + e.what());
+    // Usage errors are found before an agent runs; one here is as unexpected as a bug.
+    r = classify(e) == ErrorClass::kRendezvous
+            ? result(RunResult::End::kRendezvousFailed, e.what())
+            : result(RunResult::End::kInternalError, std::string("internal error: ") + e.what());
   }
   try {
     ctx_.runner->stop(stop_signal, grace);
@@ -195,12 +193,12 @@ void Agent::log_restart(const Failure& f) const {
 // without it the node serving the store would wait its whole close timeout for this node.
 void Agent::say_goodbye(int lost_node) {
   const auto deadline = Deadline::after(config_.rdzv_conf.close_timeout);
-  const auto channel = [&](Store& store) {
+  const auto channel = [&](store::Store& store) {
     return RoundChannel(store, *round_, config_.rdzv_conf.read_timeout);
   };
   try {
-    Store* store = ctx_.store;
-    std::unique_ptr<Store> fresh;
+    store::Store* store = ctx_.store;
+    std::unique_ptr<store::Store> fresh;
     bool left = false;
     if (signal_ == 0) {
       try {

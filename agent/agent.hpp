@@ -1,5 +1,5 @@
 #pragma once
-// The agent's life (see ../shared/docs/design.md): rounds from the rendezvous, and in each an
+// The agent's life (see docs/architecture.md): rounds from the rendezvous, and in each an
 // attempt of the job's workers (agent/attempt.hpp). A worker failure restarts every node's
 // workers together while restarts remain; a membership change re-forms the round without
 // spending one. The agent does not know which rendezvous it has, and does not turn its result

@@ -106,7 +106,7 @@ AttemptOutcome Attempt::run() {
 // thread for one.
 void Attempt::start_watching() {
   if (round_.ranks.group_world_size > 1 || ctx_.rendezvous->can_reform()) {
-    std::unique_ptr<Store> store;
+    std::unique_ptr<store::Store> store;
     try {
       store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
     } catch (const Error& e) {

@@ -12,12 +12,12 @@
 
 #include "agent/event_queue.hpp"
 #include "agent/outcome_watcher.hpp"
-#include "agent/process_runner.hpp"
 #include "agent/round_channel.hpp"
 #include "agent/worker_env.hpp"
 #include "common/failure_record.hpp"
 #include "common/launch_config.hpp"
 #include "common/progress.hpp"
+#include "process/process_runner.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 
 namespace ddprun {
@@ -27,8 +27,8 @@ class EventLog;
 // What the agent runs on: the store, the rendezvous, the runner, and where things go.
 struct AgentContext {
   std::string host;        // this node's name, for messages and the root cause
-  Store* store = nullptr;  // the agent's own connection (rendezvous and coordination)
-  StoreOpener open_store;  // more connections, for threads that block on their own
+  store::Store* store = nullptr;  // the agent's own connection (rendezvous and coordination)
+  store::StoreOpener open_store;  // more connections, for threads that block on their own
   RendezvousHandler* rendezvous = nullptr;
   ProcessRunner* runner = nullptr;
   // A port free on the given address now, for the workers' own store (group rank 0 only).

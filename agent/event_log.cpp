@@ -24,7 +24,8 @@ double clock_seconds(clockid_t clock) {
 EventLog::EventLog(const std::string& path) {
   file_ = std::fopen(path.c_str(), "a");
   if (!file_) {
-    throw Error(fmt::format("cannot open the events file {}: {}", path, errno_message(errno)));
+    throw ConfigError(
+        fmt::format("--events-file={}: cannot open it: {}", path, errno_message(errno)));
   }
 }
 

@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "agent/process_runner.hpp"
 #include "common/deadline.hpp"
+#include "process/process_runner.hpp"
 
 namespace ddprun {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/process_runner.hpp"
 #include "common/failure_record.hpp"
+#include "process/process_runner.hpp"
 
 namespace ddprun {
 

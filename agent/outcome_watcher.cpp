@@ -4,7 +4,7 @@
 
 namespace ddprun {
 
-OutcomeWatcher::OutcomeWatcher(std::unique_ptr<Store> store, std::string outcome_key, int round,
+OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string outcome_key, int round,
                                EventQueue& events)
     : store_(std::move(store)) {
   thread_ = std::thread([this, key = std::move(outcome_key), round, &events] {

@@ -9,20 +9,20 @@
 #include <thread>
 
 #include "agent/event_queue.hpp"
-#include "rendezvous/store.hpp"
+#include "store/store.hpp"
 
 namespace ddprun {
 
 class OutcomeWatcher {
  public:
-  OutcomeWatcher(std::unique_ptr<Store> store, std::string outcome_key, int round,
+  OutcomeWatcher(std::unique_ptr<store::Store> store, std::string outcome_key, int round,
                  EventQueue& events);
   ~OutcomeWatcher();
   OutcomeWatcher(const OutcomeWatcher&) = delete;
   OutcomeWatcher& operator=(const OutcomeWatcher&) = delete;
 
  private:
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::thread thread_;
 };
 

@@ -8,7 +8,7 @@
 
 namespace ddprun {
 
-RoundChannel::RoundChannel(Store& store, const Round& round,
+RoundChannel::RoundChannel(store::Store& store, const Round& round,
                            std::chrono::milliseconds read_timeout)
     : store_(round.prefix, store), round_(round), read_timeout_(read_timeout) {}
 
@@ -19,7 +19,7 @@ void RoundChannel::publish_master_port(int port) {
 }
 
 int RoundChannel::master_port(Deadline deadline) {
-  return static_cast<int>(parse_counter(store_.get("master_port", deadline), "master_port"));
+  return static_cast<int>(store::parse_counter(store_.get("master_port", deadline), "master_port"));
 }
 
 std::string RoundChannel::publish_outcome(const std::string& value) {

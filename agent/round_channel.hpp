@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "common/failure_record.hpp"
-#include "rendezvous/prefix_store.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
+#include "store/prefix_store.hpp"
 
 namespace ddprun {
 
 class RoundChannel {
  public:
   // Does not own `store`; every call gets a fresh deadline of `read_timeout`.
-  RoundChannel(Store& store, const Round& round, std::chrono::milliseconds read_timeout);
+  RoundChannel(store::Store& store, const Round& round, std::chrono::milliseconds read_timeout);
 
   // The key that holds the round's outcome, in the unprefixed store (for a watcher that has a
   // connection of its own).
@@ -55,7 +55,7 @@ class RoundChannel {
  private:
   Deadline op() const { return Deadline::after(read_timeout_); }
 
-  PrefixStore store_;
+  store::PrefixStore store_;
   Round round_;
   std::chrono::milliseconds read_timeout_;
 };

@@ -19,9 +19,9 @@
 #include <fmt/format.h>
 
 #include "bench/bench_cli.hpp"
-#include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
+#include "testing/child.hpp"
 
 using namespace ddprun;
 using namespace ddprun::bench;
@@ -48,9 +48,9 @@ std::string run_dir(Context& ctx) {
 }
 
 void expect_exit(int status, int expected, const std::string& what, const std::string& log) {
-  if (exit_code(status) == expected) return;
+  if (test::exit_code(status) == expected) return;
   throw Error(fmt::format("{} exited with {} (expected {}); its output ({}):\n{}", what,
-                          exit_code(status), expected, log, tail(log, 15)));
+                          test::exit_code(status), expected, log, tail(log, 15)));
 }
 
 double ms(double seconds) { return seconds * 1e3; }
@@ -127,7 +127,7 @@ constexpr const char* kInterleaved = "ddprun, run by turns with the floor";
 
 // Launch over the number of workers: ddprun and the floor by turns, so that both see the same
 // moments of a noisy machine, with 5 times the runs of the other series (they are cheap). At
-// 4 workers this is issue 13's comparison: ddprun <= 2x the floor.
+// 4 workers this is the target's comparison: ddprun <= 2x the floor.
 void launch_scaling(Context& ctx, Table& t) {
   const std::vector<int> counts{1, 2, 4, 8, 16, 32};
   CommonOptions turns = ctx.common;
@@ -142,8 +142,8 @@ void launch_scaling(Context& ctx, Table& t) {
         node.port = free_port();
         const auto argv = floor ? std::vector<std::string>{ctx.floor, std::to_string(n), "true"}
                                 : command(ctx.launchers.front(), node, {"true"});
-        const double start = mono_now();
-        Child c({argv, {}, log});
+        const double start = test::mono_now();
+        test::Child c({argv, {}, log});
         expect_exit(c.wait(120s), 0, floor ? "spawn_floor" : "ddprun", log);
         if (!recorded) continue;
         t.get(1, workers_case(n), "wall time", floor ? kFloor : kInterleaved,
@@ -177,8 +177,8 @@ void figure_launch(Context& ctx) {
       node.port = free_port();
       if (&l == &subjects.back()) node.events_file = dir + "/events.jsonl";
       const auto log = dir + "/agent.log";
-      const double start = mono_now();
-      Child agent({command(l, node, {"true"}), {}, log});
+      const double start = test::mono_now();
+      test::Child agent({command(l, node, {"true"}), {}, log});
       expect_exit(agent.wait(120s), 0, l.label, log);
       if (!recorded) continue;
       auto& wall = t.get(1, case_name, "wall time", l.label);
@@ -189,10 +189,10 @@ void figure_launch(Context& ctx) {
       }
     }
     if (ctx.mpirun.empty()) return;
-    // The peer of issue 13: the same 4 `true` on this host, as Open MPI starts them.
+    // The launch target's peer: the same 4 `true` on this host, as Open MPI starts them.
     const auto log = run_dir(ctx) + "/mpirun.log";
-    const double start = mono_now();
-    Child mpirun({{ctx.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "true"},
+    const double start = test::mono_now();
+    test::Child mpirun({{ctx.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "true"},
                   {},
                   log});
     expect_exit(mpirun.wait(120s), 0, kMpirun, log);
@@ -206,10 +206,10 @@ void figure_launch(Context& ctx) {
       s->target_vs = kTorchrunDefault;
       s->target_ratio = 100;
       s->target_text = "<= 20 ms median; >= 100x faster than torchrun (default interval)";
-    } else {  // issue 13's peer; torchrun's ratio stays in the table
+    } else {  // the target's peer; torchrun's ratio stays in the table
       s->target_vs = kMpirun;
       s->target_ratio = 6;
-      s->target_text = "<= 20 ms median; >= 6x faster than Open MPI's mpirun -np 4 (issue 13)";
+      s->target_text = "<= 20 ms median; >= 6x faster than Open MPI's mpirun -np 4";
     }
   }
   if (!ctx.floor.empty()) launch_scaling(ctx, t);
@@ -229,9 +229,9 @@ void restart_run(Context& ctx, const Launcher& l, const std::string& label, bool
   node.max_restarts = 1;
   if (!l.torchrun) node.events_file = dir + "/events.jsonl";
   const auto log = dir + "/agent.log";
-  const double start = mono_now();
-  Child agent({command(l, node, {ctx.worker, "--fail-once-rank=0"}), {{"BENCH_STAMP_DIR", dir}},
-               log});
+  const double start = test::mono_now();
+  test::Child agent(
+      {command(l, node, {ctx.worker, "--fail-once-rank=0"}), {{"BENCH_STAMP_DIR", dir}}, log});
   expect_exit(agent.wait(180s), 0, label, log);
   if (!recorded) return;
   t.get(2, case_name, "whole job, wall time", label)
@@ -269,7 +269,7 @@ void figure_restart(Context& ctx) {
   repeat(ctx.common, [&](int, bool recorded) {
     for (const auto& l : ctx.launchers) restart_run(ctx, l, l.label, recorded, t);
   });
-  // Issue 13's target is ddprun's own time, so it is timed once more without torchrun's runs
+  // The target is ddprun's own time, so it is timed once more without torchrun's runs
   // in between: each of those leaves the machine busy for a while (its Python processes'
   // ends), which lands on the ddprun run that follows it (the row above). 5 times the runs.
   const auto& ddprun = ctx.launchers.front();
@@ -283,7 +283,7 @@ void figure_restart(Context& ctx) {
     }
     if (auto* s = t.find("whole job, wall time", kRestartAlone)) {
       s->target_max = 10;
-      s->target_text = "whole job <= 10 ms (issue 13; it was 100 ms)";
+      s->target_text = "whole job <= 10 ms";
     }
   }
   t.write(ctx.common.results);
@@ -296,9 +296,9 @@ void figure_two_node(Context& ctx) {
     for (const auto& l : ctx.launchers) {
       auto dir = run_dir(ctx);
       const auto port = free_port();
-      std::vector<std::unique_ptr<Child>> agents;
+      std::vector<std::unique_ptr<test::Child>> agents;
       std::vector<std::string> logs, events;
-      const double start = mono_now();
+      const double start = test::mono_now();
       for (int node_rank = 0; node_rank < 2; ++node_rank) {
         NodeArgs node;
         node.nproc = node_rank == 0 ? 2 : 1;
@@ -308,8 +308,8 @@ void figure_two_node(Context& ctx) {
         if (!l.torchrun) node.events_file = fmt::format("{}/events{}.jsonl", dir, node_rank);
         logs.push_back(fmt::format("{}/agent{}.log", dir, node_rank));
         events.push_back(node.events_file);
-        agents.push_back(std::make_unique<Child>(
-            SpawnSpec{command(l, node, {ctx.worker}), {{"BENCH_STAMP_DIR", dir}}, logs.back()}));
+        agents.push_back(std::make_unique<test::Child>(test::SpawnSpec{
+            command(l, node, {ctx.worker}), {{"BENCH_STAMP_DIR", dir}}, logs.back()}));
       }
       for (int i = 0; i < 2; ++i) {
         expect_exit(agents[static_cast<std::size_t>(i)]->wait(180s), 0,

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "bench/bench_cli.hpp"
-#include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
+#include "testing/child.hpp"
 
 using namespace ddprun;
 using namespace ddprun::bench;
@@ -22,7 +22,7 @@ namespace {
 
 // Samples the agent until it exits; returns its VmHWM (KiB) read at the last moment when
 // `workers` workers (children named `worker_comm`) were alive, -1 if there was none.
-long watch(Child& agent, int workers, const std::string& worker_comm) {
+long watch(test::Child& agent, int workers, const std::string& worker_comm) {
   long peak_kib = -1;
   while (!agent.wait_for(10ms)) {
     int alive = 0;
@@ -77,13 +77,15 @@ int main(int argc, char** argv) {
         node.nproc = 4;
         node.port = free_port();
         const auto log = dir.file(fmt::format("agent{}-{}.log", i, k));
-        Child agent({command(l, node, {worker, fmt::format("--sleep={}", sleep_s)}), {}, log});
+        test::Child agent(
+            {command(l, node, {worker, fmt::format("--sleep={}", sleep_s)}), {}, log});
         const long peak_kib = watch(agent, 4, "bench_worker");
-        if (exit_code(*agent.wait_for(0ms)) != 0 || peak_kib < 0) {
+        if (test::exit_code(*agent.wait_for(0ms)) != 0 || peak_kib < 0) {
           dir.keep();
-          throw Error(fmt::format("{}: exit {}, agent VmHWM {} kB with 4 workers alive; "
-                                  "output ({}):\n{}", l.label, exit_code(*agent.wait_for(0ms)),
-                                  peak_kib, log, tail(log, 15)));
+          throw Error(fmt::format(
+              "{}: exit {}, agent VmHWM {} kB with 4 workers alive; "
+              "output ({}):\n{}",
+              l.label, test::exit_code(*agent.wait_for(0ms)), peak_kib, log, tail(log, 15)));
         }
         if (!recorded) continue;
         rows[k].samples.push_back(static_cast<double>(peak_kib) / 1024.0);

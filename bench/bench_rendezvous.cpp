@@ -16,14 +16,14 @@
 
 #include <fmt/format.h>
 
-#include "rendezvous/elastic_rendezvous.hpp"
 #include "bench/bench_cli.hpp"
 #include "bench/etcd_harness.hpp"
-#include "bench/process.hpp"
 #include "bench/rendezvous_agents.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
-#include "rendezvous/store.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
+#include "store/store.hpp"
+#include "testing/child.hpp"
 
 
 using namespace ddprun;
@@ -40,7 +40,7 @@ struct RunTimes {
   long agents_kib = 0;   // the agent processes' peak RSS, summed
 };
 
-std::unique_ptr<Store> connect(const StoreTarget& target, const std::string& run_id) {
+std::unique_ptr<store::Store> connect(const StoreTarget& target, const std::string& run_id) {
   return connect_store(target, run_id, Deadline::after(60s));
 }
 
@@ -54,8 +54,9 @@ struct Context {
 
 // Blocks in `call` (a store wait) in slices of one second, failing as soon as an agent process
 // has exited; gives up after `limit`.
-void await(const std::function<void(Deadline)>& call, std::vector<std::unique_ptr<Child>>& procs,
-           const std::vector<std::string>& logs, std::chrono::seconds limit, const char* what) {
+void await(const std::function<void(Deadline)>& call,
+           std::vector<std::unique_ptr<test::Child>>& procs, const std::vector<std::string>& logs,
+           std::chrono::seconds limit, const char* what) {
   const auto end = Clock::now() + limit;
   while (true) {
     try {
@@ -78,14 +79,14 @@ RunTimes run_once(const Context& c, int n) {
   t.processes = (n + c.per_process - 1) / c.per_process;
   auto sync = connect(c.target, c.run_id + "-sync");
   auto watcher = connect(c.target, c.run_id);
-  std::vector<std::unique_ptr<Child>> procs;
+  std::vector<std::unique_ptr<test::Child>> procs;
   std::vector<std::string> logs, rank_files;
-  const double spawned = mono_now();
+  const double spawned = test::mono_now();
   for (int p = 0, first = 0; p < t.processes; ++p) {
     const int count = n / t.processes + (p < n % t.processes ? 1 : 0);
     logs.push_back(c.dir->file(fmt::format("{}-agents{}.log", c.run_id, p)));
     rank_files.push_back(c.dir->file(fmt::format("{}-ranks{}", c.run_id, p)));
-    procs.push_back(std::make_unique<Child>(SpawnSpec{
+    procs.push_back(std::make_unique<test::Child>(test::SpawnSpec{
         {c.self, "--agent-process", "--port", std::to_string(c.target.port), "--etcd",
          c.target.etcd, "--run-id", c.run_id,
          "--first", std::to_string(first), "--count", std::to_string(count), "--total",
@@ -94,16 +95,16 @@ RunTimes run_once(const Context& c, int n) {
     first += count;
   }
   await([&](Deadline d) { sync->wait({"all_ready"}, d); }, procs, logs, 180s, "all agents ready");
-  const double start = mono_now();
+  const double start = test::mono_now();
   t.connect_s = start - spawned;
   sync->set("go", "1", Deadline::after(10s));
   await([&](Deadline d) { (void)watcher->get(round_key(0, "closed"), d); }, procs, logs, 180s,
         "the round to close");
-  t.closed_s = mono_now() - start;
+  t.closed_s = test::mono_now() - start;
   double last = 0;
   std::vector<int> ranks;
   for (std::size_t p = 0; p < procs.size(); ++p) {
-    const int code = exit_code(procs[p]->wait(180s));
+    const int code = test::exit_code(procs[p]->wait(180s));
     const auto out = read_text(logs[p]);
     const auto at = out.find("RESULT ");
     if (code != 0 || at == std::string::npos) {
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
         } else {
           c.target.port = free_port();
           const auto log = dir.file(fmt::format("store-{}-{}.log", n, i));
-          Child server({{store_binary, "--host", "127.0.0.1", "--port",
+          test::Child server({{store_binary, "--host", "127.0.0.1", "--port",
                          std::to_string(c.target.port), "--log-level", "warn"}, {}, log});
           try {
             t = run_once(c, n);

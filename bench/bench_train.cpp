@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "bench/bench_cli.hpp"
-#include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
+#include "testing/child.hpp"
 
 using namespace ddprun;
 using namespace ddprun::bench;
@@ -109,13 +109,14 @@ int main(int argc, char** argv) {
                                       fmt::format("--master-port={}", free_port())};
         cmd.insert(cmd.end(), p.argv.begin(), p.argv.end());
         const auto log = dir.file(fmt::format("run{}-{}.log", i, k));
-        Child job({cmd, {{"OMP_NUM_THREADS", threads}, {"PYTHON_EXEC", python}}, log});
+        test::Child job({cmd, {{"OMP_NUM_THREADS", threads}, {"PYTHON_EXEC", python}}, log});
         const int status = job.wait(600s);
         const double value = last_samples_per_sec(log);
-        if (exit_code(status) != 0 || value <= 0) {
+        if (test::exit_code(status) != 0 || value <= 0) {
           dir.keep();
           throw Error(fmt::format("{}: exit {}, samples_per_sec {}; output ({}):\n{}",
-                                  p.series->subject, exit_code(status), value, log, tail(log, 15)));
+                                  p.series->subject, test::exit_code(status), value, log,
+                                  tail(log, 15)));
         }
         if (recorded) p.series->samples.push_back(value);
       }

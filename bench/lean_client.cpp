@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
-#include "rendezvous/protocol.hpp"
+#include "store/protocol.hpp"
 
 namespace ddprun::bench {
 namespace {

@@ -16,12 +16,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "rendezvous/elastic_rendezvous.hpp"
-#include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
-#include "rendezvous/etcd_store.hpp"
-#include "rendezvous/tcp_store_client.hpp"
+#include "etcd/etcd_store.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
+#include "store/tcp_store_client.hpp"
+#include "testing/child.hpp"
 
 namespace ddprun::bench {
 namespace {
@@ -48,7 +48,7 @@ class Agents {
     threads_.emplace_back(body, static_cast<int>(threads_.size()));
   }
   // Keeps client i (i = -1: the release client) so that stop() can interrupt it.
-  Store& hold(int i, std::unique_ptr<Store> client) {
+  store::Store& hold(int i, std::unique_ptr<store::Store> client) {
     std::lock_guard lock(mutex_);
     auto& slot = i < 0 ? sync_ : clients_[static_cast<std::size_t>(i)];
     slot = std::move(client);
@@ -96,14 +96,14 @@ class Agents {
   int ready_ = 0;
   bool go_ = false;
   bool stopped_ = false;
-  std::vector<std::unique_ptr<Store>> clients_;
-  std::unique_ptr<Store> sync_;
+  std::vector<std::unique_ptr<store::Store>> clients_;
+  std::unique_ptr<store::Store> sync_;
   std::vector<std::thread> threads_;
 };
 
 }  // namespace
 
-std::unique_ptr<Store> connect_store(const StoreTarget& target, const std::string& run_id,
+std::unique_ptr<store::Store> connect_store(const StoreTarget& target, const std::string& run_id,
                                      Deadline deadline) {
   if (!target.etcd.empty()) {
     EtcdStoreOptions o;
@@ -112,11 +112,11 @@ std::unique_ptr<Store> connect_store(const StoreTarget& target, const std::strin
     o.run_id = run_id;
     return std::make_unique<EtcdStore>(o, deadline);
   }
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.host = "127.0.0.1";
   o.port = target.port;
   o.run_id = run_id;
-  return std::make_unique<TcpStoreClient>(o, deadline);
+  return std::make_unique<store::TcpStoreClient>(o, deadline);
 }
 
 int run_agent_process(const AgentProcessOptions& o) {
@@ -158,7 +158,7 @@ int run_agent_process(const AgentProcessOptions& o) {
           self.host = "127.0.0.1";
           self.nproc = 1;
           auto r = join_round(store, 0, self, options);
-          done[static_cast<std::size_t>(k)] = mono_now();
+          done[static_cast<std::size_t>(k)] = test::mono_now();
           ranks[static_cast<std::size_t>(k)] = r.member ? r.ranks.group_rank : -2;
         } catch (const std::exception& e) {
           fail(fmt::format("agent {} of {}: {}", o.first + k, o.total, e.what()));

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "common/deadline.hpp"
-#include "rendezvous/store.hpp"
+#include "store/store.hpp"
 
 namespace ddprun::bench {
 
@@ -31,7 +31,7 @@ struct StoreTarget {
 };
 
 // A connection to `target` in run id `run_id`'s namespace.
-std::unique_ptr<Store> connect_store(const StoreTarget& target, const std::string& run_id,
+std::unique_ptr<store::Store> connect_store(const StoreTarget& target, const std::string& run_id,
                                      Deadline deadline);
 
 struct AgentProcessOptions {

@@ -12,10 +12,10 @@
 
 #include <fmt/format.h>
 
-#include "bench/process.hpp"
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
-#include "rendezvous/tcp_store_client.hpp"
+#include "store/tcp_store_client.hpp"
+#include "testing/child.hpp"
 
 namespace ddprun::bench {
 
@@ -150,11 +150,12 @@ void run_store_figure(const CommonOptions& common, const std::vector<StoreSubjec
     // runs of the stores can be interleaved.
     std::vector<std::uint16_t> ports;
     std::vector<std::string> logs;
-    std::vector<std::unique_ptr<Child>> servers;
+    std::vector<std::unique_ptr<test::Child>> servers;
     for (std::size_t k = 0; k < subjects.size(); ++k) {
       ports.push_back(free_port());
       logs.push_back(dir.file(fmt::format("server-{}-{}.log", n, k)));
-      servers.push_back(std::make_unique<Child>(SpawnSpec{subjects[k].server(ports[k]), {}, logs[k]}));
+      servers.push_back(std::make_unique<test::Child>(
+          test::SpawnSpec{subjects[k].server(ports[k]), {}, logs[k]}));
     }
     repeat(common, [&](int, bool recorded) {
       for (std::size_t k = 0; k < subjects.size(); ++k) {
@@ -204,15 +205,15 @@ class DdprunClient final : public LoadClient {
   }
 
  private:
-  static StoreClientOptions options(std::uint16_t port) {
-    StoreClientOptions o;
+  static store::StoreClientOptions options(std::uint16_t port) {
+    store::StoreClientOptions o;
     o.host = "127.0.0.1";
     o.port = port;
     o.run_id = "bench";
     return o;
   }
   static Deadline op() { return Deadline::after(std::chrono::seconds(30)); }
-  TcpStoreClient client_;
+  store::TcpStoreClient client_;
 };
 
 }  // namespace

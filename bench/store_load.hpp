@@ -50,7 +50,7 @@ LoadResult run_load(const StoreSubject& subject, std::uint16_t port, pid_t serve
 void run_store_figure(const CommonOptions& common, const std::vector<StoreSubject>& subjects,
                       const std::vector<int>& client_counts, double seconds);
 
-// ddprun's TcpStoreClient, against build/rendezvous/ddprun-store.
+// ddprun's TcpStoreClient, against build/store/ddprun-store.
 StoreSubject ddprun_subject(const std::string& store_binary);
 
 }  // namespace ddprun::bench

@@ -12,12 +12,12 @@
 #include "cluster/remote_session.hpp"
 #include "cluster/session_protocol.hpp"
 #include "cluster/tree.hpp"
-#include "rendezvous/store_auth.hpp"
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
 #include "common/strings.hpp"
 #include "common/version.hpp"
+#include "store/store_auth.hpp"
 
 namespace ddprun {
 
@@ -183,14 +183,14 @@ struct ClusterHead::Impl {
     const int node = report.body.value("node", top[t].node);
     if (node < 0 || static_cast<std::size_t>(node) >= result.hosts.size()) return;
     auto& h = host(node);
-    if (report.kind == "ready" && phase == Phase::kChecking) {
+    if (report.kind == Report::Kind::kReady && phase == Phase::kChecking) {
       h.ready_info = report.body;
       answered(node, "");
-    } else if (report.kind == "refused") {
+    } else if (report.kind == Report::Kind::kRefused) {
       answered(node, report.body.value("reason", std::string("refused to start")));
-    } else if (report.kind == "result") {
+    } else if (report.kind == Report::Kind::kResult) {
       h.result = report.body;
-    } else if (report.kind == "ended") {
+    } else if (report.kind == Report::Kind::kEnded) {
       h.stderr_tail = report.body.value("stderr_tail", std::vector<std::string>());
       ended(node, report.body.value("code", 255),
             report.body.value("lost", std::string()));

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/worker_output.hpp"
 #include "common/error.hpp"
+#include "process/worker_output.hpp"
 
 namespace ddprun {
 

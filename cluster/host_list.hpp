@@ -23,4 +23,9 @@ std::vector<HostSpec> parse_hostfile(std::string_view text, std::string_view fil
 // Reads and parses FILE; an unreadable file is a ConfigError naming it and the reason.
 std::vector<HostSpec> read_hostfile(const std::string& path);
 
+// Slurm's hostlist syntax (SLURM_JOB_NODELIST and the like): "gpu[01-04,07],cpu-a[1-2]" -> gpu01 gpu02 gpu03 gpu04 gpu07
+// cpu-a1 cpu-a2; several bracket groups in one name multiply ("x[1-2]y[3-4]"); zero padding
+// follows the range's first number. Throws ConfigError naming `what` on malformed text.
+std::vector<std::string> expand_hostlist(std::string_view text, std::string_view what);
+
 }  // namespace ddprun

@@ -8,11 +8,11 @@
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
-#include "agent/boost_process.hpp"
-#include "agent/spawn.hpp"
-#include "agent/line_splitter.hpp"
-#include "agent/worker_output.hpp"
 #include "common/error.hpp"
+#include "process/boost_process.hpp"
+#include "process/line_splitter.hpp"
+#include "process/spawn.hpp"
+#include "process/worker_output.hpp"
 
 namespace ddprun {
 

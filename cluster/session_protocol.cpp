@@ -2,11 +2,11 @@
 
 #include <array>
 #include <cctype>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/random.hpp"
 #include "common/strings.hpp"
 
 namespace ddprun {
@@ -99,8 +99,22 @@ std::optional<Control> decode_control(std::string_view line) {
   return std::nullopt;
 }
 
+const char* to_string(Report::Kind kind) {
+  switch (kind) {
+    case Report::Kind::kReady:
+      return "ready";
+    case Report::Kind::kRefused:
+      return "refused";
+    case Report::Kind::kResult:
+      return "result";
+    case Report::Kind::kEnded:
+      return "ended";
+  }
+  return "?";
+}
+
 std::string encode_report(std::string_view token, const Report& r) {
-  return fmt::format("{}{} {} {}", kReportMarker, token, r.kind, r.body.dump());
+  return fmt::format("{}{} {} {}", kReportMarker, token, to_string(r.kind), r.body.dump());
 }
 
 std::optional<Report> decode_report(std::string_view token, std::string_view line) {
@@ -113,7 +127,17 @@ std::optional<Report> decode_report(std::string_view token, std::string_view lin
   line.remove_prefix(token.size() + 1);
   auto space = line.find(' ');
   if (space == std::string_view::npos) return std::nullopt;
-  Report r{std::string(line.substr(0, space)), {}};
+  const auto word = line.substr(0, space);
+  Report r;
+  bool known = false;
+  for (auto kind : {Report::Kind::kReady, Report::Kind::kRefused, Report::Kind::kResult,
+                    Report::Kind::kEnded}) {
+    if (word == to_string(kind)) {
+      r.kind = kind;
+      known = true;
+    }
+  }
+  if (!known) return std::nullopt;
   try {
     r.body = json::parse(line.substr(space + 1));
   } catch (const json::exception&) {
@@ -122,12 +146,7 @@ std::optional<Report> decode_report(std::string_view token, std::string_view lin
   return r;
 }
 
-std::string random_token() {
-  std::random_device device;  // the kernel's random source
-  std::string token;
-  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", device());
-  return token;
-}
+std::string random_token() { return random_hex(16); }
 
 bool forwarded_by_default(std::string_view name) {
   for (auto head_only : kHeadOnlyPet) {

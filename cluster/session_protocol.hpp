@@ -63,13 +63,21 @@ std::string encode_control(const Control& control);  // without '\n'
 std::optional<Control> decode_control(std::string_view line);  // nullopt: not a control line
 
 struct Report {
-  // "ready", "refused", "result"; from a relay (tree fan-out) also "ended": a subtree host's
-  // remote shell exited (body: node, code, stderr_tail). Every body has the host's "node".
-  std::string kind;
-  nlohmann::json body;
+  enum class Kind {
+    kReady,    // the agent's checks passed (body: nproc_per_node, pid)
+    kRefused,  // a check failed (body: reason, exit_code)
+    kResult,   // the agent's end (body: its summary, root cause and exit code)
+    kEnded,    // from a relay (tree fan-out): a subtree host's remote shell exited (body: code,
+               // stderr_tail, lost)
+  };
+  Kind kind = Kind::kReady;
+  nlohmann::json body;  // every body has the host's "node"
 };
+// The kind as it is written on the line: "ready", "refused", "result", "ended".
+const char* to_string(Report::Kind kind);
 std::string encode_report(std::string_view token, const Report& report);  // without '\n'
-// nullopt when the line is not a report carrying this token (an ordinary output line).
+// nullopt when the line is not a report of a known kind carrying this token (an ordinary
+// output line).
 std::optional<Report> decode_report(std::string_view token, std::string_view line);
 
 // A random hex token (128 bits).

@@ -71,7 +71,7 @@ struct SubtreeRelay::Impl {
       try {
         sessions[i]->start(encode_hello(child));
       } catch (const Error& e) {
-        link.report({"refused", {{"node", entries[i].node}, {"reason", e.what()}}}, hello.token);
+        link.report({Report::Kind::kRefused, {{"node", entries[i].node}, {"reason", e.what()}}}, hello.token);
         on_ended(i, 255);
       }
     }
@@ -79,17 +79,17 @@ struct SubtreeRelay::Impl {
 
   void on_report(std::size_t i, const Report& report) {
     if (report.body.value("node", -1) == entries[i].node &&
-        (report.kind == "ready" || report.kind == "refused")) {
+        (report.kind == Report::Kind::kReady || report.kind == Report::Kind::kRefused)) {
       answered[i] = true;
     }
-    if (report.kind == "ended") ended_nodes.insert(report.body.value("node", -1));
+    if (report.kind == Report::Kind::kEnded) ended_nodes.insert(report.body.value("node", -1));
     link.report(report, hello.token);
   }
 
   void send_ended(int node, int code, const std::vector<std::string>& tail,
                   const std::string& lost) {
     if (!ended_nodes.insert(node).second) return;
-    link.report({"ended", {{"node", node}, {"code", code}, {"stderr_tail", tail}, {"lost", lost}}},
+    link.report({Report::Kind::kEnded, {{"node", node}, {"code", code}, {"stderr_tail", tail}, {"lost", lost}}},
                 hello.token);
   }
 
@@ -103,7 +103,7 @@ struct SubtreeRelay::Impl {
     const bool was_ready = answered[i];
     if (!answered[i]) {
       answered[i] = true;
-      link.report({"refused",
+      link.report({Report::Kind::kRefused,
                    {{"node", entries[i].node},
                     {"reason", fmt::format("{} (started by {})",
                                            early_end_reason(code, tail, hello.remote_ddprun),

@@ -11,7 +11,7 @@ if(DDPRUN_SANITIZE)
   target_compile_options(ddprun_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer)
   target_link_options(ddprun_flags INTERFACE -fsanitize=address,undefined)
 endif()
-# Boost.Process v2 is compiled into ddprun_agent (agent/boost_process_src.cpp) with
+# Boost.Process v2 is compiled into ddprun_agent (process/boost_process_src.cpp) with
 # std::filesystem, so no Boost library is linked.
 target_compile_definitions(ddprun_flags INTERFACE
   BOOST_PROCESS_USE_STD_FS BOOST_PROCESS_V2_SEPARATE_COMPILATION BOOST_ASIO_NO_DEPRECATED)

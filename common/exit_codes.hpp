@@ -1,6 +1,9 @@
 #pragma once
-// ddprun's exit codes. A failed job exits with its root cause's code (the worker's exit code,
-// or 128+N for signal N); these are the launcher's own.
+// ddprun's exit codes, and the one table from its exceptions to them. A failed job exits with
+// its root cause's code (the worker's exit code, or 128+N for signal N); these are the
+// launcher's own (docs/reference.md, "Exit codes").
+
+#include <exception>
 
 namespace ddprun {
 
@@ -11,5 +14,15 @@ inline constexpr int kExitRendezvous = 124;  // rendezvous timed out or failed, 
 inline constexpr int kExitInternal = 125;    // a bug or an unexpected system error
 inline constexpr int kExitCannotStart = 126; // a worker program is not executable
 inline constexpr int kExitNotFound = 127;    // a worker program does not exist
+
+// What an exception that ends a run says about it.
+enum class ErrorClass {
+  kUsage,       // ConfigError: the flags or environment are invalid
+  kRendezvous,  // TimeoutError, ConnectionError, RendezvousError: the nodes could not meet
+  kInternal,    // anything else: a bug or an unexpected system error
+};
+
+ErrorClass classify(const std::exception& e);
+int exit_code_for(ErrorClass c);
 
 }  // namespace ddprun

@@ -2,6 +2,18 @@
 
 namespace ddprun {
 
+const char* to_string(RdzvBackend backend) {
+  switch (backend) {
+    case RdzvBackend::kStatic:
+      return "static";
+    case RdzvBackend::kC10d:
+      return "c10d";
+    case RdzvBackend::kEtcd:
+      return "etcd";
+  }
+  return "?";
+}
+
 Std StdSpec::for_rank(int local_rank) const {
   if (per_rank.empty()) return all;
   auto it = per_rank.find(local_rank);

@@ -14,6 +14,18 @@ namespace ddprun {
 // Which worker streams go to files under the log dir (torchrun's -r/--redirects and -t/--tee).
 enum class Std : std::uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
 
+// How the nodes meet (--rdzv-backend): a fixed set of nodes through a store on node 0, or an
+// elastic membership through a TCP store (c10d) or etcd.
+enum class RdzvBackend : std::uint8_t { kStatic, kC10d, kEtcd };
+// The flag's value: "static", "c10d", "etcd".
+const char* to_string(RdzvBackend backend);
+
+// --dry-run: run, or print the plan as a table or as JSON.
+enum class DryRun : std::uint8_t { kOff, kTable, kJson };
+
+// torchrun's port for a c10d rendezvous endpoint given without one.
+inline constexpr std::uint16_t kC10dDefaultPort = 29400;
+
 // A per-local-rank choice: one value for every rank, or a map with a default of kNone.
 struct StdSpec {
   Std all = Std::kNone;
@@ -73,7 +85,7 @@ struct LaunchConfig {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::uint16_t master_port = 29500;
-  std::string rdzv_backend = "static";  // "static", "c10d" or "etcd"
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   std::string rdzv_endpoint;            // host:port for c10d
   std::string rdzv_id = "none";
   // The job's shared secret for the store (--token-file or $DDPRUN_TOKEN); empty: none. Never
@@ -109,8 +121,7 @@ struct LaunchConfig {
   std::string events_file;  // JSON lines of agent events, empty: none
 
   std::string log_level = "info";
-  // --dry-run: print the plan instead of running ("table" or "json"); empty: run.
-  std::string dry_run;
+  DryRun dry_run = DryRun::kOff;
   // A long wait's first progress line comes after this, then at doubling intervals up to a
   // minute; zero: none.
   std::chrono::milliseconds progress_interval{10'000};
@@ -119,8 +130,8 @@ struct LaunchConfig {
   // remote agents form (min/max nodes, master address and port, rendezvous endpoint and id).
   std::optional<ClusterConfig> cluster;
 
-  bool is_static() const { return rdzv_backend == "static"; }
-  bool is_etcd() const { return rdzv_backend == "etcd"; }
+  bool is_static() const { return rdzv_backend == RdzvBackend::kStatic; }
+  bool is_etcd() const { return rdzv_backend == RdzvBackend::kEtcd; }
 };
 
 }  // namespace ddprun

@@ -19,6 +19,12 @@ void random_bytes(void* out, std::size_t size) {
   }
 }
 
+std::string random_bytes(std::size_t size) {
+  std::string out(size, '\0');
+  random_bytes(out.data(), size);
+  return out;
+}
+
 std::uint64_t random_u64() {
   std::uint64_t value = 0;
   random_bytes(&value, sizeof(value));
@@ -27,8 +33,7 @@ std::uint64_t random_u64() {
 
 std::string random_hex(std::size_t bytes) {
   constexpr char kDigits[] = "0123456789abcdef";
-  std::string raw(bytes, '\0');
-  random_bytes(raw.data(), bytes);
+  const std::string raw = random_bytes(bytes);
   std::string hex;
   hex.reserve(2 * bytes);
   for (unsigned char b : raw) {

@@ -45,7 +45,7 @@ constexpr OptionSpec kOptions[] = {
      "Rendezvous settings (seconds): join_timeout [600],\nlast_call_timeout [30], "
      "close_timeout [30], read_timeout [60],\nkeep_alive_interval [5]; also "
      "keep_alive_max_attempt [3], is_host;\netcd: etcd_prefix [/ddprun]"},
-    {"standalone", "", "", kNodes, "One node: store on a free local port, random run id"},
+    {"standalone", "", "", kNodes, "One node: rendezvous in the agent's memory, random run id"},
     {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]"},
     {"token-file", "", "PATH", kNodes,
      "The job's secret: the store and every agent must\nshare it [$DDPRUN_TOKEN; --hosts: a random one]"},

@@ -12,17 +12,16 @@
 #include "cluster/session_protocol.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "etcd/etcd_client.hpp"
 #include "launcher/cpu_count.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/value_parsers.hpp"
-#include "rendezvous/etcd_client.hpp"
-#include "rendezvous/store_auth.hpp"
+#include "store/store_auth.hpp"
 
 namespace ddprun {
 namespace {
 
-constexpr std::uint16_t kC10dDefaultPort = 29400;
 constexpr const char* kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 // Read access to the raw options with the conversions every section needs.
@@ -56,10 +55,14 @@ class Options {
   const RawOptions& raw_;
 };
 
-// --rdzv-backend's value with torchrun's other name for etcd ("etcd-v2") as "etcd".
-std::string rdzv_backend_name(std::string_view text) {
-  auto name = std::string(trim(text));
-  return name == "etcd-v2" ? "etcd" : name;
+// --rdzv-backend's value; torchrun's other name for etcd ("etcd-v2") is etcd too.
+RdzvBackend parse_rdzv_backend(const RawValue& value) {
+  auto name = std::string(trim(value.text));
+  if (name == "etcd-v2") name = "etcd";
+  name = parse_choice(name, value.label, {"static", "c10d", "etcd"});
+  if (name == "c10d") return RdzvBackend::kC10d;
+  if (name == "etcd") return RdzvBackend::kEtcd;
+  return RdzvBackend::kStatic;
 }
 
 // An address without a port; IPv6 may be written with brackets, which are dropped.
@@ -127,8 +130,7 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
     std::tie(config.min_nodes, config.max_nodes) = parse_nnodes(v->text, v->label);
   }
   if (auto* v = options.find("rdzv-backend")) {
-    config.rdzv_backend = parse_choice(rdzv_backend_name(v->text), v->label,
-                                       {"static", "c10d", "etcd"});
+    config.rdzv_backend = parse_rdzv_backend(*v);
   }
   if (auto* v = options.find("rdzv-id")) config.rdzv_id = parse_nonempty(*v);
   if (auto* v = options.find("master-addr")) config.master_addr = parse_address(*v);
@@ -154,16 +156,17 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
     if (!ignored.empty()) {
       out.notes.push_back(fmt::format("--standalone: ignoring{}", ignored));
     }
-    // One node needs no elastic machinery: the static rendezvous, with the store on a free
-    // local port (port 0: the store binds whatever the kernel picks).
-    config.rdzv_backend = "static";
+    // One node needs no elastic machinery: the static rendezvous, which for one node keeps the
+    // store in the agent's memory (rendezvous/backend.hpp); the workers' master port is a free
+    // one on 127.0.0.1 (port 0).
+    config.rdzv_backend = RdzvBackend::kStatic;
     config.master_addr = "127.0.0.1";
     config.master_port = 0;
     config.min_nodes = config.max_nodes = 1;
     config.node_rank = 0;
     config.rdzv_id = random_run_id();
     out.notes.push_back(fmt::format(
-        "--standalone: single node, store on 127.0.0.1 at a free port, run id {}",
+        "--standalone: single node, rendezvous in this agent's memory, run id {}",
         config.rdzv_id));
     return;
   }
@@ -319,9 +322,9 @@ void build_workers_and_output(const Options& options,
   if (auto* v = options.find("events-file")) config.events_file = std::string(trim(v->text));
   if (auto* v = options.find("dry-run")) {
     if (trim(v->text) == "json") {
-      config.dry_run = "json";
+      config.dry_run = DryRun::kJson;
     } else if (auto on = parse_bool(v->text)) {
-      config.dry_run = *on ? "table" : "";
+      config.dry_run = *on ? DryRun::kTable : DryRun::kOff;
     } else {
       throw ConfigError(fmt::format("{}={}: expected json, or a boolean for the table", v->label,
                                     v->text));
@@ -423,9 +426,8 @@ RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& 
   // The membership the host list implies, unless the flags say otherwise where they may.
   RawOptions implied = raw;
   for (auto key : {"node-rank", "local-addr", "standalone"}) implied.erase(key);
-  const std::string backend =
-      options.find("rdzv-backend") ? rdzv_backend_name(options.find("rdzv-backend")->text) : "";
-  const bool elastic = backend == "c10d" || backend == "etcd";
+  const auto* backend = options.find("rdzv-backend");
+  const bool elastic = backend != nullptr && parse_rdzv_backend(*backend) != RdzvBackend::kStatic;
   if (auto* v = options.find("nnodes")) {
     auto [min_nodes, max_nodes] = parse_nnodes(v->text, v->label);
     if (!elastic && max_nodes != n) {

@@ -51,7 +51,7 @@ std::string describe(const LaunchConfig& config) {
     rows.emplace_back("node rank", fmt::format("{}", config.node_rank));
   } else {
     rows.emplace_back("rendezvous", fmt::format("{}, endpoint {}, run id {}",
-                                                config.rdzv_backend, config.rdzv_endpoint,
+                                                to_string(config.rdzv_backend), config.rdzv_endpoint,
                                                 config.rdzv_id));
   }
   rows.emplace_back("max restarts", fmt::format("{}", config.max_restarts));

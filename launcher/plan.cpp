@@ -46,7 +46,7 @@ std::vector<int> known_sizes(const LaunchConfig& c) {
 }
 
 json rendezvous_json(const LaunchConfig& c) {
-  json r{{"backend", c.rdzv_backend}, {"nnodes", nnodes_text(c)}, {"run_id", c.rdzv_id}};
+  json r{{"backend", to_string(c.rdzv_backend)}, {"nnodes", nnodes_text(c)}, {"run_id", c.rdzv_id}};
   if (c.is_static()) {
     r["master_addr"] = c.master_addr;
     r["master_port"] = c.master_port;

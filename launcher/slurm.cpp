@@ -3,75 +3,13 @@
 #include <fmt/format.h>
 
 #include "agent/worker_env.hpp"
+#include "cluster/host_list.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 
 namespace ddprun {
 
 namespace {
-
-[[noreturn]] void bad(std::string_view what, std::string_view text, std::string_view why) {
-  throw ConfigError(fmt::format("{}={}: {}", what, text, why));
-}
-
-// The numbers of one bracket group ("01-04,07"), as text with the padding they ask for.
-std::vector<std::string> expand_ranges(std::string_view ranges, std::string_view what,
-                                       std::string_view text) {
-  std::vector<std::string> out;
-  for (const auto& part : split(ranges, ',')) {
-    const auto dash = part.find('-');
-    const std::string lo_text = part.substr(0, dash);
-    const std::string hi_text = dash == std::string::npos ? lo_text : part.substr(dash + 1);
-    auto digits = [](const std::string& s) {
-      return !s.empty() && s.size() <= 18 &&
-             s.find_first_not_of("0123456789") == std::string::npos;
-    };
-    if (!digits(lo_text) || !digits(hi_text)) {
-      bad(what, text, fmt::format("'{}' is not a number or a range N-M", part));
-    }
-    const auto lo = std::stoll(lo_text);
-    const auto hi = std::stoll(hi_text);
-    if (hi < lo) bad(what, text, fmt::format("range '{}' runs backwards", part));
-    if (hi - lo >= 1'000'000) bad(what, text, fmt::format("range '{}' is too large", part));
-    const auto width = lo_text.size();
-    for (auto i = lo; i <= hi; ++i) out.push_back(fmt::format("{:0{}}", i, width));
-  }
-  return out;
-}
-
-// One name with any number of bracket groups: their cartesian product, the first group
-// varying slowest.
-std::vector<std::string> expand_name(std::string_view name, std::string_view what,
-                                     std::string_view text) {
-  std::vector<std::string> names{""};
-  std::size_t at = 0;
-  while (at < name.size()) {
-    const auto open = name.find('[', at);
-    const auto literal = name.substr(at, open == std::string_view::npos ? name.npos : open - at);
-    if (literal.find(']') != std::string_view::npos) bad(what, text, "']' without '['");
-    if (at > 0 && open == std::string_view::npos && !literal.empty()) {
-      // As Slurm's own parser: a name may not go on after its last bracket group.
-      bad(what, text, fmt::format("'{}' follows the last bracket group", literal));
-    }
-    for (auto& n : names) n += literal;
-    if (open == std::string_view::npos) break;
-    const auto close = name.find(']', open);
-    if (close == std::string_view::npos) bad(what, text, "'[' without ']'");
-    const auto inner = name.substr(open + 1, close - open - 1);
-    if (inner.empty() || inner.find('[') != std::string_view::npos) {
-      bad(what, text, fmt::format("bad bracket group '[{}]'", inner));
-    }
-    const auto numbers = expand_ranges(inner, what, text);
-    std::vector<std::string> next;
-    next.reserve(names.size() * numbers.size());
-    for (const auto& n : names) {
-      for (const auto& number : numbers) next.push_back(n + number);
-    }
-    names = std::move(next);
-    at = close + 1;
-  }
-  return names;
-}
 
 // "2(x3),1" -> 2 2 2 1: Slurm's compressed per-node counts.
 std::vector<long long> expand_counts(const std::string& text) {
@@ -89,29 +27,6 @@ std::vector<long long> expand_counts(const std::string& text) {
 }
 
 }  // namespace
-
-std::vector<std::string> expand_hostlist(std::string_view text, std::string_view what) {
-  std::vector<std::string> hosts;
-  std::size_t start = 0;
-  int depth = 0;
-  for (std::size_t i = 0; i <= text.size(); ++i) {
-    const char c = i < text.size() ? text[i] : ',';
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if (depth < 0 || depth > 1) bad(what, text, "unbalanced brackets");
-    if (c == ',' && depth == 0) {
-      const auto name = text.substr(start, i - start);
-      if (name.empty()) bad(what, text, "an empty host name");
-      if (name.find_first_of(" \t\n") != std::string_view::npos) {
-        bad(what, text, "a host name with white space");
-      }
-      for (auto& h : expand_name(name, what, text)) hosts.push_back(std::move(h));
-      start = i + 1;
-    }
-  }
-  if (depth != 0) bad(what, text, "unbalanced brackets");
-  return hosts;
-}
 
 int slurm_port(long long job_id) { return 20000 + static_cast<int>(job_id % 10000); }
 

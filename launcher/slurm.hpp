@@ -14,11 +14,6 @@
 
 namespace ddprun {
 
-// Expands Slurm's hostlist syntax: "gpu[01-04,07],cpu-a[1-2]" -> gpu01 gpu02 gpu03 gpu04 gpu07
-// cpu-a1 cpu-a2; several bracket groups in one name multiply ("x[1-2]y[3-4]"); zero padding
-// follows the range's first number. Throws ConfigError naming `what` on malformed text.
-std::vector<std::string> expand_hostlist(std::string_view text, std::string_view what);
-
 // One value ddprun takes from Slurm, and where it comes from (for the startup log).
 struct SlurmValue {
   std::string flag;    // "nnodes", "node-rank", ...

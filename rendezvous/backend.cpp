@@ -20,7 +20,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr std::uint16_t kC10dDefaultPort = 29400;
 
 // True when `host` names an address of this machine (it can be bound).
 bool is_local_address(const std::string& host) {
@@ -82,13 +81,13 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
   client_options_.run_id = config.rdzv_id;
   client_options_.secret = config.store_secret;
   auto serve = [&](const std::string& addr, std::uint16_t port) {
-    StoreServerOptions options;
+    store::StoreServerOptions options;
     options.host = addr;
     options.port = port;
     options.read_timeout = config.rdzv_conf.read_timeout;
     options.secret = config.store_secret;
     options.served_for = config.rdzv_id;
-    server_ = std::make_unique<TcpStoreServer>(options);
+    server_ = std::make_unique<store::TcpStoreServer>(options);
     server_->start();
     client_options_.port = server_->port();
   };
@@ -116,7 +115,7 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     if (config.max_nodes == 1) {
       // One node: no other agent will ever connect, and the workers make a store of their own
       // at MASTER_PORT. The store is this agent's memory: no socket, no thread to serve it.
-      local_ = std::make_unique<MemoryStore>(std::make_shared<store::SharedStoreState>(),
+      local_ = std::make_unique<store::MemoryStore>(std::make_shared<store::SharedStoreState>(),
                                              client_options_.run_id, "this agent's memory");
     } else if (config.node_rank == 0) {
       serve(config.master_addr, config.master_port);
@@ -141,14 +140,14 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
   } else if (server_) {
     client_ = server_->local_client(client_options_.run_id);
   } else {
-    client_ = std::make_unique<TcpStoreClient>(client_options_, deadline);
+    client_ = std::make_unique<store::TcpStoreClient>(client_options_, deadline);
   }
 
   handler_ = make_rendezvous_handler(config, *client_, opener(), host);
 }
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
-    const LaunchConfig& config, Store& store, StoreOpener open_store, const std::string& host,
+    const LaunchConfig& config, store::Store& store, store::StoreOpener open_store, const std::string& host,
     ElasticRendezvous::KeepAliveFactory keep_alive) {
   const auto timing = keep_alive_timing(config.rdzv_conf);
   if (config.is_static()) {
@@ -184,22 +183,22 @@ RendezvousBackend::~RendezvousBackend() {
   local_.reset();
 }
 
-StoreOpener RendezvousBackend::opener() const {
+store::StoreOpener RendezvousBackend::opener() const {
   if (etcd_) {
-    return [options = *etcd_](Deadline deadline) -> std::unique_ptr<Store> {
+    return [options = *etcd_](Deadline deadline) -> std::unique_ptr<store::Store> {
       return std::make_unique<EtcdStore>(options, deadline);
     };
   }
   if (local_) {
-    return [local = local_.get()](Deadline) -> std::unique_ptr<Store> { return local->connect(); };
+    return [local = local_.get()](Deadline) -> std::unique_ptr<store::Store> { return local->connect(); };
   }
   if (server_) {
     return [server = server_.get(), run_id = client_options_.run_id](Deadline) {
       return server->local_client(run_id);
     };
   }
-  return [options = client_options_](Deadline deadline) -> std::unique_ptr<Store> {
-    return std::make_unique<TcpStoreClient>(options, deadline);
+  return [options = client_options_](Deadline deadline) -> std::unique_ptr<store::Store> {
+    return std::make_unique<store::TcpStoreClient>(options, deadline);
   };
 }
 

@@ -2,9 +2,9 @@
 // The rendezvous backend a LaunchConfig asks for, chosen in one place: which store (served by
 // this agent, or joined, or etcd), and which RendezvousHandler runs over it.
 //
-//   static  the store is node 0's, at --master-addr:--master-port (port 0: a free one, for
-//           --standalone); node 0 serves it. With one node nobody else would connect: the
-//           store is the agent's memory, and no port is bound.
+//   static  the store is node 0's, at --master-addr:--master-port; node 0 serves it. With one
+//           node (--standalone among them) nobody else would connect: the store is the
+//           agent's memory, and no port is bound.
 //   c10d    the store is at --rdzv-endpoint; the agent on the endpoint's host serves it
 //           (is_host forces the choice); when several agents share that host, the first to
 //           bind serves and the others join it.
@@ -17,14 +17,14 @@
 #include <string>
 
 #include "common/launch_config.hpp"
+#include "etcd/etcd_store.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "rendezvous/etcd_session.hpp"
-#include "rendezvous/etcd_store.hpp"
-#include "rendezvous/memory_store.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
-#include "rendezvous/store.hpp"
-#include "rendezvous/tcp_store_client.hpp"
-#include "rendezvous/tcp_store_server.hpp"
+#include "store/memory_store.hpp"
+#include "store/store.hpp"
+#include "store/tcp_store_client.hpp"
+#include "store/tcp_store_server.hpp"
 
 namespace ddprun {
 
@@ -38,19 +38,19 @@ class RendezvousBackend {
   RendezvousBackend(const RendezvousBackend&) = delete;
   RendezvousBackend& operator=(const RendezvousBackend&) = delete;
 
-  Store& store() { return *client_; }
-  StoreOpener opener() const;
+  store::Store& store() { return *client_; }
+  store::StoreOpener opener() const;
   RendezvousHandler& handler() { return *handler_; }
   bool serves_store() const { return server_ != nullptr || local_ != nullptr; }
   // "store 127.0.0.1:29500, served by this agent", for the startup log.
   std::string describe() const;
 
  private:
-  std::unique_ptr<TcpStoreServer> server_;
-  std::unique_ptr<MemoryStore> local_;  // one static node: nobody else connects
-  StoreClientOptions client_options_;
+  std::unique_ptr<store::TcpStoreServer> server_;
+  std::unique_ptr<store::MemoryStore> local_;  // one static node: nobody else connects
+  store::StoreClientOptions client_options_;
   std::optional<EtcdStoreOptions> etcd_;  // set for --rdzv-backend=etcd
-  std::unique_ptr<Store> client_;
+  std::unique_ptr<store::Store> client_;
   std::unique_ptr<EtcdSession> session_;
   std::unique_ptr<RendezvousHandler> handler_;
 };
@@ -59,7 +59,7 @@ class RendezvousBackend {
 // connections); `host` is this node's address as the others reach it. An elastic handler's
 // members watch each other with `keep_alive` when given (etcd), else with the heartbeat ring.
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
-    const LaunchConfig& config, Store& store, StoreOpener open_store, const std::string& host,
+    const LaunchConfig& config, store::Store& store, store::StoreOpener open_store, const std::string& host,
     ElasticRendezvous::KeepAliveFactory keep_alive = nullptr);
 
 // A TCP port that is free on `address` now (the workers' store binds it moments later).

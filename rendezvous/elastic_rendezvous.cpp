@@ -4,34 +4,17 @@
 #include <optional>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
 #include "common/progress.hpp"
-#include "rendezvous/prefix_store.hpp"
+#include "rendezvous/round_records.hpp"
+#include "store/prefix_store.hpp"
 
 namespace ddprun {
 
-using nlohmann::json;
-
 namespace {
-
-std::string to_json(const ElasticNode& n) {
-  return json{{"id", n.id}, {"host", n.host}, {"nproc", n.nproc}, {"prev_rank", n.prev_rank},
-              {"failures", n.failures}}.dump();
-}
-
-ElasticNode node_from_json(const std::string& text) {
-  try {
-    auto j = json::parse(text);
-    return ElasticNode{j.at("id"), j.at("host"), j.at("nproc"), j.at("prev_rank"),
-                       j.at("failures")};
-  } catch (const json::exception& e) {
-    throw RendezvousError(fmt::format("malformed node descriptor '{}': {}", text, e.what()));
-  }
-}
 
 int to_int(const std::string& text, const char* what) {
   try {
@@ -49,11 +32,11 @@ std::string round_key(int round, const std::string& name) {
   return round_prefix(round) + "/" + name;
 }
 
-int current_round(Store& store, Deadline deadline) {
+int current_round(store::Store& store, Deadline deadline) {
   return to_int(store.compare_set("round", "", "0", deadline), "the round");
 }
 
-int advance_round(Store& store, int round, Deadline deadline) {
+int advance_round(store::Store& store, int round, Deadline deadline) {
   auto now = to_int(store.compare_set("round", std::to_string(round), std::to_string(round + 1),
                                       deadline),
                     "the round");
@@ -81,143 +64,164 @@ std::vector<RoundMember> order_members(std::vector<RoundCandidate> candidates) {
   return members;
 }
 
-RoundResult join_round(Store& store, int round, const ElasticNode& self,
-                       const ElasticRendezvousOptions& o) {
-  const auto start = Clock::now();
-  const auto op = [&] { return Deadline::after(o.read_timeout); };
-  PrefixStore rs(round_prefix(round), store);  // this round's keys
-  RoundResult result;
-  result.round = round;
-  result.slot = static_cast<int>(rs.add("join", 1, op())) - 1;
-  rs.set(fmt::format("node/{}", result.slot), to_json(self), op());
-  spdlog::info("rendezvous: joined round {} as node slot {} (need {}..{} nodes)", round,
-               result.slot, o.min_nodes, o.max_nodes);
+namespace {
 
-  const std::string closed_key = "closed";
+// One node's join of one round (see the header): takes a slot, publishes its descriptor, closes
+// the round when it is the one to, waits for the round to close, and reads its place in it.
+class RoundJoin {
+ public:
+  RoundJoin(store::Store& store, int round, const ElasticNode& self, const ElasticRendezvousOptions& o)
+      : store_(store),
+        rs_(round_prefix(round), store),
+        round_(round),
+        self_(self),
+        o_(o),
+        progress_(o.progress_interval) {}
+
+  RoundResult run() {
+    const int slot = static_cast<int>(rs_.add("join", 1, op())) - 1;
+    rs_.set(fmt::format("node/{}", slot), encode_node(self_), op());
+    spdlog::info("rendezvous: joined round {} as node slot {} (need {}..{} nodes)", round_, slot,
+                 o_.min_nodes, o_.max_nodes);
+    if (slot + 1 == o_.max_nodes) {
+      close(o_.max_nodes);  // full: no reason to wait for anyone
+    } else if (slot + 1 >= o_.min_nodes && slot + 1 < o_.max_nodes) {
+      if (!await_closed(Deadline::after(o_.last_call_timeout), true)) close(joined());
+    }
+    auto closed = await_closed(Deadline::at(start_ + o_.join_timeout), false);
+    if (!closed) {
+      throw TimeoutError(fmt::format(
+          "rendezvous timed out after {}: {} node(s) joined round {}, at least {} needed "
+          "(store at {})",
+          format_duration(Clock::now() - start_), joined(), round_, o_.min_nodes,
+          store_.describe()));
+    }
+    return place(slot, decode_closed(*closed));
+  }
+
+ private:
+  Deadline op() const { return Deadline::after(o_.read_timeout); }
+  int joined() { return static_cast<int>(rs_.add("join", 0, op())); }
+
   // The closer (one node, chosen by compare_set on "closing") reads every descriptor once,
   // computes the order and the ranks, writes each member its own assignment, and only then
   // publishes "closed". Every other node reads two small keys: O(n) traffic in all, not O(n^2).
   // Members are the slots that had published a descriptor, so a joiner that died half-way is
   // left out instead of stalling everyone.
-  auto close_with = [&](int joined) {
-    if (rs.compare_set("closing", "", self.id, op()) != self.id) return;
-    const int slots = std::min(joined, o.max_nodes);
+  void close(int joined) {
+    if (rs_.compare_set("closing", "", self_.id, op()) != self_.id) return;
+    const auto records = descriptors(std::min(joined, o_.max_nodes));
+    std::vector<RoundCandidate> candidates;
+    ClosedRound closed;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      if (!records[i]) {
+        spdlog::warn("rendezvous: round {} slot {} never published its node; left out", round_,
+                     i);
+        continue;
+      }
+      candidates.push_back({static_cast<int>(i), decode_node(*records[i])});
+      closed.failures = std::max(closed.failures, candidates.back().node.failures);
+    }
+    const auto members = order_members(std::move(candidates));
+    closed.members = static_cast<int>(members.size());
+    std::vector<std::string> keys;
+    std::vector<std::string> assignments;
+    for (const auto& m : members) {
+      keys.push_back(fmt::format("assign/{}", m.slot));
+      assignments.push_back(
+          encode_assignment({m.ranks.group_rank, m.ranks.base_rank, m.successor_host}));
+    }
+    if (!members.empty()) {
+      rs_.multi_set(keys, assignments, op());
+      closed.world_size = members.front().ranks.world_size;
+      closed.master_host = members.front().host;
+    }
+    rs_.set("closed", encode_closed(closed), op());
+  }
+
+  // The descriptors of slots 0..slots-1, nullopt for a slot that published none. One multi_get;
+  // when that does not come back in time, one read per slot.
+  std::vector<std::optional<std::string>> descriptors(int slots) {
     std::vector<std::string> keys;
     for (int s = 0; s < slots; ++s) keys.push_back(fmt::format("node/{}", s));
     std::vector<std::optional<std::string>> records(keys.size());
     try {
-      auto values = rs.multi_get(keys, Deadline::after(std::min<std::chrono::milliseconds>(
-                                              o.read_timeout, std::chrono::seconds(5))));
+      auto values = rs_.multi_get(keys, Deadline::after(std::min<std::chrono::milliseconds>(
+                                            o_.read_timeout, std::chrono::seconds(5))));
       for (std::size_t i = 0; i < values.size(); ++i) records[i] = std::move(values[i]);
     } catch (const TimeoutError&) {
-      for (std::size_t i = 0; i < keys.size(); ++i) records[i] = rs.try_get(keys[i], op());
+      for (std::size_t i = 0; i < keys.size(); ++i) records[i] = rs_.try_get(keys[i], op());
     }
-    std::vector<RoundCandidate> candidates;
-    int failures = 0;
-    for (std::size_t i = 0; i < records.size(); ++i) {
-      if (!records[i]) {
-        spdlog::warn("rendezvous: round {} slot {} never published its node; left out", round, i);
-        continue;
-      }
-      candidates.push_back({static_cast<int>(i), node_from_json(*records[i])});
-      failures = std::max(failures, candidates.back().node.failures);
-    }
-    const auto members = order_members(std::move(candidates));
-    const int n = static_cast<int>(members.size());
-    const int world_size = n > 0 ? members.front().ranks.world_size : 0;
-    std::vector<std::string> assign_keys;
-    std::vector<std::string> assignments;
-    for (const auto& m : members) {
-      assign_keys.push_back(fmt::format("assign/{}", m.slot));
-      assignments.push_back(json{{"group_rank", m.ranks.group_rank},
-                                 {"base_rank", m.ranks.base_rank},
-                                 {"successor_host", m.successor_host}}
-                                .dump());
-    }
-    if (n > 0) rs.multi_set(assign_keys, assignments, op());
-    rs.set(closed_key,
-           json{{"members", n}, {"world_size", world_size}, {"failures", failures},
-                {"master_host", n > 0 ? members.front().host : std::string()}}
-               .dump(),
-           op());
-  };
+    return records;
+  }
+
   // Waits for the round to close until `deadline`, saying how far it got now and then.
   // Returns the round record, or nullopt when the deadline passed.
-  ProgressClock progress(o.progress_interval);
-  auto await_closed = [&](Deadline deadline, bool last_call) -> std::optional<std::string> {
+  std::optional<std::string> await_closed(Deadline deadline, bool last_call) {
     while (true) {
       try {
-        return rs.get(closed_key, progress.slice(deadline));
+        return rs_.get("closed", progress_.slice(deadline));
       } catch (const TimeoutError&) {
         if (deadline.expired()) return std::nullopt;
       }
-      if (!progress.due()) continue;
-      const auto joined = rs.add("join", 0, op());
+      if (!progress_.due()) continue;
+      const int n = joined();
       if (last_call) {
         spdlog::info("rendezvous: round {}: {} node(s) joined ({}..{} wanted); closing in {} "
                      "unless {} more join",
-                     round, joined, o.min_nodes, o.max_nodes, format_duration(deadline.remaining()),
-                     o.max_nodes - joined);
+                     round_, n, o_.min_nodes, o_.max_nodes,
+                     format_duration(deadline.remaining()), o_.max_nodes - n);
       } else {
         spdlog::info("rendezvous: round {}: {} node(s) joined, at least {} needed; {} (store at {})",
-                     round, joined, o.min_nodes, progress.elapsed_of(o.join_timeout),
-                     store.describe());
+                     round_, n, o_.min_nodes, progress_.elapsed_of(o_.join_timeout),
+                     store_.describe());
       }
     }
-  };
-  if (result.slot + 1 == o.max_nodes) {
-    close_with(o.max_nodes);  // full: no reason to wait for anyone
-  } else if (result.slot + 1 >= o.min_nodes && result.slot + 1 < o.max_nodes) {
-    if (!await_closed(Deadline::after(o.last_call_timeout), true)) {
-      close_with(static_cast<int>(rs.add("join", 0, op())));
-    }
   }
 
-  auto closed_record = await_closed(Deadline::at(start + o.join_timeout), false);
-  if (!closed_record) {
-    auto joined = rs.add("join", 0, op());
-    throw TimeoutError(fmt::format(
-        "rendezvous timed out after {}: {} node(s) joined round {}, at least {} needed "
-        "(store at {})",
-        format_duration(Clock::now() - start), joined, round, o.min_nodes, store.describe()));
+  // This node's place in the closed round. Assignments are written before "closed": no
+  // assignment now means not a member.
+  RoundResult place(int slot, const ClosedRound& closed) {
+    RoundResult result;
+    result.round = round_;
+    result.slot = slot;
+    result.members = closed.members;
+    result.failures = closed.failures;
+    result.master_host = closed.master_host;
+    auto assignment = rs_.try_get(fmt::format("assign/{}", slot), op());
+    result.member = assignment.has_value();
+    if (!result.member) return result;
+    const auto a = decode_assignment(*assignment);
+    result.successor_host = a.successor_host;
+    result.ranks.group_rank = a.group_rank;
+    result.ranks.base_rank = a.base_rank;
+    result.ranks.group_world_size = closed.members;
+    result.ranks.local_world_size = self_.nproc;
+    result.ranks.world_size = closed.world_size;
+    spdlog::info("rendezvous: round {} closed in {} with {} nodes; this node is group rank {} "
+                 "(ranks {}..{} of {})",
+                 round_, format_duration(Clock::now() - start_), result.members, a.group_rank,
+                 a.base_rank, a.base_rank + self_.nproc - 1, closed.world_size);
+    return result;
   }
-  const std::string& closed = *closed_record;
-  int world_size = 0;
-  try {
-    auto j = json::parse(closed);
-    result.members = j.at("members");
-    result.failures = j.at("failures");
-    world_size = j.at("world_size");
-    result.master_host = j.at("master_host");
-  } catch (const json::exception& e) {
-    throw RendezvousError(fmt::format("malformed round record '{}': {}", closed, e.what()));
-  }
-  // Assignments are written before "closed": no assignment now means not a member.
-  auto assignment = rs.try_get(fmt::format("assign/{}", result.slot), op());
-  result.member = assignment.has_value();
-  if (!result.member) return result;
-  int group_rank = 0;
-  try {
-    auto j = json::parse(*assignment);
-    group_rank = j.at("group_rank");
-    result.successor_host = j.at("successor_host");
-    result.ranks.base_rank = j.at("base_rank");
-  } catch (const json::exception& e) {
-    throw RendezvousError(fmt::format("malformed assignment '{}': {}", *assignment, e.what()));
-  }
-  result.ranks.group_rank = group_rank;
-  result.ranks.group_world_size = result.members;
-  result.ranks.local_world_size = self.nproc;
-  result.ranks.world_size = world_size;
-  spdlog::info("rendezvous: round {} closed in {} with {} nodes; this node is group rank {} "
-               "(ranks {}..{} of {})",
-               round, format_duration(Clock::now() - start), result.members, group_rank,
-               result.ranks.base_rank, result.ranks.base_rank + result.ranks.local_world_size - 1,
-               result.ranks.world_size);
-  return result;
+
+  store::Store& store_;
+  store::PrefixStore rs_;  // this round's keys
+  const int round_;
+  const ElasticNode& self_;
+  const ElasticRendezvousOptions& o_;
+  const Clock::time_point start_ = Clock::now();
+  ProgressClock progress_;
+};
+
+}  // namespace
+
+RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
+                       const ElasticRendezvousOptions& options) {
+  return RoundJoin(store, round, self, options).run();
 }
 
-ElasticRendezvous::ElasticRendezvous(Store& store, StoreOpener open_store,
+ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener open_store,
                                      ElasticRendezvousOptions options, ElasticNode self,
                                      KeepAliveTiming keep_alive, int max_restarts,
                                      KeepAliveFactory keep_alive_factory)

@@ -29,17 +29,10 @@
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rank_assignment.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
-#include "rendezvous/store.hpp"
+#include "rendezvous/round_records.hpp"
+#include "store/store.hpp"
 
 namespace ddprun {
-
-struct ElasticNode {
-  std::string id;    // unique per agent: "host:pid"
-  std::string host;  // the address other nodes reach this node at
-  int nproc = 1;
-  int prev_rank = -1;  // group rank in the last round this node was a member of
-  int failures = 0;    // worker-failure restarts this node has seen
-};
 
 struct ElasticRendezvousOptions {
   int min_nodes = 1;
@@ -81,15 +74,15 @@ struct RoundMember {
 std::vector<RoundMember> order_members(std::vector<RoundCandidate> candidates);
 
 // The round a newcomer should join now.
-int current_round(Store& store, Deadline deadline);
+int current_round(store::Store& store, Deadline deadline);
 
 // Joins round `round` and returns once it closed. Throws TimeoutError naming the round and how
 // many nodes joined when it does not close within the join timeout.
-RoundResult join_round(Store& store, int round, const ElasticNode& self,
+RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
                        const ElasticRendezvousOptions& options);
 
 // Moves the job on from round `round`; returns the round to join next (later than `round`).
-int advance_round(Store& store, int round, Deadline deadline);
+int advance_round(store::Store& store, int round, Deadline deadline);
 
 // "r/<round>": where round `round`'s keys live.
 std::string round_prefix(int round);
@@ -105,7 +98,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   // `store` is the agent's own connection (used from its thread only). `max_restarts` tells a
   // spare whether a failed round was the job's last. Without `keep_alive_factory`, the members
   // watch each other with the heartbeat ring (ring_keep_alive).
-  ElasticRendezvous(Store& store, StoreOpener open_store, ElasticRendezvousOptions options,
+  ElasticRendezvous(store::Store& store, store::StoreOpener open_store, ElasticRendezvousOptions options,
                     ElasticNode self, KeepAliveTiming keep_alive, int max_restarts,
                     KeepAliveFactory keep_alive_factory = nullptr);
 
@@ -122,8 +115,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   std::optional<std::string> outsider(const RoundResult& result);
   Deadline op() const { return Deadline::after(options_.read_timeout); }
 
-  Store& store_;
-  StoreOpener open_store_;
+  store::Store& store_;
+  store::StoreOpener open_store_;
   ElasticRendezvousOptions options_;
   ElasticNode self_;
   KeepAliveTiming keep_alive_;

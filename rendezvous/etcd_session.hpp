@@ -24,7 +24,7 @@
 #include <string>
 #include <thread>
 
-#include "rendezvous/etcd_store.hpp"
+#include "etcd/etcd_store.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 

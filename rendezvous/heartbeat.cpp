@@ -16,7 +16,7 @@ std::string beat_key(const std::string& prefix, int group_rank) {
   return fmt::format("{}/hb/{}", prefix, group_rank);
 }
 
-Heartbeat::Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options,
+Heartbeat::Heartbeat(std::unique_ptr<store::Store> store, HeartbeatOptions options,
                      RendezvousHandler::LostCallback on_dead,
                      RendezvousHandler::ErrorCallback on_error)
     : store_(std::move(store)),
@@ -44,7 +44,7 @@ std::string wake_key(const std::string& counter_key, std::int64_t count) {
 
 }  // namespace
 
-std::int64_t beat(Store& store, const std::string& key, Deadline deadline) {
+std::int64_t beat(store::Store& store, const std::string& key, Deadline deadline) {
   const auto count = store.add(key, 1, deadline);
   store.set(wake_key(key, count), "", deadline);
   // Two wake-up keys stay, so a watcher one beat behind still finds the one it blocks on.
@@ -65,7 +65,7 @@ void Heartbeat::run() {
   const auto read_count = [&]() -> std::optional<std::int64_t> {
     auto value = store_->try_get(theirs, read());
     if (value == kHeartbeatDone) return std::nullopt;
-    return value ? parse_counter(*value, theirs) : 0;
+    return value ? store::parse_counter(*value, theirs) : 0;
   };
   try {
     bool watching = o.members > 1;
@@ -117,7 +117,7 @@ void Heartbeat::run() {
   }
 }
 
-std::unique_ptr<KeepAlive> ring_keep_alive(const StoreOpener& open_store, const Round& round,
+std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store, const Round& round,
                                            const KeepAliveTiming& timing,
                                            RendezvousHandler::LostCallback on_lost,
                                            RendezvousHandler::ErrorCallback on_error) {
@@ -131,7 +131,7 @@ std::unique_ptr<KeepAlive> ring_keep_alive(const StoreOpener& open_store, const 
                                      std::move(on_lost), std::move(on_error));
 }
 
-void mark_left_on_purpose(Store& store, const Round& round, Deadline deadline) {
+void mark_left_on_purpose(store::Store& store, const Round& round, Deadline deadline) {
   store.set(beat_key(round.prefix, round.ranks.group_rank), kHeartbeatDone, deadline);
 }
 

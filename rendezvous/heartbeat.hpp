@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "rendezvous/rendezvous_handler.hpp"
-#include "rendezvous/store.hpp"
+#include "store/store.hpp"
 
 namespace ddprun {
 
@@ -46,7 +46,7 @@ class Heartbeat final : public KeepAlive {
  public:
   // `on_dead(group_rank)` runs when the watched member stopped beating; `on_error(message)` when
   // the store cannot be reached. Each is called at most once, from the heartbeat thread.
-  Heartbeat(std::unique_ptr<Store> store, HeartbeatOptions options,
+  Heartbeat(std::unique_ptr<store::Store> store, HeartbeatOptions options,
             RendezvousHandler::LostCallback on_dead, RendezvousHandler::ErrorCallback on_error);
   // Stops the thread (interrupting a store call in progress) and joins it.
   ~Heartbeat() override;
@@ -56,7 +56,7 @@ class Heartbeat final : public KeepAlive {
  private:
   void run();
 
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<store::Store> store_;
   HeartbeatOptions options_;
   RendezvousHandler::LostCallback on_dead_;
   RendezvousHandler::ErrorCallback on_error_;
@@ -67,7 +67,7 @@ class Heartbeat final : public KeepAlive {
 };
 
 // The ring keep-alive of `round` on a connection of its own; nullptr for a round of one node.
-std::unique_ptr<KeepAlive> ring_keep_alive(const StoreOpener& open_store, const Round& round,
+std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store, const Round& round,
                                            const KeepAliveTiming& timing,
                                            RendezvousHandler::LostCallback on_lost,
                                            RendezvousHandler::ErrorCallback on_error);
@@ -77,9 +77,9 @@ std::string beat_key(const std::string& prefix, int group_rank);
 
 // One beat of the member whose counter is at `key`: the counter's increment and its wake-up key
 // (see above). Returns the new count.
-std::int64_t beat(Store& store, const std::string& key, Deadline deadline);
+std::int64_t beat(store::Store& store, const std::string& key, Deadline deadline);
 
 // Marks this node of `round` as gone on purpose (see kHeartbeatDone).
-void mark_left_on_purpose(Store& store, const Round& round, Deadline deadline);
+void mark_left_on_purpose(store::Store& store, const Round& round, Deadline deadline);
 
 }  // namespace ddprun

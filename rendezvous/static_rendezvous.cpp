@@ -10,7 +10,7 @@
 #include "common/error.hpp"
 #include "common/progress.hpp"
 #include "common/random.hpp"
-#include "rendezvous/prefix_store.hpp"
+#include "store/prefix_store.hpp"
 
 namespace ddprun {
 
@@ -28,7 +28,7 @@ std::string make_claim_token(const NodeInfo& self) {
 
 std::string owner_key(int node_rank) { return fmt::format("static/node/{}/owner", node_rank); }
 
-RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& o) {
+RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOptions& o) {
   const auto start = Clock::now();
   const auto deadline = Deadline::after(o.join_timeout);
   const std::string nnodes = std::to_string(o.nnodes);
@@ -106,7 +106,7 @@ RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& 
   return result;
 }
 
-StaticRendezvous::StaticRendezvous(Store& store, StoreOpener open_store,
+StaticRendezvous::StaticRendezvous(store::Store& store, store::StoreOpener open_store,
                                    StaticRendezvousOptions options, std::string master_addr,
                                    KeepAliveTiming keep_alive)
     : store_(store),
@@ -139,7 +139,7 @@ void StaticRendezvous::join() {
 
 // Every node arrives; the last one to arrive opens the gate.
 void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
-  PrefixStore round(prefix, store_);
+  store::PrefixStore round(prefix, store_);
   const auto op = [&] { return Deadline::after(options_.join_timeout); };
   const int nodes = joined_->ranks.group_world_size;
   auto arrived = round.add("arrived", 1, op());

@@ -14,7 +14,7 @@
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rank_assignment.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
-#include "rendezvous/store.hpp"
+#include "store/store.hpp"
 
 namespace ddprun {
 
@@ -45,13 +45,13 @@ std::string owner_key(int node_rank);
 
 // Throws RendezvousError (duplicate rank, mismatched node counts), TimeoutError naming the
 // missing node ranks, or the store's ConnectionError / InterruptedError.
-RendezvousResult static_rendezvous(Store& store, const StaticRendezvousOptions& options);
+RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOptions& options);
 
 class StaticRendezvous final : public RendezvousHandler {
  public:
   // `store` is the agent's own connection (used from its thread only); `master_addr` is node 0's
   // address, the workers' MASTER_ADDR.
-  StaticRendezvous(Store& store, StoreOpener open_store, StaticRendezvousOptions options,
+  StaticRendezvous(store::Store& store, store::StoreOpener open_store, StaticRendezvousOptions options,
                    std::string master_addr, KeepAliveTiming keep_alive);
 
   NextRound next_round(int restart_count) override;
@@ -65,8 +65,8 @@ class StaticRendezvous final : public RendezvousHandler {
   void join();
   void start_barrier(const std::string& prefix, int attempt);
 
-  Store& store_;
-  StoreOpener open_store_;
+  store::Store& store_;
+  store::StoreOpener open_store_;
   StaticRendezvousOptions options_;
   std::string master_addr_;
   KeepAliveTiming keep_alive_;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite of issue 5: ddprun side by side with torchrun (Debian's python3-torch
+# The benchmark suite: ddprun side by side with torchrun (Debian's python3-torch
 # 1.13), c10d's TCPStore and the Python DDP reference, on this machine, in one run. Writes
 # docs/benchmarks.md (or --output): the machine, the targets met or missed, a table per figure.
 #
@@ -62,7 +62,7 @@ if [[ $do_build = 1 ]]; then
 fi
 b=$build/bench
 ddprun=$build/launcher/ddprun
-store=$build/rendezvous/ddprun-store
+store=$build/store/ddprun-store
 for f in "$ddprun" "$store" "$b/bench_worker" "$b/spawn_floor" "$b/bench_launch" "$b/bench_report"; do
   [[ -x $f ]] || { echo "bench.sh: $f is missing; build the bench_programs target" >&2; exit 2; }
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault matrix of issue 12: each fault injected into real ddprun jobs (the project's fake
+# The fault matrix: each fault injected into real ddprun jobs (the project's fake
 # worker, agents on 127.0.0.1) N times; for each, how many runs met the expected outcome, the
 # processes of the job left behind afterwards, worker output lines lost, and the time from the
 # fault to the moment ddprun acted on it. Writes docs/reliability.md (or --output).

@@ -1,12 +1,14 @@
-# End-to-end tests of the ddprun binary, included from tests/CMakeLists.txt.
+# launcher/: the command line, Slurm's variables, the job report (unit); end-to-end tests of the
+# ddprun binary, alone, elastic, in network namespaces, under Slurm and against a real etcd.
 
 add_executable(launcher_unit_tests
   unit/launcher/test_cli.cpp
   unit/launcher/test_cli_errors.cpp
   unit/launcher/test_cli_hosts.cpp
-  unit/launcher/test_value_parsers.cpp
   unit/launcher/test_config_summary.cpp
-  unit/launcher/test_slurm.cpp)
+  unit/launcher/test_job_report.cpp
+  unit/launcher/test_slurm.cpp
+  unit/launcher/test_value_parsers.cpp)
 target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib)
 catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 
@@ -17,7 +19,7 @@ add_executable(launcher_tests
   integration/test_progress.cpp
   integration/test_security.cpp)
 target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support
-  ddprun_rendezvous nlohmann_json::nlohmann_json)
+  ddprun_store nlohmann_json::nlohmann_json)
 target_compile_definitions(launcher_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
@@ -58,14 +60,12 @@ set_tests_properties("faults: smoke subset of the fault matrix" PROPERTIES TIMEO
 
 # The etcd backend against a real etcd cluster on loopback (Debian's etcd-server; reported as
 # skipped, exit 77, where it is not installed).
-add_library(ddprun_etcd_cluster STATIC support/etcd_cluster.cpp)
-target_link_libraries(ddprun_etcd_cluster PUBLIC ddprun_test_support ddprun_rendezvous)
 add_executable(etcd_tests
   integration/ddprun_process.cpp
   integration/test_etcd_store.cpp
   integration/test_etcd_rendezvous.cpp)
-target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_etcd_cluster
-  nlohmann_json::nlohmann_json)
+target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_test_support
+  ddprun_testing_etcd nlohmann_json::nlohmann_json)
 target_compile_definitions(etcd_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddprun>")
 add_dependencies(etcd_tests ddprun)
 catch_discover_tests(etcd_tests TEST_PREFIX "etcd: "

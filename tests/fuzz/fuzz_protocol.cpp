@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
-#include "rendezvous/protocol.hpp"
+#include "store/protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace ddprun::store;

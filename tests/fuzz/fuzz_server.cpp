@@ -1,5 +1,5 @@
 // libFuzzer target for the store server's state machine: a sequence of frames from up to four
-// clients, each through its own handshake (rendezvous/store_handshake.hpp; the first input
+// clients, each through its own handshake (store/store_handshake.hpp; the first input
 // byte says whether the server has a secret) and then against one shared StoreState, as the
 // TCP server runs them. Any input must end in replies or refusals: never a crash or a hang,
 // and with a secret never a served request (nobody here knows the secret, so a finished
@@ -15,9 +15,9 @@
 #include <string_view>
 
 #include "common/error.hpp"
-#include "rendezvous/protocol.hpp"
-#include "rendezvous/store_handshake.hpp"
-#include "rendezvous/store_state.hpp"
+#include "store/protocol.hpp"
+#include "store/store_handshake.hpp"
+#include "store/store_state.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/protocol.hpp"
+#include "store/protocol.hpp"
 
 int main(int argc, char** argv) {
   using namespace ddprun::store;

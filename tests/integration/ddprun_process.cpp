@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,46 +10,37 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 
 namespace ddprun::test {
 
 DdprunProcess::DdprunProcess(std::vector<std::string> args,
                              std::map<std::string, std::string> env) {
   char tmpl[] = "/tmp/ddprun-test-out-XXXXXX";
-  int fd = mkstemp(tmpl);
+  const int fd = mkstemp(tmpl);
   if (fd < 0) throw std::runtime_error("mkstemp failed");
-  output_file_ = tmpl;
-  args.insert(args.begin(), DDPRUN_BINARY);
-  pid_ = fork();
-  if (pid_ == 0) {
-    setpgid(0, 0);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
   close(fd);
+  output_file_ = tmpl;
+  SpawnSpec spec;
+  spec.argv = std::move(args);
+  spec.argv.insert(spec.argv.begin(), DDPRUN_BINARY);
+  spec.env.assign(env.begin(), env.end());
+  spec.output = output_file_;
+  child_ = std::make_unique<Child>(spec);
 }
 
 DdprunProcess::~DdprunProcess() {
-  if (!reaped_ && pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+  if (!child_->exited()) {
+    child_->signal(SIGKILL);
+    child_->wait_for(std::chrono::seconds(30));
   }
+  child_.reset();
   std::filesystem::remove(output_file_);
 }
 
 int DdprunProcess::wait(std::chrono::milliseconds timeout) {
-  int status = wait_for_exit(pid_, timeout);
-  if (status == -1) return -1;
-  reaped_ = true;
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
+  const auto status = child_->wait_for(timeout);
+  return status ? exit_code(*status) : -1;
 }
 
 std::string DdprunProcess::output() const {
@@ -64,7 +54,7 @@ bool DdprunProcess::wait_for_output(const std::string& text,
                                     std::chrono::milliseconds timeout) const {
   auto printed = [&] { return output().find(text) != std::string::npos; };
   // An exited process prints nothing more: check once more and stop waiting.
-  wait_until([&] { return printed() || reaped_ || !process_alive(pid_); }, timeout);
+  wait_until([&] { return printed() || child_->exited() || !process_alive(pid()); }, timeout);
   return printed();
 }
 

@@ -1,24 +1,29 @@
 #pragma once
-// Runs the real ddprun binary as a child process for integration tests: its own process group,
-// extra environment variables, output captured to a file, and a hard deadline.
+// Runs the real ddprun binary for integration tests: a Child (testing/child.hpp) with extra
+// environment variables and its output captured to a file.
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "testing/child.hpp"
 
 namespace ddprun::test {
 
 class DdprunProcess {
  public:
   DdprunProcess(std::vector<std::string> args, std::map<std::string, std::string> env = {});
-  ~DdprunProcess();  // SIGKILLs it if still running
+  // SIGKILLs ddprun alone if it still runs, as a user's kill would: its guardian, not the test,
+  // ends the workers.
+  ~DdprunProcess();
   DdprunProcess(const DdprunProcess&) = delete;
   DdprunProcess& operator=(const DdprunProcess&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_->pid(); }
   // Waits for exit; returns the shell-style exit code (128+N for signal N), or -1 on timeout.
   int wait(std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // Everything it printed (stdout and stderr, interleaved as written).
@@ -27,9 +32,8 @@ class DdprunProcess {
   bool wait_for_output(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
  private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
   std::string output_file_;
+  std::unique_ptr<Child> child_;
 };
 
 // KEY=VALUE lines of a file into a map.

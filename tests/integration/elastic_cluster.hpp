@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/ddprun_process.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 
 namespace ddprun::test {
 

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 
 #include "integration/ddprun_process.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;

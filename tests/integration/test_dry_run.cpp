@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/ddprun_process.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;

@@ -11,7 +11,8 @@
 #include "common/deadline.hpp"
 #include "integration/ddprun_process.hpp"
 #include "integration/elastic_cluster.hpp"
-#include "support/test_util.hpp"
+#include "testing/child.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;
@@ -140,8 +141,8 @@ TEST_CASE("elastic: SIGTERM on one node does not stop the others from re-forming
 
 TEST_CASE("elastic: two run ids on one store stay apart", "[elastic]") {
   auto port = free_port();
-  auto store = spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", std::to_string(port),
-                      "--log-level", "warn"});
+  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                         std::to_string(port), "--log-level", "warn"}, {}, {}});
   TempDir dir;
   auto run = [&](const std::string& id, const std::string& name) {
     return std::make_unique<DdprunProcess>(
@@ -164,14 +165,14 @@ TEST_CASE("elastic: two run ids on one store stay apart", "[elastic]") {
     }
     CHECK(two);
   }
-  kill(store, SIGTERM);
-  CHECK(wait_for_exit(store, 10s) != -1);
+  store.signal(SIGTERM);
+  CHECK(store.wait_for(10s).has_value());
 }
 
 TEST_CASE("elastic: losing the store host fails every agent, nothing hangs", "[elastic]") {
   auto port = free_port();
-  auto store = spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", std::to_string(port),
-                      "--log-level", "warn"});
+  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                         std::to_string(port), "--log-level", "warn"}, {}, {}});
   TempDir dir;
   std::vector<std::unique_ptr<DdprunProcess>> agents;
   for (const char* name : {"a", "b"}) {
@@ -185,8 +186,8 @@ TEST_CASE("elastic: losing the store host fails every agent, nothing hangs", "[e
   REQUIRE(wait_until([&] {
     return read_lines(dir.file("a")).size() >= 3 && read_lines(dir.file("b")).size() >= 3;
   }, 30s));
-  kill(store, SIGKILL);
-  wait_for_exit(store, 10s);
+  store.signal(SIGKILL);
+  store.wait_for(10s);
   for (auto& agent : agents) {
     CHECK(agent->wait(30s) == 124);
     CHECK_THAT(agent->output(), Catch::Contains("store"));

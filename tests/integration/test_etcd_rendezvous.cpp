@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 
 #include "common/deadline.hpp"
+#include "etcd/etcd_store.hpp"
 #include "integration/elastic_cluster.hpp"
-#include "rendezvous/etcd_store.hpp"
-#include "support/etcd_cluster.hpp"
+#include "testing/etcd_cluster.hpp"
 
 using namespace ddprun;
 using namespace ddprun::test;

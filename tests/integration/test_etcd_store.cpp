@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "common/error.hpp"
-#include "rendezvous/etcd_store.hpp"
-#include "support/etcd_cluster.hpp"
+#include "etcd/etcd_store.hpp"
+#include "testing/etcd_cluster.hpp"
 
 using namespace ddprun;
 using namespace ddprun::test;
@@ -244,22 +244,4 @@ TEST_CASE("etcd store: a watch whose member loses its quorum fails over, then ti
   // etcd cancels the watch ("no leader", inside the stream); that is not the end of the wait.
   CHECK_THAT(error, Catch::StartsWith("TimeoutError: ") && Catch::Contains("no quorum"));
   CHECK(Clock::now() - started < 45s);
-}
-
-TEST_CASE("etcd client: endpoints, base64 and prefix ends", "[etcd][unit]") {
-  auto e = parse_etcd_endpoints("http://10.0.0.5:2379/, 10.0.0.6,[::1]:2380", "--rdzv-endpoint");
-  REQUIRE(e.size() == 3);
-  CHECK(e[0].text() == "10.0.0.5:2379");
-  CHECK(e[1].text() == "10.0.0.6:2379");
-  CHECK(e[2].text() == "[::1]:2380");
-  CHECK_THROWS_AS(parse_etcd_endpoints("https://x:2379", "f"), ConfigError);
-  CHECK_THROWS_AS(parse_etcd_endpoints(",", "f"), ConfigError);
-  for (std::string s : {std::string(), std::string("a"), std::string("ab"), std::string("abc"),
-                        std::string("\0\xff\x10zz", 5)}) {
-    CHECK(base64_decode(base64_encode(s)) == s);
-  }
-  CHECK(base64_encode("hello") == "aGVsbG8=");
-  CHECK_THROWS_AS(base64_decode("abc"), ProtocolError);
-  CHECK(prefix_range_end("/ddprun/a/") == "/ddprun/a0");
-  CHECK(prefix_range_end(std::string("a\xff", 2)) == "b");
 }

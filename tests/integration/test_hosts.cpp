@@ -13,7 +13,7 @@
 #include <set>
 
 #include "integration/ddprun_process.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun::test;
 using namespace std::chrono_literals;

@@ -24,11 +24,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/orphan_guard.hpp"
-#include "agent/posix_process_runner.hpp"
 #include "agent/worker_env.hpp"
 #include "common/error.hpp"
-#include "support/test_util.hpp"
+#include "process/orphan_guard.hpp"
+#include "process/posix_process_runner.hpp"
+#include "testing/test_util.hpp"
 
 #ifndef FAKE_WORKER_BINARY
 #error "FAKE_WORKER_BINARY must be the path of the fake worker"

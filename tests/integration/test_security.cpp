@@ -20,8 +20,8 @@
 
 #include "common/error.hpp"
 #include "integration/ddprun_process.hpp"
-#include "rendezvous/tcp_store_client.hpp"
-#include "support/test_util.hpp"
+#include "store/tcp_store_client.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 using namespace ddprun::test;
@@ -47,11 +47,11 @@ std::string write_token(const TempDir& dir, const std::string& name, const std::
 
 // A client of the job's store, as anyone on the network could open one.
 void connect_as(std::uint16_t port, const std::string& run_id, const std::string& secret) {
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.port = port;
   o.run_id = run_id;
   o.secret = secret;
-  TcpStoreClient client(o, Deadline::after(10s));
+  store::TcpStoreClient client(o, Deadline::after(10s));
   client.set(run_id + "/attempt/0/outcome", "success", Deadline::after(5s));
 }
 
@@ -99,7 +99,7 @@ TEST_CASE("ddprun: a one-node job binds no store port", "[security]") {
   ::close(listener);
 }
 
-// libcrypto is dlopen-ed on first use (rendezvous/libcrypto.hpp), so a job without a secret
+// libcrypto is dlopen-ed on first use (store/libcrypto.hpp), so a job without a secret
 // never pays for loading it: the agent's mappings show which.
 // libcrypto is dlopen-ed on first use: HMAC, to prove the job's secret over TCP. An agent that
 // serves the store uses it in-process and has nothing to prove by itself; two agents with a
@@ -332,5 +332,16 @@ TEST_CASE("ddprun: a log directory that cannot be made is a usage error, before 
                         "--master-port=" + std::to_string(port)}));
   CHECK(p.wait(kHang) == 2);
   CHECK_THAT(p.output(), Contains("cannot create a writable directory"));
+  CHECK_THAT(p.output(), !Contains("store: listening"));
+}
+
+TEST_CASE("ddprun: an events file that cannot be opened is a usage error, before the store",
+          "[security]") {
+  TempDir dir;
+  const auto events = dir.file("missing-dir") + "/events.jsonl";
+  DdprunProcess p(fake({"--nnodes=2", "--events-file=" + events,
+                        "--master-port=" + std::to_string(free_port())}));
+  CHECK(p.wait(kHang) == 2);
+  CHECK_THAT(p.output(), Contains("--events-file=" + events + ": cannot open it"));
   CHECK_THAT(p.output(), !Contains("store: listening"));
 }

@@ -19,9 +19,9 @@
 #include <thread>
 #include <utility>
 
-#include "agent/spawn.hpp"
 #include "common/error.hpp"
-#include "support/test_util.hpp"
+#include "process/spawn.hpp"
+#include "testing/test_util.hpp"
 
 using namespace std::chrono_literals;
 using ddprun::ChildPipe;

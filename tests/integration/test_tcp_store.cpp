@@ -19,53 +19,60 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "rendezvous/protocol.hpp"
-#include "rendezvous/store_auth.hpp"
-#include "rendezvous/store_connection.hpp"
-#include "rendezvous/tcp_store_client.hpp"
-#include "rendezvous/tcp_store_server.hpp"
-#include "support/test_util.hpp"
+#include "store/protocol.hpp"
+#include "store/store_auth.hpp"
+#include "store/store_connection.hpp"
+#include "store/tcp_store_client.hpp"
+#include "store/tcp_store_server.hpp"
+#include "testing/child.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 using namespace std::chrono_literals;
 
 namespace {
 
-StoreServerOptions local(std::string host = "127.0.0.1") {
-  StoreServerOptions o;
+store::StoreServerOptions local(std::string host = "127.0.0.1") {
+  store::StoreServerOptions o;
   o.host = std::move(host);
   o.port = 0;
   o.read_timeout = 300ms;
   return o;
 }
 
-TcpStoreClient connect_to(const TcpStoreServer& server, std::string run_id = "test",
+store::TcpStoreClient connect_to(const store::TcpStoreServer& server, std::string run_id = "test",
                           std::string host = "127.0.0.1") {
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.host = std::move(host);
   o.port = server.port();
   o.run_id = std::move(run_id);
-  return TcpStoreClient(o, Deadline::after(10s));
+  return store::TcpStoreClient(o, Deadline::after(10s));
 }
 
-std::unique_ptr<TcpStoreClient> new_client(const TcpStoreServer& server) {
-  StoreClientOptions o;
+std::unique_ptr<store::TcpStoreClient> new_client(const store::TcpStoreServer& server) {
+  store::StoreClientOptions o;
   o.port = server.port();
   o.run_id = "test";
-  return std::make_unique<TcpStoreClient>(o, Deadline::after(10s));
+  return std::make_unique<store::TcpStoreClient>(o, Deadline::after(10s));
 }
 
 // A ddprun-store process of its own on a free loopback port (warnings only), for tests that
 // kill or stop the server under a client.
+// The ddprun-store program with these arguments.
+test::SpawnSpec store_program(std::vector<std::string> args) {
+  args.insert(args.begin(), DDPRUN_STORE_BINARY);
+  return test::SpawnSpec{std::move(args), {}, {}};
+}
+
 struct StoreProcess {
   std::uint16_t port = test::free_port();
-  pid_t pid = test::spawn({DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
-                           std::to_string(port), "--log-level", "warn"});
+  test::Child process{store_program(
+      {"--host", "127.0.0.1", "--port", std::to_string(port), "--log-level", "warn"})};
 
-  TcpStoreClient client() const {
-    StoreClientOptions o;
+  store::TcpStoreClient client() const {
+    store::StoreClientOptions o;
     o.port = port;
-    return TcpStoreClient(o, Deadline::after(10s));
+    return store::TcpStoreClient(o, Deadline::after(10s));
   }
 };
 
@@ -78,7 +85,7 @@ std::string hello_frame(std::uint32_t magic = store::kMagic) {
 }
 
 // After abuse, the server must still serve a well-behaved client.
-void require_server_healthy(const TcpStoreServer& server) {
+void require_server_healthy(const store::TcpStoreServer& server) {
   auto client = connect_to(server);
   auto d = Deadline::after(5s);
   client.set("health", "ok", d);
@@ -88,7 +95,7 @@ void require_server_healthy(const TcpStoreServer& server) {
 }  // namespace
 
 TEST_CASE("tcp store: every operation over a real socket", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto c = connect_to(server);
   auto d = Deadline::after(5s);
@@ -118,7 +125,7 @@ TEST_CASE("tcp store: every operation over a real socket", "[tcp_store]") {
 }
 
 TEST_CASE("tcp store: 16 threads x 1000 adds give the exact total", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -139,7 +146,7 @@ TEST_CASE("tcp store: 16 threads x 1000 adds give the exact total", "[tcp_store]
 }
 
 TEST_CASE("tcp store: wait wakes on a set from another client", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto c = connect_to(server);
   const pid_t waiter = test::this_thread_id();
@@ -162,7 +169,7 @@ TEST_CASE("tcp store: wait wakes on a set from another client", "[tcp_store]") {
 }
 
 TEST_CASE("tcp store: get times out with the key and the time in the message", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto c = connect_to(server);
   auto start = Clock::now();
@@ -184,7 +191,7 @@ TEST_CASE("tcp store: get times out with the key and the time in the message", "
 }
 
 TEST_CASE("tcp store: run ids never see each other's keys", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto a = connect_to(server, "job-a");
   auto b = connect_to(server, "job-b");
@@ -201,7 +208,7 @@ TEST_CASE("tcp store: run ids never see each other's keys", "[tcp_store]") {
 // keys and waiters as its TCP clients, each side woken by the other's writes.
 TEST_CASE("tcp store: the server's local client and TCP clients share keys and waiters",
           "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto mine = server.local_client("test");
   CHECK(mine->describe() == server.endpoint());
@@ -244,14 +251,14 @@ TEST_CASE("tcp store: the server's local client and TCP clients share keys and w
 }
 
 TEST_CASE("tcp store: local and TCP clients adding at once give the exact total", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       try {
-        std::unique_ptr<Store> c = server.local_client("test");
+        std::unique_ptr<store::Store> c = server.local_client("test");
         if (t % 2 == 0) c = new_client(server);
         for (int i = 0; i < 1000; ++i) c->add("counter", 1, Deadline::after(10s));
       } catch (const std::exception&) {
@@ -265,7 +272,7 @@ TEST_CASE("tcp store: local and TCP clients adding at once give the exact total"
 }
 
 TEST_CASE("tcp store: interrupt() ends a local client's blocked call", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto c = server.local_client("test");
   auto other = server.local_client("test");
@@ -284,19 +291,19 @@ TEST_CASE("tcp store: interrupt() ends a local client's blocked call", "[tcp_sto
 
 TEST_CASE("tcp store: a client connects to a server that starts later", "[tcp_store]") {
   auto port = test::free_port();
-  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<store::TcpStoreServer> server;
   const pid_t client = test::this_thread_id();
   std::thread starter([&] {
     // The server starts once the client pauses between refused connection attempts.
     test::wait_until([&] { return test::thread_sleeping(client); }, 20s);
     auto o = local();
     o.port = port;
-    server = std::make_unique<TcpStoreServer>(o);
+    server = std::make_unique<store::TcpStoreServer>(o);
     server->start();
   });
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.port = port;
-  TcpStoreClient c(o, Deadline::after(20s));
+  store::TcpStoreClient c(o, Deadline::after(20s));
   starter.join();
   c.set("x", "y", Deadline::after(2s));
   CHECK(c.get("x", Deadline::after(2s)) == "y");
@@ -305,11 +312,11 @@ TEST_CASE("tcp store: a client connects to a server that starts later", "[tcp_st
 TEST_CASE("tcp store: connecting to nothing fails by the deadline, naming host:port",
           "[tcp_store]") {
   auto port = test::free_port();
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.port = port;
   auto start = Clock::now();
   try {
-    TcpStoreClient c(o, Deadline::after(500ms));
+    store::TcpStoreClient c(o, Deadline::after(500ms));
     FAIL("connected to a port nobody listens on");
   } catch (const ConnectionError& e) {
     CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(port)));
@@ -319,7 +326,7 @@ TEST_CASE("tcp store: connecting to nothing fails by the deadline, naming host:p
 }
 
 TEST_CASE("tcp store: interrupt() ends a blocked call from another thread", "[tcp_store]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   auto c = connect_to(server);
   const pid_t caller = test::this_thread_id();
@@ -335,9 +342,9 @@ TEST_CASE("tcp store: interrupt() ends a blocked call from another thread", "[tc
 }
 
 TEST_CASE("tcp store: IPv6 loopback", "[tcp_store]") {
-  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<store::TcpStoreServer> server;
   try {
-    server = std::make_unique<TcpStoreServer>(local("::1"));
+    server = std::make_unique<store::TcpStoreServer>(local("::1"));
   } catch (const ConnectionError& e) {
     WARN("IPv6 loopback unavailable here, skipped: " << e.what());
     return;
@@ -354,7 +361,7 @@ TEST_CASE("tcp store: bad input closes only the offending connection", "[tcp_sto
   // a test thread that the machine keeps waiting cannot see the close early.
   auto options = local();
   options.read_timeout = 2s;
-  TcpStoreServer server(options);
+  store::TcpStoreServer server(options);
   server.start();
   auto bystander = connect_to(server);
   bystander.set("before", "1", Deadline::after(2s));
@@ -402,36 +409,36 @@ TEST_CASE("tcp store: bad input closes only the offending connection", "[tcp_sto
 
 TEST_CASE("tcp store: a client whose server dies mid-request gets an error, not a hang",
           "[tcp_store]") {
-  const StoreProcess server;
+  StoreProcess server;
   auto c = server.client();
   c.set("x", "1", Deadline::after(2s));
   const pid_t caller = test::this_thread_id();
   std::thread killer([&] {
     test::wait_until([&] { return test::thread_sleeping(caller); }, 20s);  // blocked in get()
-    kill(server.pid, SIGKILL);
+    server.process.signal(SIGKILL);
   });
   auto start = Clock::now();
   CHECK_THROWS_AS(c.get("never", Deadline::after(30s)), ConnectionError);
   killer.join();
   CHECK(Clock::now() - start < 10s);
-  CHECK(test::wait_for_exit(server.pid, 5s) != -1);
+  CHECK(server.process.wait_for(5s).has_value());
 }
 
 TEST_CASE("tcp store: a silent server fails each call by its own deadline, shorter ones too",
           "[tcp_store]") {
-  const StoreProcess server;
+  StoreProcess server;
   auto c = server.client();
   // A long deadline first: the socket's receive timeout is set from it.
   c.set("x", "1", Deadline::after(120s));
   // Stopped, the server's kernel still takes the bytes; no reply ever comes. (Every thread:
   // one takes the signal and stops the others, each when it next runs.)
-  REQUIRE(kill(server.pid, SIGSTOP) == 0);
-  REQUIRE(test::wait_until([&] { return test::process_stopped(server.pid); }, 20s));
+  server.process.signal(SIGSTOP);
+  REQUIRE(test::wait_until([&] { return test::process_stopped(server.process.pid()); }, 20s));
   auto start = Clock::now();
   CHECK_THROWS_AS(c.try_get("x", Deadline::after(1500ms)), TimeoutError);
   const auto waited = Clock::now() - start;
-  kill(server.pid, SIGKILL);
-  CHECK(test::wait_for_exit(server.pid, 5s) != -1);
+  server.process.signal(SIGKILL);
+  CHECK(server.process.wait_for(5s).has_value());
   CHECK(waited >= 1500ms);
   CHECK(waited < 30s);  // not the 120 s of the call before
 }
@@ -439,35 +446,35 @@ TEST_CASE("tcp store: a silent server fails each call by its own deadline, short
 TEST_CASE("ddprun-store: listens, refuses a taken port with exit 2, stops on SIGTERM",
           "[tcp_store]") {
   auto port = test::free_port();
-  auto first = test::spawn({DDPRUN_STORE_BINARY, "--port", std::to_string(port)});
-  StoreClientOptions o;
+  test::Child first(store_program({"--port", std::to_string(port)}));
+  store::StoreClientOptions o;
   o.port = port;
-  TcpStoreClient c(o, Deadline::after(10s));
+  store::TcpStoreClient c(o, Deadline::after(10s));
   c.ping(Deadline::after(2s));
-  auto second = test::spawn({DDPRUN_STORE_BINARY, "--port", std::to_string(port)});
-  int status = test::wait_for_exit(second, 10s);
-  REQUIRE(status != -1);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 2);
-  kill(first, SIGTERM);
-  status = test::wait_for_exit(first, 10s);
-  REQUIRE(status != -1);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  test::Child second(store_program({"--port", std::to_string(port)}));
+  auto status = second.wait_for(10s);
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 2);
+  first.signal(SIGTERM);
+  status = first.wait_for(10s);
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
 }
 
 TEST_CASE("tcp store: with a secret, only clients that prove it are served", "[tcp_store][auth]") {
   auto options = local();
   options.secret = "the-job-secret-0123456789";
   options.read_timeout = 2s;
-  TcpStoreServer server(options);
+  store::TcpStoreServer server(options);
   server.start();
   auto client_with = [&](std::string secret) {
-    StoreClientOptions o;
+    store::StoreClientOptions o;
     o.port = server.port();
     o.run_id = "job";
     o.secret = std::move(secret);
-    return TcpStoreClient(o, Deadline::after(10s));
+    return store::TcpStoreClient(o, Deadline::after(10s));
   };
   auto agent = client_with(options.secret);
   agent.set("attempt/0/outcome", "running", Deadline::after(2s));
@@ -505,13 +512,13 @@ TEST_CASE("tcp store: with a secret, only clients that prove it are served", "[t
 
 TEST_CASE("tcp store: a client with a secret does not trust a store without one",
           "[tcp_store][auth]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.port = server.port();
   o.secret = "the-job-secret-0123456789";
-  CHECK_THROWS_AS(TcpStoreClient(o, Deadline::after(10s)), AuthError);
-    CHECK_THROWS_WITH(TcpStoreClient(o, Deadline::after(10s)), Catch::Contains("has no secret"));
+  CHECK_THROWS_AS(store::TcpStoreClient(o, Deadline::after(10s)), AuthError);
+    CHECK_THROWS_WITH(store::TcpStoreClient(o, Deadline::after(10s)), Catch::Contains("has no secret"));
 }
 
 TEST_CASE("ddprun-store: --token-file and DDPRUN_TOKEN", "[tcp_store][auth]") {
@@ -522,25 +529,25 @@ TEST_CASE("ddprun-store: --token-file and DDPRUN_TOKEN", "[tcp_store][auth]") {
   }
   ::chmod(dir.file("token").c_str(), 0600);
   auto port = test::free_port();
-  auto store = test::spawn({DDPRUN_STORE_BINARY, "--port", std::to_string(port), "--token-file",
-                            dir.file("token"), "--log-level", "warn"});
-  StoreClientOptions o;
+  test::Child store(store_program(
+      {"--port", std::to_string(port), "--token-file", dir.file("token"), "--log-level", "warn"}));
+  store::StoreClientOptions o;
   o.port = port;
   o.secret = secret;
-  TcpStoreClient c(o, Deadline::after(10s));
+  store::TcpStoreClient c(o, Deadline::after(10s));
   c.ping(Deadline::after(2s));
   o.secret.clear();
-  CHECK_THROWS_AS(TcpStoreClient(o, Deadline::after(10s)), AuthError);
-  kill(store, SIGTERM);
-  CHECK(test::wait_for_exit(store, 10s) != -1);
+  CHECK_THROWS_AS(store::TcpStoreClient(o, Deadline::after(10s)), AuthError);
+  store.signal(SIGTERM);
+  CHECK(store.wait_for(10s).has_value());
 
   // A secret too short to be one: exit 2 before listening.
   std::ofstream(dir.file("short")) << "abc\n";
-  auto bad = test::spawn({DDPRUN_STORE_BINARY, "--port", "0", "--token-file", dir.file("short")});
-  int status = test::wait_for_exit(bad, 10s);
-  REQUIRE(status != -1);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 2);
+  test::Child bad(store_program({"--port", "0", "--token-file", dir.file("short")}));
+  const auto status = bad.wait_for(10s);
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 2);
 }
 
 TEST_CASE("tcp store: refusals are logged at a bounded rate", "[tcp_store]") {
@@ -561,7 +568,7 @@ TEST_CASE("tcp store: a frame must arrive whole within the read timeout, however
           "[tcp_store][limits]") {
   auto options = local();
   options.read_timeout = 1s;
-  TcpStoreServer server(options);
+  store::TcpStoreServer server(options);
   server.start();
   test::RawSocket raw("127.0.0.1", server.port());
   const auto frame = hello_frame();
@@ -583,20 +590,20 @@ TEST_CASE("tcp store: at the connection limit, idle connections make room for cl
   auto options = local();
   options.max_connections = 4;
   options.read_timeout = 60s;  // the idle ones are not dropped by their handshake deadline
-  TcpStoreServer server(options);
+  store::TcpStoreServer server(options);
   server.start();
   std::vector<std::unique_ptr<test::RawSocket>> idle;
   for (int i = 0; i < 4; ++i) {
     idle.push_back(std::make_unique<test::RawSocket>("127.0.0.1", server.port()));
   }
   // Four served clients: each takes the place of an idle connection.
-  std::vector<std::unique_ptr<TcpStoreClient>> clients;
+  std::vector<std::unique_ptr<store::TcpStoreClient>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(new_client(server));
   for (auto& raw : idle) CHECK(raw->closed_by_peer_within(10s));
   // A fifth finds only served clients: refused, and its deadline ends its tries.
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.port = server.port();
-  CHECK_THROWS_AS(TcpStoreClient(o, Deadline::after(1s)), ConnectionError);
+  CHECK_THROWS_AS(store::TcpStoreClient(o, Deadline::after(1s)), ConnectionError);
   clients.pop_back();  // one leaves: room again
   CHECK_NOTHROW(connect_to(server).ping(Deadline::after(5s)));
 }
@@ -606,7 +613,7 @@ TEST_CASE("tcp store: unfinished requests are capped over all connections",
   auto options = local();
   options.max_buffered = 1 << 20;
   options.read_timeout = 60s;
-  TcpStoreServer server(options);
+  store::TcpStoreServer server(options);
   server.start();
   // A header announcing a 900 KiB body (a Set of one key and a large value), then part of it.
   auto part_of_big_frame = [](std::size_t sent) {
@@ -627,7 +634,7 @@ TEST_CASE("tcp store: unfinished requests are capped over all connections",
 }
 
 TEST_CASE("tcp store: an idle connection costs no read buffer", "[tcp_store][limits]") {
-  TcpStoreServer server(local());
+  store::TcpStoreServer server(local());
   server.start();
   require_server_healthy(server);
   const long before = test::rss_kib();
@@ -637,7 +644,7 @@ TEST_CASE("tcp store: an idle connection costs no read buffer", "[tcp_store][lim
     idle.back()->send(hello_frame());
   }
   require_server_healthy(server);  // accepted after all the others
-  // Per connection: a socket and a few small objects. A 64 KiB read buffer each was 19 MB.
+  // Per connection: a socket and a few small objects, no large read buffer.
   CHECK(test::rss_kib() - before < 4 * 1024);
 }
 
@@ -646,11 +653,11 @@ TEST_CASE("tcp store: a silent program on the port is named after the handshake 
   // A listener that never accepts: the kernel completes the connection and nobody answers.
   std::uint16_t port = 0;
   const int fd = test::listen_on_loopback(&port);
-  StoreClientOptions o;
+  store::StoreClientOptions o;
   o.port = port;
   o.handshake_timeout = 300ms;
   const auto start = Clock::now();
-  CHECK_THROWS_WITH(TcpStoreClient(o, Deadline::after(60s)),
+  CHECK_THROWS_WITH(store::TcpStoreClient(o, Deadline::after(60s)),
                     Catch::Contains("did not answer the store's handshake within 0.300s"));
   CHECK(Clock::now() - start < 30s);  // not the 60 s deadline
   ::close(fd);

@@ -185,7 +185,7 @@ check_env_and_ranks() {
   local group=(0 0 1 2) local_rank=(0 1 0 0) local_world=(2 2 1 1) r f key want got
   for r in 0 1 2 3; do
     f="$out.env/env_$r.txt"
-    # MASTER_PORT: the workers' store gets a fresh port per attempt (README), the same for all.
+    # MASTER_PORT: the workers' store gets a fresh port per attempt (docs/reference.md), the same for all.
     for key in RANK WORLD_SIZE GROUP_RANK LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT FOO; do
       case $key in
         RANK) want=$r ;;

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "agent/process_runner.hpp"
+#include "process/process_runner.hpp"
 
 namespace ddprun::test {
 

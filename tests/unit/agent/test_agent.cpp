@@ -17,9 +17,9 @@
 #include "launcher/job_report.hpp"
 #include "rendezvous/backend.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
-#include "rendezvous/memory_store.hpp"
+#include "store/memory_store.hpp"
 #include "support/fake_runner.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 using namespace std::chrono_literals;
@@ -46,7 +46,7 @@ LaunchConfig config_for(int nnodes, int node_rank, int nproc, int max_restarts =
 
 LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_restarts = 0) {
   auto c = config_for(max_nodes, 0, nproc, max_restarts);
-  c.rdzv_backend = "c10d";
+  c.rdzv_backend = RdzvBackend::kC10d;
   c.min_nodes = min_nodes;
   // Long enough that a second node started right after the first is in its round even on a
   // busy machine; it only delays rounds that close below MAX.
@@ -58,9 +58,9 @@ LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_res
 
 // A store that runs `before_set(key)` before each set it passes on (for a test to act at that
 // exact moment).
-class SetHookStore final : public Store {
+class SetHookStore final : public store::Store {
  public:
-  SetHookStore(std::unique_ptr<Store> inner, std::function<void(const std::string&)> before_set)
+  SetHookStore(std::unique_ptr<store::Store> inner, std::function<void(const std::string&)> before_set)
       : inner_(std::move(inner)), before_set_(std::move(before_set)) {}
 
   void set(const std::string& key, const std::string& value, Deadline deadline) override {
@@ -103,7 +103,7 @@ class SetHookStore final : public Store {
   void interrupt() override { inner_->interrupt(); }
 
  private:
-  std::unique_ptr<Store> inner_;
+  std::unique_ptr<store::Store> inner_;
   std::function<void(const std::string&)> before_set_;
 };
 
@@ -115,14 +115,14 @@ struct NodeOptions {
 
 // One node's agent running on its own thread.
 struct Node {
-  Node(MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir,
+  Node(store::MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir,
        NodeOptions options = {})
       : config(std::move(c)) {
     store = shared.connect();
     if (options.before_set) {
       store = std::make_unique<SetHookStore>(std::move(store), std::move(options.before_set));
     }
-    StoreOpener open = [&shared](Deadline) { return std::unique_ptr<Store>(shared.connect()); };
+    store::StoreOpener open = [&shared](Deadline) { return std::unique_ptr<store::Store>(shared.connect()); };
     rendezvous = make_rendezvous_handler(config, *store, open, host);
     AgentContext ctx;
     ctx.host = host;
@@ -144,7 +144,7 @@ struct Node {
   int exit_code() { return exit_code_of(finish()); }
 
   LaunchConfig config;
-  std::unique_ptr<Store> store;
+  std::unique_ptr<store::Store> store;
   std::unique_ptr<RendezvousHandler> rendezvous;
   FakeRunner runner;
   std::unique_ptr<Agent> agent;
@@ -172,7 +172,7 @@ std::string env_of_start(FakeRunner& runner, int start, int local_rank, const st
 }  // namespace
 
 TEST_CASE("agent: all workers succeed, the job exits 0", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node node(shared, config_for(1, 0, 2), "hostA", dir.path());
   REQUIRE(node.runner.wait_for_start(1));
@@ -195,7 +195,7 @@ TEST_CASE("agent: all workers succeed, the job exits 0", "[agent]") {
 }
 
 TEST_CASE("agent: a failure is retried with a higher restart count", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node node(shared, config_for(1, 0, 2, 1), "hostA", dir.path());
   REQUIRE(node.runner.wait_for_start(1));
@@ -211,7 +211,7 @@ TEST_CASE("agent: a failure is retried with a higher restart count", "[agent]") 
 }
 
 TEST_CASE("agent: restarts exhausted, the root cause's code and rank", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node node(shared, config_for(1, 0, 3), "hostA", dir.path());
   REQUIRE(node.runner.wait_for_start(1));
@@ -229,7 +229,7 @@ TEST_CASE("agent: restarts exhausted, the root cause's code and rank", "[agent]"
 }
 
 TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node n0(shared, config_for(2, 0, 2, 1), "hostA", dir.file("n0"));
   Node n1(shared, config_for(2, 1, 1, 1), "hostB", dir.file("n1"));
@@ -254,7 +254,7 @@ TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]")
 }
 
 TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node n0(shared, config_for(2, 0, 1), "hostA", dir.file("n0"));
   Node n1(shared, config_for(2, 1, 1), "hostB", dir.file("n1"));
@@ -269,7 +269,7 @@ TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {
 }
 
 TEST_CASE("agent: a signal stops the workers with that signal and exits 128+N", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node node(shared, config_for(1, 0, 2, 3), "hostA", dir.path());
   REQUIRE(node.runner.wait_for_start(1));
@@ -281,7 +281,7 @@ TEST_CASE("agent: a signal stops the workers with that signal and exits 128+N", 
 
 TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's host waiting",
           "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   // The host would wait far beyond kHang for a goodbye that never comes.
   auto c0 = config_for(2, 0, 1);
@@ -309,7 +309,7 @@ TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's 
 }
 
 TEST_CASE("agent: a signal during the rendezvous ends it at once", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node node(shared, config_for(2, 0, 1), "hostA", dir.path());  // node 1 never comes
   // The agent has claimed node rank 0: it is inside the rendezvous.
@@ -324,7 +324,7 @@ TEST_CASE("agent: a signal during the rendezvous ends it at once", "[agent]") {
 }
 
 TEST_CASE("agent: a rendezvous timeout names the missing nodes and exits 124", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   auto c = config_for(3, 0, 1);
   c.rdzv_conf.join_timeout = 200ms;
@@ -337,7 +337,7 @@ TEST_CASE("agent: a rendezvous timeout names the missing nodes and exits 124", "
 }
 
 TEST_CASE("agent: mismatched --nnodes is refused", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   auto c0 = config_for(2, 0, 1);
   c0.rdzv_conf.join_timeout = 2s;
@@ -355,7 +355,7 @@ TEST_CASE("agent: mismatched --nnodes is refused", "[agent]") {
 }
 
 TEST_CASE("agent: a worker whose stderr is not UTF-8 is still reported", "[agent]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node node(shared, config_for(1, 0, 1), "hostA", dir.path());
   REQUIRE(node.runner.wait_for_start(1));
@@ -370,7 +370,7 @@ TEST_CASE("agent: a worker whose stderr is not UTF-8 is still reported", "[agent
 // Elastic mode: the same agent over the c10d rendezvous.
 
 TEST_CASE("agent, elastic: two nodes form a round, ranks follow the join order", "[agent][elastic]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node a(shared, elastic_config(2, 2, 2), "hostA", dir.file("a"));
   // a has its join slot before b comes, so a is group rank 0 and the master.
@@ -390,7 +390,7 @@ TEST_CASE("agent, elastic: two nodes form a round, ranks follow the join order",
 
 TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next round",
           "[agent][elastic]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node a(shared, elastic_config(2, 2, 1, 1), "hostA", dir.file("a"));
   shared.wait({"r/0/node/0"}, Deadline::after(kHang));
@@ -416,7 +416,7 @@ TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next 
 
 TEST_CASE("agent, elastic: a late node makes the round re-form without spending a restart",
           "[agent][elastic]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node a(shared, elastic_config(1, 2, 1), "hostA", dir.file("a"));
   REQUIRE(a.runner.wait_for_start(1));  // round 0 closed with a alone after the last call
@@ -441,7 +441,7 @@ TEST_CASE("agent, elastic: a late node makes the round re-form without spending 
 
 TEST_CASE("agent, elastic: a node that stops answering is dropped and the others re-form",
           "[agent][elastic]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   // A member that joins round 0 first (so it is group rank 0, the master), publishes the
   // workers' master port, and then falls silent: it never heartbeats.
@@ -478,7 +478,7 @@ TEST_CASE("agent, elastic: a node that stops answering is dropped and the others
 
 TEST_CASE("agent, elastic: a node stopped by a signal leaves, the others re-form",
           "[agent][elastic]") {
-  MemoryStore shared;
+  store::MemoryStore shared;
   test::TempDir dir;
   Node a(shared, elastic_config(1, 2, 1), "hostA", dir.file("a"));
   shared.wait({"r/0/node/0"}, Deadline::after(kHang));

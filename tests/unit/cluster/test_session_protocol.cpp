@@ -49,17 +49,19 @@ TEST_CASE("session: a report counts only with the job's token", "[cluster][sessi
   const auto token = random_token();
   CHECK(token.size() == 32);
   CHECK(random_token() != token);
-  Report ready{"ready", {{"nproc_per_node", 4}}};
+  Report ready{Report::Kind::kReady, {{"nproc_per_node", 4}}};
   auto line = encode_report(token, ready);
   auto back = decode_report(token, line);
   REQUIRE(back);
-  CHECK(back->kind == "ready");
+  CHECK(back->kind == Report::Kind::kReady);
   CHECK(back->body["nproc_per_node"] == 4);
   // A worker that prints something report-like without the token is just output.
   CHECK_FALSE(decode_report(random_token(), line));
   CHECK_FALSE(decode_report(token, "ready {}"));
   CHECK_FALSE(decode_report(token, line.substr(0, line.size() - 1)));  // broken JSON
   CHECK_FALSE(decode_report("", line));
+  // A kind this version does not know is not a report either.
+  CHECK_FALSE(decode_report(token, line.replace(line.find(" ready "), 7, " later ")));
 }
 
 TEST_CASE("session: the environment forwarded by default, and -x", "[cluster][session]") {

@@ -21,7 +21,7 @@ TEST_CASE("a bare program gets torchrun's defaults", "[launcher][cli]") {
   CHECK(c.node_rank == 0);
   CHECK(c.master_addr == "127.0.0.1");
   CHECK(c.master_port == 29500);
-  CHECK(c.rdzv_backend == "static");
+  CHECK(c.rdzv_backend == RdzvBackend::kStatic);
   CHECK(c.rdzv_endpoint.empty());
   CHECK(c.rdzv_id == "none");
   CHECK_FALSE(c.standalone);
@@ -199,7 +199,7 @@ TEST_CASE("everything after the program belongs to it, untouched", "[launcher][c
   }
 }
 
-TEST_CASE("cli: --standalone: one node, static store on a free local port, a random run id",
+TEST_CASE("cli: --standalone: one node, a free local master port, a random run id",
           "[launcher][cli]") {
   CliOutcome outcome = parse_command_line({"--standalone", "--nproc-per-node=2", "x.py"}, {});
   REQUIRE(outcome.config);
@@ -257,7 +257,7 @@ TEST_CASE("rendezvous endpoints", "[launcher][cli]") {
     CHECK(c.max_nodes == 4);
     CHECK(c.rdzv_endpoint == "http://e1:2379, e2:2380,e3");
     CHECK(c.rdzv_conf.etcd_prefix == "/jobs");
-    CHECK(parse_ok({"--rdzv-backend=etcd-v2", "x.py"}).rdzv_backend == "etcd");
+    CHECK(parse_ok({"--rdzv-backend=etcd-v2", "x.py"}).rdzv_backend == RdzvBackend::kEtcd);
     CHECK(parse_ok({"--rdzv-backend=etcd", "x.py"}).rdzv_endpoint == "localhost:2379");
     CHECK(parse_ok({"--rdzv-backend=etcd", "x.py"}).rdzv_conf.etcd_prefix == "/ddprun");
   }

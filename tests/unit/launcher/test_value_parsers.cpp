@@ -6,7 +6,6 @@
 #include <regex>
 
 #include "common/error.hpp"
-#include "common/random.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/value_parsers.hpp"
 
@@ -144,13 +143,6 @@ TEST_CASE("random_run_id looks like a UUID4 and differs each time", "[launcher][
   CHECK(std::regex_match(
       id, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")));
   CHECK(random_run_id() != id);
-}
-
-TEST_CASE("random_hex gives the asked number of random bytes as hex", "[launcher][parsers]") {
-  const auto a = random_hex(12);
-  CHECK(std::regex_match(a, std::regex("[0-9a-f]{24}")));
-  CHECK(random_hex(12) != a);
-  CHECK(random_hex(0).empty());
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES that hides every device", "[launcher][gpu]") {

@@ -9,8 +9,8 @@
 #include <mutex>
 
 #include "rendezvous/heartbeat.hpp"
-#include "rendezvous/memory_store.hpp"
-#include "support/test_util.hpp"
+#include "store/memory_store.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 using namespace std::chrono_literals;
@@ -30,13 +30,13 @@ HeartbeatOptions options(int group_rank, int members, std::chrono::milliseconds 
 }
 
 // How many times member `g` has beaten (each beat is followed by checks of its successor).
-std::int64_t beats(MemoryStore& store, int g) {
+std::int64_t beats(store::MemoryStore& store, int g) {
   auto v = store.try_get("r/0/hb/" + std::to_string(g), Deadline::after(kHang));
-  return v && *v != kHeartbeatDone ? parse_counter(*v, "hb") : 0;
+  return v && *v != kHeartbeatDone ? store::parse_counter(*v, "hb") : 0;
 }
 
 // Waits until member `g` has beaten `n` more times than now.
-bool beats_more(MemoryStore& store, int g, int n) {
+bool beats_more(store::MemoryStore& store, int g, int n) {
   const auto target = beats(store, g) + n;
   return test::wait_until([&] { return beats(store, g) >= target; }, kHang);
 }
@@ -44,7 +44,7 @@ bool beats_more(MemoryStore& store, int g, int n) {
 }  // namespace
 
 TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   std::atomic<int> dead{-1};
   std::atomic<int> calls{0};
   Heartbeat hb(store.connect(), options(2, 3, 20ms, 3), [&](int g) { dead = g; ++calls; },
@@ -57,7 +57,7 @@ TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") 
 
 TEST_CASE("heartbeat: silence is time since the last change, never less than the deadline",
           "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   std::atomic<bool> dead{false};
   // Member 1 watches member 0, whose counter the test sets once: from that moment on it is
   // silent. The deadline is 3 intervals of time (300 ms) from the watcher's start.
@@ -70,7 +70,7 @@ TEST_CASE("heartbeat: silence is time since the last change, never less than the
 }
 
 TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   std::atomic<int> calls{0};
   // 40 intervals of silence before death (2 s): far beyond what a busy machine starves a thread.
   Heartbeat a(store.connect(), options(0, 2, 50ms, 40), [&](int) { ++calls; }, [](std::string) {});
@@ -83,7 +83,7 @@ TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {
 
 TEST_CASE("heartbeat: a beat bumps the counter and keeps the last two wake-up keys",
           "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   for (std::int64_t n = 1; n <= 5; ++n) CHECK(beat(store, "r/0/hb/3", Deadline::after(kHang)) == n);
   CHECK(beats(store, 3) == 5);
   CHECK(store.check({"r/0/hb/3/4", "r/0/hb/3/5"}, Deadline::after(kHang)));
@@ -94,7 +94,7 @@ TEST_CASE("heartbeat: a beat bumps the counter and keeps the last two wake-up ke
 
 TEST_CASE("heartbeat: a watcher whose wake-up keys are gone catches up from the counter",
           "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   std::atomic<int> calls{0};
   // Member 1 watches member 0, which the test plays: it bumps the counter but never makes the
   // wake-up keys (as if the watcher had fallen behind and they were erased), so only the
@@ -112,7 +112,7 @@ TEST_CASE("heartbeat: a watcher whose wake-up keys are gone catches up from the 
 }
 
 TEST_CASE("heartbeat: a member that left on purpose is not dead", "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   store.set("r/0/hb/1", kHeartbeatDone, Deadline::after(kHang));
   std::atomic<int> calls{0};
   Heartbeat a(store.connect(), options(0, 2, 20ms, 3), [&](int) { ++calls; }, [](std::string) {});
@@ -122,7 +122,7 @@ TEST_CASE("heartbeat: a member that left on purpose is not dead", "[heartbeat]")
 
 TEST_CASE("heartbeat: a store error is reported once, with the store's message",
           "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   store.set("r/0/hb/0", "not a counter", Deadline::after(kHang));  // its own beat fails
   std::mutex mutex;
   std::vector<std::string> errors;
@@ -141,7 +141,7 @@ TEST_CASE("heartbeat: a store error is reported once, with the store's message",
 
 TEST_CASE("heartbeat: an interrupted store stops it quietly, and destruction does not hang",
           "[heartbeat]") {
-  MemoryStore store;
+  store::MemoryStore store;
   auto handle = store.connect();
   handle->interrupt();  // every call on it now throws InterruptedError, as on stop
   std::atomic<int> errors{0};

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "rendezvous/rank_assignment.hpp"
 #include "common/error.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 using ddprun::assign_ranks;
 using ddprun::ConfigError;

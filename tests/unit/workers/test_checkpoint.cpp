@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/error.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 #include "workers/checkpoint.hpp"
 #include "workers/resnet.hpp"
 

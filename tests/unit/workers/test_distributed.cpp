@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "ranks_in_threads.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 #include "workers/param_sync.hpp"
 #include "workers/worker_error.hpp"
 

@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "common/error.hpp"
-#include "support/test_util.hpp"
+#include "testing/test_util.hpp"
 #include "workers/resnet.hpp"
 
 using namespace ddprun::workers;

@@ -1,0 +1,149 @@
+// A node's agent: the rendezvous backend (store and handler), the process runner and the agent
+// wired together; then the agent's result becomes a report and an exit code.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.hpp"
+#include "cluster/head_link.hpp"
+#include "cluster/subtree_relay.hpp"
+#include "common/limits.hpp"
+#include "launcher/config_summary.hpp"
+#include "launcher/job_report.hpp"
+#include "launcher/log_dir.hpp"
+#include "launcher/modes.hpp"
+#include "launcher/signal_forwarder.hpp"
+#include "process/orphan_guard.hpp"
+#include "process/posix_process_runner.hpp"
+#include "process/worker_output.hpp"
+#include "rendezvous/backend.hpp"
+#include "store/store_auth.hpp"
+
+namespace ddprun {
+namespace {
+
+std::string this_host(const LaunchConfig& config) {
+  if (!config.local_addr.empty()) return config.local_addr;
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+// The signals passed on to the workers (--signals-to-handle, else torchrun's four).
+std::vector<int> handled_signals(const LaunchConfig& config) {
+  return config.signals_to_handle.empty() ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
+                                          : config.signals_to_handle;
+}
+
+// Whether the worker program can run here, looked up on this process's PATH.
+ProgramCheck check_worker_program(const LaunchConfig& config) {
+  const char* path = std::getenv("PATH");
+  return check_program(config.argv.at(0), path ? path : "");
+}
+
+int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
+              const Session* session) {
+  // Before any thread: the guardian is forked from a single-threaded process, and every thread
+  // inherits the blocked signal mask.
+  OrphanGuard guard;
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN);  // a file-size limit fails a log write (reported), not the agent
+  raise_open_files_limit();
+  SignalForwarder signals(handled_signals(config));
+  if (session != nullptr) {
+    session->link->watch(session->hello.hangup_timeout, [session](const std::string& why) {
+      spdlog::warn("{}: stopping the workers", why);
+      if (session->relay != nullptr) session->relay->close_all();
+    });
+  }
+
+  for (const auto& note : notes) spdlog::info("{}", note);
+  // Started by `ddprun --hosts`, which shows the plan for every host once.
+  spdlog::log(session != nullptr ? spdlog::level::debug : spdlog::level::info,
+              "ddprun configuration:\n{}", describe(config));
+  if (!config.is_static() && config.node_rank != 0) {
+    spdlog::info("--node-rank is ignored with --rdzv-backend=c10d: the rendezvous assigns ranks");
+  }
+  if (config.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    spdlog::info("OMP_NUM_THREADS is not set: setting it to 1 for each worker to avoid "
+                 "overloading the node; tune it for best performance");
+  }
+
+  // One node: nobody else waits for this agent, so a program that cannot run is reported
+  // before a store is served or anything starts. (With several nodes the failure goes through
+  // the rendezvous, so that the other nodes learn of it at once instead of waiting for a node
+  // that left.)
+  if (config.is_static() && config.max_nodes == 1) {
+    auto check = check_worker_program(config);
+    if (check.exit_code != 0) {
+      std::fprintf(stderr, "ddprun: %s\n", check.message.c_str());
+      return check.exit_code;
+    }
+  }
+
+  const auto host = this_host(config);
+  // Before the store listens: a node that cannot keep its workers' logs or its events says so
+  // at once (a usage error).
+  LogDir log_dir(config);
+  if (const auto scratch = log_dir.scratch(); !scratch.empty()) guard.remove_if_abandoned(scratch);
+  EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
+  RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
+  spdlog::info("rendezvous: {}", backend.describe());
+  RunResult result;
+  {
+    PosixProcessRunner runner(&guard, config.progress_interval);
+    AgentContext ctx;
+    ctx.host = host;
+    ctx.store = &backend.store();
+    ctx.open_store = backend.opener();
+    ctx.rendezvous = &backend.handler();
+    ctx.runner = &runner;
+    ctx.reserve_master_port = reserve_port;
+    ctx.hosts_store = backend.serves_store();
+    ctx.log_dir = log_dir.path();
+    ctx.base_env = current_environment();
+    ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
+    ctx.events = &events;
+    Agent agent(config, std::move(ctx));
+    signals.attach([&agent](int signo) { agent.on_signal(signo); });
+    try {
+      result = agent.run();
+    } catch (...) {
+      signals.detach();
+      throw;
+    }
+    signals.detach();
+  }
+  // Every worker is reaped and the runner is gone: the guardian may go (it exits while this
+  // agent reports; the guard's destructor reaps it).
+  guard.finish();
+  const int code = exit_code_of(result);
+  events.write("job_finished", {{"exit_code", code}, {"restarts", result.restarts},
+                                {"reason", result.reason},
+                                {"node", std::max(0, result.group_rank)},
+                                {"summary", summary_json(result)}});
+  if (session != nullptr) {
+    // The command prints one summary and one root cause for every host.
+    auto body = summary_json(result);
+    body["node"] = session->hello.node;
+    session->link->report({Report::Kind::kResult, body}, session->hello.token);
+  } else {
+    report(result);
+  }
+  if (const auto lost = lost_output_files(); !lost.empty()) {
+    spdlog::warn("output was lost: {} worker log file(s) could not be written in full: {}",
+                 lost.size(), fmt::join(lost, "; "));
+  }
+  return code;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,29 @@
+// --dry-run: the plan, on stdout; nothing is started and no host is contacted.
+
+#include <cstdio>
+#include <filesystem>
+
+#include "agent/worker_env.hpp"
+#include "cluster/head.hpp"
+#include "common/exit_codes.hpp"
+#include "launcher/modes.hpp"
+#include "launcher/plan.hpp"
+
+namespace ddprun {
+
+int run_dry_run(const LaunchConfig& config) {
+  std::vector<std::vector<std::string>> commands;
+  if (config.cluster) {
+    ClusterHead head(config, current_environment(), this_executable(),
+                     std::filesystem::current_path().string());
+    for (std::size_t i = 0; i < config.cluster->hosts.size(); ++i) {
+      commands.push_back(head.command_for(i));
+    }
+  }
+  auto plan = make_plan(config, current_environment(), commands);
+  std::string text = config.dry_run == DryRun::kJson ? plan.dump() + "\n" : format_plan(plan);
+  std::fputs(text.c_str(), stdout);
+  return kExitOk;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,54 @@
+#pragma once
+// One captured output stream of one worker: reads the pipe on the runner's thread; the log file
+// gets the bytes exactly as the worker wrote them, the console whole lines (with their prefix,
+// in one write; a very long line in pieces), and the last lines are kept for failure reports.
+
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/readable_pipe.hpp>
+
+#include "process/line_splitter.hpp"
+
+namespace ddprun {
+
+struct OutputTarget {
+  int console_fd = -1;    // -1: not shown on the console
+  std::string file;       // empty: no file
+  std::string prefix;     // console prefix; "{time}" replaced per line
+  std::size_t keep_tail = 0;
+};
+
+class WorkerOutput {
+ public:
+  WorkerOutput(boost::asio::readable_pipe pipe, OutputTarget target);
+  // Closes the pipe; a pending read completes without calling back.
+  ~WorkerOutput();
+
+  // Starts reading; `on_closed` runs once, at end of file or read error.
+  void start(std::function<void()> on_closed);
+  std::vector<std::string> tail() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// Writes all of `data` to `fd`, retrying short writes; gives up silently when the fd is gone
+// (a closed console must not hold up the writer).
+void write_all(int fd, std::string_view data);
+
+// Log files that could not be written in full (a full disk, an I/O error): one line each,
+// "PATH: error", in the order the failures happened. Each file is reported once, as a warning,
+// when it fails; the job's summary names them again (output was lost).
+std::vector<std::string> lost_output_files();
+
+// Renders "{time}" in a prefix for the current local time (HH:MM:SS.mmm).
+std::string render_time_prefix(const std::string& prefix);
+
+}  // namespace ddprun

@@ -1,0 +1,43 @@
+#pragma once
+// The records an elastic round keeps in the store (rendezvous/elastic_rendezvous.hpp), as JSON:
+// a joiner's descriptor ("node/<slot>"), a member's assignment ("assign/<slot>") and the closed
+// round ("closed"). Pure: each decoder throws RendezvousError naming the record it could not
+// read, so a store holding something else fails the rendezvous with a message, not a crash.
+
+#include <string>
+
+#include "rendezvous/rank_assignment.hpp"
+
+namespace ddprun {
+
+struct ElasticNode {
+  std::string id;    // unique per agent: "host:pid"
+  std::string host;  // the address other nodes reach this node at
+  int nproc = 1;
+  int prev_rank = -1;  // group rank in the last round this node was a member of
+  int failures = 0;    // worker-failure restarts this node has seen
+};
+
+// What the closer tells one member.
+struct RoundAssignment {
+  int group_rank = 0;
+  int base_rank = 0;
+  std::string successor_host;  // the member it watches: group rank + 1, wrapping around
+};
+
+// What the closer tells everyone: the round is closed, with these members.
+struct ClosedRound {
+  int members = 0;
+  int world_size = 0;
+  int failures = 0;         // restart count the round starts with (max over its members)
+  std::string master_host;  // group rank 0's address; empty for a round without members
+};
+
+std::string encode_node(const ElasticNode& node);
+ElasticNode decode_node(const std::string& text);
+std::string encode_assignment(const RoundAssignment& assignment);
+RoundAssignment decode_assignment(const std::string& text);
+std::string encode_closed(const ClosedRound& closed);
+ClosedRound decode_closed(const std::string& text);
+
+}  // namespace ddprun

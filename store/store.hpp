@@ -1,0 +1,65 @@
+#pragma once
+// The key-value store agents rendezvous through. Implementations: TcpStoreClient (a TCP
+// client), MemoryStore (in-process: the agent that serves the TCP store, and unit tests),
+// EtcdStore, and PrefixStore (a decorator that namespaces keys).
+//
+// Every call that can block takes a Deadline and throws TimeoutError naming the key(s) and the
+// time waited. Connection problems throw ConnectionError. Implementations are NOT required to be
+// thread-safe unless they say so: give each thread its own client.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/deadline.hpp"
+
+namespace ddprun::store {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const std::string& value, Deadline deadline) = 0;
+  // Blocks until `key` exists, then returns its value.
+  virtual std::string get(const std::string& key, Deadline deadline) = 0;
+  // Returns the value, or nullopt at once when the key does not exist.
+  virtual std::optional<std::string> try_get(const std::string& key, Deadline deadline) = 0;
+  // True when every key exists; never blocks on the keys.
+  virtual bool check(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  // Adds `delta` to the int64 stored at key (missing counts as 0) and returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) = 0;
+  // If the current value equals `expected` (a missing key equals ""), stores `desired`.
+  // Returns the value after the operation, so the caller won iff the result is `desired`.
+  virtual std::string compare_set(const std::string& key, const std::string& expected,
+                                  const std::string& desired, Deadline deadline) = 0;
+  // Returns true if the key existed.
+  virtual bool erase(const std::string& key, Deadline deadline) = 0;
+  // Blocks until every key exists, then returns the values in order.
+  virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys,
+                                             Deadline deadline) = 0;
+  virtual void multi_set(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, Deadline deadline) = 0;
+  // Blocks until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  virtual std::int64_t num_keys(Deadline deadline) = 0;
+  virtual void ping(Deadline deadline) = 0;
+
+  // Where the store lives, for messages ("127.0.0.1:29500", "memory").
+  virtual std::string describe() const = 0;
+
+  // Thread-safe and final: the call in progress and every later call throw InterruptedError.
+  // (A caller that still needs the store afterwards opens a new connection.)
+  virtual void interrupt() = 0;
+};
+
+// Opens another connection to the same store, connecting until the deadline (for a thread that
+// blocks on its own: the outcome watcher, the keep-alive).
+using StoreOpener = std::function<std::unique_ptr<Store>(Deadline)>;
+
+// Encodes/decodes the int64 values `add` keeps (decimal text, like c10d's TCPStore).
+std::int64_t parse_counter(const std::string& value, const std::string& key);
+
+}  // namespace ddprun::store

@@ -1,0 +1,156 @@
+#include "store/store_state.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "common/error.hpp"
+#include "store/store.hpp"
+
+namespace ddprun::store {
+namespace {
+
+Response ok_number(std::int64_t n) {
+  Response r;
+  r.number = n;
+  return r;
+}
+
+Response ok_value(std::string v) {
+  Response r;
+  r.values.push_back(std::move(v));
+  return r;
+}
+
+bool blocks(Command c) {
+  return c == Command::kGet || c == Command::kMultiGet || c == Command::kWait;
+}
+
+}  // namespace
+
+std::size_t StoreState::num_keys(const std::string& ns) const {
+  auto it = namespaces_.find(ns);
+  return it == namespaces_.end() ? 0 : it->second.data.size();
+}
+
+std::vector<std::string> StoreState::missing_keys(const Namespace& ns,
+                                                  const std::vector<std::string>& keys) const {
+  std::vector<std::string> missing;
+  std::unordered_set<std::string_view> seen;
+  for (const auto& k : keys) {
+    if (!ns.data.count(k) && seen.insert(k).second) missing.push_back(k);
+  }
+  return missing;
+}
+
+std::optional<Response> StoreState::execute(const std::string& ns_name, const Request& request,
+                                            Ready ready, WaiterId& waiter) {
+  auto& ns = namespaces_[ns_name];
+  if (blocks(request.command)) {
+    auto missing = missing_keys(ns, request.keys);
+    if (!missing.empty()) {
+      if (request.timeout_ms == 0) {
+        Response r;
+        r.status = Status::kTimeout;
+        return r;
+      }
+      waiter = next_waiter_++;
+      for (const auto& k : missing) ns.waiting[k].push_back(waiter);
+      auto count = missing.size();
+      waiters_.emplace(waiter, Waiter{ns_name, std::move(missing), count, std::move(ready)});
+      return std::nullopt;
+    }
+  }
+  return run(ns, request);
+}
+
+Response StoreState::run(Namespace& ns, const Request& r) {
+  switch (r.command) {
+    case Command::kHello:
+      throw ProtocolError("hello after the handshake");
+    case Command::kAuth:
+      throw ProtocolError("auth after the handshake");
+    case Command::kSet:
+      store(ns, r.keys[0], r.values[0]);
+      return Response{};
+    case Command::kGet:
+      return ok_value(ns.data.at(r.keys[0]));
+    case Command::kTryGet: {
+      auto it = ns.data.find(r.keys[0]);
+      if (it == ns.data.end()) {
+        Response missing;
+        missing.status = Status::kMissing;
+        return missing;
+      }
+      return ok_value(it->second);
+    }
+    case Command::kCheck:
+      return ok_number(missing_keys(ns, r.keys).empty() ? 1 : 0);
+    case Command::kAdd: {
+      auto it = ns.data.find(r.keys[0]);
+      std::int64_t value = r.number;
+      if (it != ns.data.end()) value += parse_counter(it->second, r.keys[0]);
+      store(ns, r.keys[0], std::to_string(value));
+      return ok_number(value);
+    }
+    case Command::kCompareSet: {
+      auto it = ns.data.find(r.keys[0]);
+      const std::string current = it == ns.data.end() ? std::string() : it->second;
+      if (current != r.values[0]) return ok_value(current);
+      store(ns, r.keys[0], r.values[1]);
+      return ok_value(r.values[1]);
+    }
+    case Command::kErase:
+      return ok_number(ns.data.erase(r.keys[0]) > 0 ? 1 : 0);
+    case Command::kMultiGet: {
+      Response resp;
+      resp.values.reserve(r.keys.size());
+      for (const auto& k : r.keys) resp.values.push_back(ns.data.at(k));
+      return resp;
+    }
+    case Command::kMultiSet:
+      for (std::size_t i = 0; i < r.keys.size(); ++i) store(ns, r.keys[i], r.values[i]);
+      return Response{};
+    case Command::kWait:
+    case Command::kPing:
+      return Response{};
+    case Command::kNumKeys:
+      return ok_number(static_cast<std::int64_t>(ns.data.size()));
+  }
+  throw ProtocolError("unhandled command");
+}
+
+void StoreState::store(Namespace& ns, const std::string& key, std::string value) {
+  auto [it, created] = ns.data.insert_or_assign(key, std::move(value));
+  if (created) wake(ns, key);
+}
+
+void StoreState::wake(Namespace& ns, const std::string& key) {
+  auto it = ns.waiting.find(key);
+  if (it == ns.waiting.end()) return;
+  auto ids = std::move(it->second);
+  ns.waiting.erase(it);
+  for (auto id : ids) {
+    auto w = waiters_.find(id);
+    if (w == waiters_.end() || --w->second.missing > 0) continue;
+    auto ready = std::move(w->second.ready);
+    waiters_.erase(w);
+    ready();
+  }
+}
+
+void StoreState::cancel(WaiterId id) {
+  auto w = waiters_.find(id);
+  if (w == waiters_.end()) return;
+  auto ns = namespaces_.find(w->second.ns);
+  if (ns != namespaces_.end()) {
+    for (const auto& k : w->second.missing_keys) {
+      auto list = ns->second.waiting.find(k);
+      if (list == ns->second.waiting.end()) continue;
+      std::erase(list->second, id);
+      if (list->second.empty()) ns->second.waiting.erase(list);
+    }
+  }
+  waiters_.erase(w);
+}
+
+}  // namespace ddprun::store

@@ -1,0 +1,16 @@
+# process/: the line splitter and program checks (unit); spawning, the process runner and the
+# orphan guard with real processes (integration).
+add_executable(process_unit_tests
+  unit/process/test_line_splitter.cpp
+  unit/process/test_program_check.cpp)
+target_link_libraries(process_unit_tests PRIVATE ddprun_test_main ddprun_test_support
+  ddprun_process)
+catch_discover_tests(process_unit_tests TEST_PREFIX "unit: ")
+
+add_executable(runner_tests integration/test_process_runner.cpp integration/test_spawn.cpp)
+target_link_libraries(runner_tests PRIVATE
+  ddprun_test_main ddprun_test_support ddprun_process ddprun_agent nlohmann_json::nlohmann_json)
+target_compile_definitions(runner_tests PRIVATE
+  FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>")
+add_dependencies(runner_tests fake_worker)
+catch_discover_tests(runner_tests TEST_PREFIX "runner: " PROPERTIES TIMEOUT 120)

@@ -1,0 +1,32 @@
+# store/: the codec, the server's state and handshake, the secret, the in-memory store (unit);
+# the TCP server and client over real sockets, and ddprun-store (integration); the fuzzers.
+add_executable(store_unit_tests
+  unit/store/test_memory_store.cpp
+  unit/store/test_protocol.cpp
+  unit/store/test_store_auth.cpp
+  unit/store/test_store_handshake.cpp
+  unit/store/test_store_state.cpp)
+target_link_libraries(store_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_store)
+catch_discover_tests(store_unit_tests TEST_PREFIX "unit: ")
+
+add_executable(store_tests integration/test_tcp_store.cpp)
+target_link_libraries(store_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_store)
+target_compile_definitions(store_tests PRIVATE
+  DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>")
+add_dependencies(store_tests ddprun-store)
+catch_discover_tests(store_tests TEST_PREFIX "store: " PROPERTIES TIMEOUT 120)
+
+# libFuzzer targets for the store codec and server (clang only): scripts/test.sh runs them briefly.
+if(DDPRUN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "DDPRUN_FUZZ=ON needs clang (CXX=clang++)")
+  endif()
+  foreach(fuzzer fuzz_protocol fuzz_server)
+    add_executable(${fuzzer} fuzz/${fuzzer}.cpp)
+    target_link_libraries(${fuzzer} PRIVATE ddprun_store)
+    target_compile_options(${fuzzer} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${fuzzer} PRIVATE -fsanitize=fuzzer,address,undefined)
+  endforeach()
+  add_executable(make_seeds fuzz/make_seeds.cpp)
+  target_link_libraries(make_seeds PRIVATE ddprun_store)
+endif()

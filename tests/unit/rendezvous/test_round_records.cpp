@@ -1,0 +1,41 @@
+// The elastic round's records: what the encoders write, the decoders read back, and what they
+// say about a store value that is not such a record.
+
+#include <catch2/catch.hpp>
+
+#include "common/error.hpp"
+#include "rendezvous/round_records.hpp"
+
+using namespace ddprun;
+
+TEST_CASE("round records: descriptors, assignments and the closed round round-trip", "[rendezvous]") {
+  const ElasticNode node{"h:42", "10.0.0.7", 4, 2, 1};
+  const auto n = decode_node(encode_node(node));
+  CHECK(n.id == "h:42");
+  CHECK(n.host == "10.0.0.7");
+  CHECK(n.nproc == 4);
+  CHECK(n.prev_rank == 2);
+  CHECK(n.failures == 1);
+
+  const auto a = decode_assignment(encode_assignment({3, 12, "10.0.0.9"}));
+  CHECK(a.group_rank == 3);
+  CHECK(a.base_rank == 12);
+  CHECK(a.successor_host == "10.0.0.9");
+
+  const auto c = decode_closed(encode_closed({5, 20, 2, "10.0.0.1"}));
+  CHECK(c.members == 5);
+  CHECK(c.world_size == 20);
+  CHECK(c.failures == 2);
+  CHECK(c.master_host == "10.0.0.1");
+}
+
+TEST_CASE("round records: a value that is not the record is a rendezvous error naming it",
+          "[rendezvous]") {
+  CHECK_THROWS_AS(decode_node("not json"), RendezvousError);
+  CHECK_THROWS_WITH(decode_node("{\"id\":\"x\"}"),
+                    Catch::StartsWith("malformed node descriptor '{\"id\":\"x\"}'"));
+  CHECK_THROWS_WITH(decode_assignment("[1,2]"), Catch::StartsWith("malformed assignment '[1,2]'"));
+  CHECK_THROWS_WITH(decode_closed("{\"members\":\"three\",\"world_size\":1,\"failures\":0,"
+                                  "\"master_host\":\"h\"}"),
+                    Catch::StartsWith("malformed round record"));
+}

@@ -3,18 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
-#include <limits>
-#include <span>
-
 #include "agent/worker_env.hpp"
-#include "cluster/host_list.hpp"
-#include "cluster/session_protocol.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "etcd/etcd_client.hpp"
 #include "launcher/cpu_count.hpp"
 #include "launcher/gpu_count.hpp"
+#include "launcher/hosts_config.hpp"
+#include "launcher/option_reader.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/value_parsers.hpp"
 #include "store/store_auth.hpp"
@@ -24,47 +20,6 @@ namespace {
 
 constexpr const char* kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
-// Read access to the raw options with the conversions every section needs.
-class Options {
- public:
-  explicit Options(const RawOptions& raw) : raw_(raw) {}
-
-  const RawValue* find(std::string_view key) const {
-    auto it = raw_.find(key);
-    return it == raw_.end() ? nullptr : &it->second;
-  }
-
-  bool flag(std::string_view key) const {
-    const RawValue* value = find(key);
-    if (value == nullptr) return false;
-    auto parsed = parse_bool(value->text);
-    if (!parsed) {
-      throw ConfigError(fmt::format("{}={}: expected a boolean (1/0, true/false)", value->label,
-                                    value->text));
-    }
-    return *parsed;
-  }
-
-  // The label to name a flag by in messages, whether or not it was given.
-  std::string label(std::string_view key) const {
-    const RawValue* value = find(key);
-    return value != nullptr ? value->label : fmt::format("--{}", key);
-  }
-
- private:
-  const RawOptions& raw_;
-};
-
-// --rdzv-backend's value; torchrun's other name for etcd ("etcd-v2") is etcd too.
-RdzvBackend parse_rdzv_backend(const RawValue& value) {
-  auto name = std::string(trim(value.text));
-  if (name == "etcd-v2") name = "etcd";
-  name = parse_choice(name, value.label, {"static", "c10d", "etcd"});
-  if (name == "c10d") return RdzvBackend::kC10d;
-  if (name == "etcd") return RdzvBackend::kEtcd;
-  return RdzvBackend::kStatic;
-}
-
 // An address without a port; IPv6 may be written with brackets, which are dropped.
 std::string parse_address(const RawValue& value) {
   HostPort host_port = parse_host_port(value.text, value.label);
@@ -73,12 +28,6 @@ std::string parse_address(const RawValue& value) {
         fmt::format("{}={}: expected an address without a port", value.label, value.text));
   }
   return host_port.host;
-}
-
-std::string parse_nonempty(const RawValue& value) {
-  std::string text(trim(value.text));
-  if (text.empty()) throw ConfigError(fmt::format("{} must not be empty", value.label));
-  return text;
 }
 
 // --nproc-per-node's value checked without resolving it (with --hosts, each host resolves
@@ -124,7 +73,7 @@ int resolve_nproc_per_node(const RawValue& value,
   return static_cast<int>(*count);
 }
 
-void build_rendezvous(const Options& options, BuiltConfig& out) {
+void build_rendezvous(const OptionReader& options, BuiltConfig& out) {
   LaunchConfig& config = out.config;
   if (auto* v = options.find("nnodes")) {
     std::tie(config.min_nodes, config.max_nodes) = parse_nnodes(v->text, v->label);
@@ -217,7 +166,7 @@ void build_rendezvous(const Options& options, BuiltConfig& out) {
   config.rdzv_endpoint = format_host_port(host, port);
 }
 
-void build_program(const Options& options, const std::vector<std::string>& program_and_args,
+void build_program(const OptionReader& options, const std::vector<std::string>& program_and_args,
                    const std::map<std::string, std::string>& env, BuiltConfig& out) {
   LaunchConfig& config = out.config;
   config.module = options.flag("module");
@@ -262,7 +211,7 @@ void build_program(const Options& options, const std::vector<std::string>& progr
 
 // --log-line-prefix (ddprun) and --log-line-prefix-template (torchrun) set the same thing:
 // the command line beats the environment, and two from the same source contradict.
-void build_log_line_prefix(const Options& options, LaunchConfig& config) {
+void build_log_line_prefix(const OptionReader& options, LaunchConfig& config) {
   const RawValue* ours = options.find("log-line-prefix");
   const RawValue* theirs = options.find("log-line-prefix-template");
   if (ours != nullptr && theirs != nullptr) {
@@ -278,7 +227,7 @@ void build_log_line_prefix(const Options& options, LaunchConfig& config) {
   }
 }
 
-void build_workers_and_output(const Options& options,
+void build_workers_and_output(const OptionReader& options,
                               const std::map<std::string, std::string>& env,
                               LaunchConfig& config) {
   if (auto* v = options.find("nproc-per-node")) {
@@ -337,140 +286,6 @@ void build_workers_and_output(const Options& options,
   }
 }
 
-// Flags that mean something only with --hosts or --hostfile, and only to the command.
-constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "connect-timeout",
-                                           "hangup-timeout", "fanout",        "tree-threshold"};
-// The command's own besides those: never passed on to the agents.
-constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run", "token-file"};
-// Flags the command sets for each host itself.
-constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
-                                            "master-port", "rdzv-endpoint", "rdzv-id",
-                                            "local-addr",  "nproc-per-node", "standalone"};
-
-bool is_one_of(std::string_view key, std::span<const std::string_view> keys) {
-  return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
-
-bool slurm_hosts(const Options& options) {
-  const RawValue* hosts = options.find("hosts");
-  return hosts != nullptr && trim(hosts->text) == "slurm";
-}
-
-std::vector<HostSpec> read_host_list(const Options& options,
-                                     const std::map<std::string, std::string>& env) {
-  const RawValue* hosts = options.find("hosts");
-  const RawValue* file = options.find("hostfile");
-  if (hosts != nullptr && file != nullptr) {
-    throw ConfigError(fmt::format("{} and {} cannot be used together", hosts->label, file->label));
-  }
-  if (slurm_hosts(options)) {
-    std::vector<HostSpec> specs;
-    for (auto& h : slurm_allocation_hosts(env, hosts->label)) specs.push_back({std::move(h), {}});
-    return specs;
-  }
-  return hosts != nullptr ? parse_hosts(hosts->text, hosts->label)
-                          : read_hostfile(std::string(trim(file->text)));
-}
-
-// --hosts/--hostfile: the job the remote agents form, checked here once, so that a mistake is
-// reported before any host is contacted. Returns the options every agent's rendezvous is built
-// from (the membership the host list implies), for build_rendezvous to check as usual.
-RawOptions build_cluster(const RawOptions& raw, const std::vector<std::string>& forward,
-                         const std::map<std::string, std::string>& env, BuiltConfig& out) {
-  Options options(raw);
-  ClusterConfig cluster;
-  cluster.hosts = read_host_list(options, env);
-  const int n = static_cast<int>(cluster.hosts.size());
-  for (auto key : {"node-rank", "local-addr", "standalone"}) {
-    if (const RawValue* v = options.find(key); v != nullptr && v->from_command_line) {
-      throw ConfigError(fmt::format("{} cannot be used with {}: {}", v->label,
-                                    options.label(options.find("hosts") ? "hosts" : "hostfile"),
-                                    std::string_view(key) == "node-rank"
-                                        ? "the order of the hosts gives the node ranks"
-                                        : "every host is a node of its own"));
-    }
-  }
-  if (slurm_hosts(options)) {
-    if (auto* v = options.find("ssh-command")) {
-      throw ConfigError(fmt::format("{} does not apply to --hosts=slurm (the nodes are reached "
-                                    "with srun)",
-                                    v->label));
-    }
-    // One job step per node, started with Slurm's own launcher: Slurm tracks the agent and
-    // everything it starts, and scancel ends them. -u: the session's bytes pass unbuffered.
-    cluster.ssh_command = {"srun", "--nodes=1", "--ntasks=1", "--unbuffered", "--nodelist"};
-    cluster.via_srun = true;
-  }
-  if (auto* v = options.find("ssh-command")) {
-    cluster.ssh_command = split_words(v->text, v->label);
-    if (cluster.ssh_command.empty()) {
-      throw ConfigError(fmt::format("{} must not be empty", v->label));
-    }
-  }
-  if (auto* v = options.find("remote-ddprun")) cluster.remote_ddprun = parse_nonempty(*v);
-  if (auto* v = options.find("connect-timeout")) {
-    cluster.connect_timeout = parse_seconds(v->text, v->label, false);
-  }
-  if (auto* v = options.find("hangup-timeout")) {
-    cluster.hangup_timeout = parse_seconds(v->text, v->label, false);
-  }
-  if (auto* v = options.find("fanout")) cluster.fanout = parse_int_at_least(v->text, v->label, 1);
-  if (auto* v = options.find("tree-threshold")) {
-    cluster.tree_threshold = parse_int_at_least(v->text, v->label, 1);
-  }
-  // srun does its own fan-out (slurmctld and the slurmds); agents never start other agents.
-  if (cluster.via_srun) cluster.tree_threshold = std::numeric_limits<int>::max();
-  forwarded_environment(env, forward);  // checks the names
-  cluster.forward = forward;
-
-  // The membership the host list implies, unless the flags say otherwise where they may.
-  RawOptions implied = raw;
-  for (auto key : {"node-rank", "local-addr", "standalone"}) implied.erase(key);
-  const auto* backend = options.find("rdzv-backend");
-  const bool elastic = backend != nullptr && parse_rdzv_backend(*backend) != RdzvBackend::kStatic;
-  if (auto* v = options.find("nnodes")) {
-    auto [min_nodes, max_nodes] = parse_nnodes(v->text, v->label);
-    if (!elastic && max_nodes != n) {
-      throw ConfigError(fmt::format("{}={}: {} lists {} host(s)", v->label, v->text,
-                                    options.label(options.find("hosts") ? "hosts" : "hostfile"),
-                                    n));
-    }
-    if (elastic && (n < min_nodes || n > max_nodes)) {
-      throw ConfigError(fmt::format("{}={}: {} host(s) listed, outside {}..{}", v->label, v->text,
-                                    n, min_nodes, max_nodes));
-    }
-  } else {
-    implied["nnodes"] = RawValue{std::to_string(n), "--hosts", true};
-  }
-  const std::string& first = cluster.hosts.front().host;
-  if (elastic) {
-    if (options.find("rdzv-endpoint") == nullptr) {
-      implied["rdzv-endpoint"] = RawValue{format_host_port(first, kC10dDefaultPort), "--hosts", true};
-    }
-  } else if (options.find("master-addr") == nullptr && options.find("rdzv-endpoint") == nullptr) {
-    implied["master-addr"] = RawValue{first, "--hosts", true};
-  }
-  if (options.find("rdzv-id") == nullptr) {
-    implied["rdzv-id"] = RawValue{random_run_id(), "--hosts", true};
-  }
-
-  // Flags from the command line that mean the same on every host travel as they are; PET_*
-  // travel in the forwarded environment.
-  for (const auto& [key, value] : raw) {
-    if (!value.from_command_line || is_one_of(key, kNeedHosts) || is_one_of(key, kCommandOnly) ||
-        is_one_of(key, kSetPerHost)) {
-      continue;
-    }
-    cluster.agent_flags.push_back(fmt::format("--{}={}", key, value.text));
-  }
-  if (options.find("log-line-prefix") == nullptr &&
-      options.find("log-line-prefix-template") == nullptr) {
-    cluster.agent_flags.push_back("--log-line-prefix=[{host}:{rank}]:");
-  }
-  out.config.cluster = std::move(cluster);
-  return implied;
-}
-
 // A task of a Slurm step (srun ddprun ...) with the static rendezvous: what the step says fills
 // in every rendezvous flag that neither the command line nor PET_* gave.
 RawOptions with_slurm_step(const RawOptions& raw, const std::map<std::string, std::string>& env,
@@ -510,18 +325,10 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
                                 const std::vector<std::string>& forward) {
   BuiltConfig out;
   const bool cluster = raw_options.contains("hosts") || raw_options.contains("hostfile");
-  if (!cluster) {
-    for (auto key : kNeedHosts) {
-      auto it = raw_options.find(key);
-      if (it != raw_options.end() && it->second.from_command_line) {
-        throw ConfigError(fmt::format("{} needs --hosts or --hostfile", it->second.label));
-      }
-    }
-    if (!forward.empty()) throw ConfigError("-x needs --hosts or --hostfile");
-  }
-  const RawOptions raw = cluster ? build_cluster(raw_options, forward, env, out)
+  if (!cluster) check_no_hosts_flags(raw_options, forward);
+  const RawOptions raw = cluster ? build_hosts_config(raw_options, forward, env, out)
                                  : with_slurm_step(raw_options, env, out);
-  Options options(raw);
+  OptionReader options(raw);
   build_rendezvous(options, out);
   const RawValue* token_file = options.find("token-file");
   out.config.store_secret =

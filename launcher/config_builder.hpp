@@ -1,7 +1,8 @@
 #pragma once
 // Turns the raw text of the launcher's flags into a validated LaunchConfig. The CLI layer
 // (cli.cpp) only tokenizes argv and merges in the PET_* environment; every rule about what
-// a value means and which combinations are allowed lives here.
+// a value means and which combinations are allowed lives here and, for the --hosts command's
+// own flags, in hosts_config.hpp.
 
 #include <map>
 #include <string>

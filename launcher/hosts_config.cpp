@@ -1,0 +1,165 @@
+#include "launcher/hosts_config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <span>
+#include <string_view>
+
+#include "cluster/host_list.hpp"
+#include "cluster/session_protocol.hpp"
+#include "common/error.hpp"
+#include "common/launch_config.hpp"
+#include "common/strings.hpp"
+#include "launcher/option_reader.hpp"
+#include "launcher/slurm.hpp"
+#include "launcher/value_parsers.hpp"
+
+namespace ddprun {
+namespace {
+
+// Flags that mean something only with --hosts or --hostfile, and only to the command.
+constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "connect-timeout",
+                                           "hangup-timeout", "fanout",        "tree-threshold"};
+// The command's own besides those: never passed on to the agents.
+constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run", "token-file"};
+// Flags the command sets for each host itself.
+constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
+                                            "master-port", "rdzv-endpoint", "rdzv-id",
+                                            "local-addr",  "nproc-per-node", "standalone"};
+
+bool is_one_of(std::string_view key, std::span<const std::string_view> keys) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+bool slurm_hosts(const OptionReader& options) {
+  const RawValue* hosts = options.find("hosts");
+  return hosts != nullptr && trim(hosts->text) == "slurm";
+}
+
+std::vector<HostSpec> read_host_list(const OptionReader& options,
+                                     const std::map<std::string, std::string>& env) {
+  const RawValue* hosts = options.find("hosts");
+  const RawValue* file = options.find("hostfile");
+  if (hosts != nullptr && file != nullptr) {
+    throw ConfigError(fmt::format("{} and {} cannot be used together", hosts->label, file->label));
+  }
+  if (slurm_hosts(options)) {
+    std::vector<HostSpec> specs;
+    for (auto& h : slurm_allocation_hosts(env, hosts->label)) specs.push_back({std::move(h), {}});
+    return specs;
+  }
+  return hosts != nullptr ? parse_hosts(hosts->text, hosts->label)
+                          : read_hostfile(std::string(trim(file->text)));
+}
+
+}  // namespace
+
+void check_no_hosts_flags(const RawOptions& raw, const std::vector<std::string>& forward) {
+  for (auto key : kNeedHosts) {
+    auto it = raw.find(key);
+    if (it != raw.end() && it->second.from_command_line) {
+      throw ConfigError(fmt::format("{} needs --hosts or --hostfile", it->second.label));
+    }
+  }
+  if (!forward.empty()) throw ConfigError("-x needs --hosts or --hostfile");
+}
+
+RawOptions build_hosts_config(const RawOptions& raw, const std::vector<std::string>& forward,
+                              const std::map<std::string, std::string>& env, BuiltConfig& out) {
+  OptionReader options(raw);
+  ClusterConfig cluster;
+  cluster.hosts = read_host_list(options, env);
+  const int n = static_cast<int>(cluster.hosts.size());
+  for (auto key : {"node-rank", "local-addr", "standalone"}) {
+    if (const RawValue* v = options.find(key); v != nullptr && v->from_command_line) {
+      throw ConfigError(fmt::format("{} cannot be used with {}: {}", v->label,
+                                    options.label(options.find("hosts") ? "hosts" : "hostfile"),
+                                    std::string_view(key) == "node-rank"
+                                        ? "the order of the hosts gives the node ranks"
+                                        : "every host is a node of its own"));
+    }
+  }
+  if (slurm_hosts(options)) {
+    if (auto* v = options.find("ssh-command")) {
+      throw ConfigError(fmt::format("{} does not apply to --hosts=slurm (the nodes are reached "
+                                    "with srun)",
+                                    v->label));
+    }
+    // One job step per node, started with Slurm's own launcher: Slurm tracks the agent and
+    // everything it starts, and scancel ends them. -u: the session's bytes pass unbuffered.
+    cluster.ssh_command = {"srun", "--nodes=1", "--ntasks=1", "--unbuffered", "--nodelist"};
+    cluster.via_srun = true;
+  }
+  if (auto* v = options.find("ssh-command")) {
+    cluster.ssh_command = split_words(v->text, v->label);
+    if (cluster.ssh_command.empty()) {
+      throw ConfigError(fmt::format("{} must not be empty", v->label));
+    }
+  }
+  if (auto* v = options.find("remote-ddprun")) cluster.remote_ddprun = parse_nonempty(*v);
+  if (auto* v = options.find("connect-timeout")) {
+    cluster.connect_timeout = parse_seconds(v->text, v->label, false);
+  }
+  if (auto* v = options.find("hangup-timeout")) {
+    cluster.hangup_timeout = parse_seconds(v->text, v->label, false);
+  }
+  if (auto* v = options.find("fanout")) cluster.fanout = parse_int_at_least(v->text, v->label, 1);
+  if (auto* v = options.find("tree-threshold")) {
+    cluster.tree_threshold = parse_int_at_least(v->text, v->label, 1);
+  }
+  // srun does its own fan-out (slurmctld and the slurmds); agents never start other agents.
+  if (cluster.via_srun) cluster.tree_threshold = std::numeric_limits<int>::max();
+  forwarded_environment(env, forward);  // checks the names
+  cluster.forward = forward;
+
+  // The membership the host list implies, unless the flags say otherwise where they may.
+  RawOptions implied = raw;
+  for (auto key : {"node-rank", "local-addr", "standalone"}) implied.erase(key);
+  const auto* backend = options.find("rdzv-backend");
+  const bool elastic = backend != nullptr && parse_rdzv_backend(*backend) != RdzvBackend::kStatic;
+  if (auto* v = options.find("nnodes")) {
+    auto [min_nodes, max_nodes] = parse_nnodes(v->text, v->label);
+    if (!elastic && max_nodes != n) {
+      throw ConfigError(fmt::format("{}={}: {} lists {} host(s)", v->label, v->text,
+                                    options.label(options.find("hosts") ? "hosts" : "hostfile"),
+                                    n));
+    }
+    if (elastic && (n < min_nodes || n > max_nodes)) {
+      throw ConfigError(fmt::format("{}={}: {} host(s) listed, outside {}..{}", v->label, v->text,
+                                    n, min_nodes, max_nodes));
+    }
+  } else {
+    implied["nnodes"] = RawValue{std::to_string(n), "--hosts", true};
+  }
+  const std::string& first = cluster.hosts.front().host;
+  if (elastic) {
+    if (options.find("rdzv-endpoint") == nullptr) {
+      implied["rdzv-endpoint"] = RawValue{format_host_port(first, kC10dDefaultPort), "--hosts", true};
+    }
+  } else if (options.find("master-addr") == nullptr && options.find("rdzv-endpoint") == nullptr) {
+    implied["master-addr"] = RawValue{first, "--hosts", true};
+  }
+  if (options.find("rdzv-id") == nullptr) {
+    implied["rdzv-id"] = RawValue{random_run_id(), "--hosts", true};
+  }
+
+  // Flags from the command line that mean the same on every host travel as they are; PET_*
+  // travel in the forwarded environment.
+  for (const auto& [key, value] : raw) {
+    if (!value.from_command_line || is_one_of(key, kNeedHosts) || is_one_of(key, kCommandOnly) ||
+        is_one_of(key, kSetPerHost)) {
+      continue;
+    }
+    cluster.agent_flags.push_back(fmt::format("--{}={}", key, value.text));
+  }
+  if (options.find("log-line-prefix") == nullptr &&
+      options.find("log-line-prefix-template") == nullptr) {
+    cluster.agent_flags.push_back("--log-line-prefix=[{host}:{rank}]:");
+  }
+  out.config.cluster = std::move(cluster);
+  return implied;
+}
+
+}  // namespace ddprun

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU throughput of ddp_resnet against scripts/reference_ddp.py (PyTorch DDP, eager and under
 # torch.compile), one GPU, NCCL, synthetic 224x224 images, bf16 autocast, channels_last; both
-# under ddprun. Results go to docs/benchmarks.md ("GPU").
+# under ddprun. Results go to docs/benchmarks.md (Figure 9, in the analysis).
 #
 #   scripts/gpu_bench.sh DDPRUN DDP_RESNET [options]
 #     --python PY          interpreter with torch+torchvision (default python3)

@@ -34,7 +34,8 @@ int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes)
 int run_remote(const std::vector<std::string>& args);
 int run_dry_run(const LaunchConfig& config);
 
-// Shared by the modes.
+// Shared by the modes (modes.cpp).
+
 // The signals passed on to the workers (--signals-to-handle, else torchrun's four).
 std::vector<int> handled_signals(const LaunchConfig& config);
 

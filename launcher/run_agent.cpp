@@ -38,18 +38,6 @@ std::string this_host(const LaunchConfig& config) {
 
 }  // namespace
 
-// The signals passed on to the workers (--signals-to-handle, else torchrun's four).
-std::vector<int> handled_signals(const LaunchConfig& config) {
-  return config.signals_to_handle.empty() ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
-                                          : config.signals_to_handle;
-}
-
-// Whether the worker program can run here, looked up on this process's PATH.
-ProgramCheck check_worker_program(const LaunchConfig& config) {
-  const char* path = std::getenv("PATH");
-  return check_program(config.argv.at(0), path ? path : "");
-}
-
 int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
               const Session* session) {
   // Before any thread: the guardian is forked from a single-threaded process, and every thread

@@ -15,18 +15,13 @@
 
 namespace ddprun {
 
-std::string this_executable() {
-  std::error_code ec;
-  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("ddprun") : path.string();
-}
-
 int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes) {
   signal(SIGPIPE, SIG_IGN);
   raise_open_files_limit();
   SignalForwarder signals(handled_signals(config));
   for (const auto& note : notes) spdlog::info("{}", note);
-  ClusterHead head(config, current_environment(), this_executable(), std::filesystem::current_path().string());
+  ClusterHead head(config, current_environment(), this_executable(),
+                   std::filesystem::current_path().string());
   signals.attach([&head](int signo) { head.on_signal(signo); });
   ClusterResult result = head.run();
   signals.detach();

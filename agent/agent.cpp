@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -67,6 +69,7 @@ RunResult Agent::run() {
   auto grace = Clock::duration::zero();
   RunResult r;
   try {
+    start_file_timer();
     return run_rounds();
   } catch (const InterruptedError&) {
     // A signal ended a store call: forward it to any workers, with the usual grace.
@@ -94,6 +97,18 @@ RunResult Agent::run() {
   return r;
 }
 
+// torchrun's FileTimer server, when the job asks for it as torchrun's does.
+void Agent::start_file_timer() {
+  if (env_value(ctx_.base_env, "TORCHELASTIC_ENABLE_FILE_TIMER") != "1") return;
+  auto path = env_value(ctx_.base_env, "TORCHELASTIC_TIMER_FILE");
+  if (path.empty()) {
+    if (ctx_.log_dir.empty()) throw Error("FileTimer: no log directory to make its FIFO in");
+    path = (std::filesystem::path(ctx_.log_dir) / "timer.fifo").string();
+  }
+  timers_ = std::make_unique<FileTimerServer>(path, events_, [this](int) { progress_.note(); });
+  spdlog::info("serving FileTimer requests at {}", path);
+}
+
 RunResult Agent::run_rounds() {
   auto& rdzv = *ctx_.rendezvous;
   while (true) {
@@ -106,7 +121,8 @@ RunResult Agent::run_rounds() {
         Attempt(config_, ctx_, *round_, events_, signal_,
                 [this](const std::string& name, nlohmann::json fields) {
                   emit(name, std::move(fields));
-                })
+                },
+                progress_, timers_.get())
             .run();
     attempts_.push_back(AttemptRecord{
         round_->id, round_->restart_count, round_->ranks, how_it_ended(outcome),
@@ -117,7 +133,8 @@ RunResult Agent::run_rounds() {
       ++membership_changes_;
       spdlog::warn("round {} ends: {}; re-forming without spending a restart", round_->id,
                    f.message);
-    } else if (f.kind == Failure::Kind::kWorker && restarts_ < config_.max_restarts &&
+    } else if ((f.kind == Failure::Kind::kWorker || f.kind == Failure::Kind::kHang) &&
+               restarts_ < config_.max_restarts &&
                signal_ == 0) {
       log_restart(f);
       ++restarts_;
@@ -139,6 +156,8 @@ std::string Agent::how_it_ended(const AttemptOutcome& outcome) {
                                   : fmt::format("exited with {}", f.exit_code));
     case Failure::Kind::kMembership:
       return "re-formed: " + f.message;
+    case Failure::Kind::kHang:
+      return "hung: " + f.message;
     case Failure::Kind::kSignal:
     case Failure::Kind::kAgent:
       return "stopped: " + f.message;
@@ -181,10 +200,11 @@ RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
 }
 
 void Agent::log_restart(const Failure& f) const {
-  spdlog::warn("attempt {} failed (rank {} on {}: exit code {}); restarting all workers ({} of {} "
-               "restarts left)",
-               round_->id, f.rank, f.host, f.exit_code, config_.max_restarts - restarts_ - 1,
-               config_.max_restarts);
+  const auto what = f.kind == Failure::Kind::kHang
+                        ? f.message
+                        : fmt::format("rank {} on {}: exit code {}", f.rank, f.host, f.exit_code);
+  spdlog::warn("attempt {} failed ({}); restarting all workers ({} of {} restarts left)",
+               round_->id, what, config_.max_restarts - restarts_ - 1, config_.max_restarts);
 }
 
 // The end of the job: this node says goodbye, and the node serving the store waits (bounded)

@@ -10,6 +10,7 @@
 // the real ones.
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "agent/attempt.hpp"
 #include "agent/event_log.hpp"
 #include "agent/event_queue.hpp"
+#include "agent/file_timer.hpp"
+#include "agent/worker_progress.hpp"
 #include "common/failure_record.hpp"
 #include "common/launch_config.hpp"
 
@@ -69,6 +72,7 @@ class Agent {
 
  private:
   RunResult run_rounds();
+  void start_file_timer();
   RunResult finished_without_this_node(const std::string& outcome) const;
   static std::string how_it_ended(const AttemptOutcome& outcome);
   RunResult finish_success();
@@ -81,6 +85,8 @@ class Agent {
   const LaunchConfig& config_;
   AgentContext ctx_;
   EventQueue events_;
+  WorkerProgress progress_{events_};
+  std::unique_ptr<FileTimerServer> timers_;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::optional<Round> round_;  // the round this node is (or last was) a member of
   std::vector<AttemptRecord> attempts_;
   int membership_changes_ = 0;

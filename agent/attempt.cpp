@@ -4,14 +4,19 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
+#include "agent/file_timer.hpp"
+#include "agent/stack_report.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
+#include "process/stack_capture.hpp"
 
 namespace ddprun {
 
@@ -30,6 +35,13 @@ bool has(Std streams, Std bit) {
   return (static_cast<int>(streams) & static_cast<int>(bit)) != 0;
 }
 
+// How long the peers of a failed worker get to end on their own before their stacks are taken
+// (with --hang-timeout on): a peer that lost its partner in a collective usually fails within
+// milliseconds; one still alive after this is blocked, or elsewhere.
+constexpr auto kPeerGrace = 3s;
+// The whole capture's bound, however many workers and however slow the debugger.
+constexpr auto kCaptureBudget = 30s;
+
 }  // namespace
 
 std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
@@ -44,13 +56,16 @@ std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int
 }
 
 Attempt::Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round,
-                 EventQueue& events, const std::atomic<int>& signal, Emit emit)
+                 EventQueue& events, const std::atomic<int>& signal, Emit emit,
+                 WorkerProgress& progress, FileTimerServer* timers)
     : config_(config),
       ctx_(ctx),
       round_(round),
       events_(events),
       signal_(signal),
       emit_(std::move(emit)),
+      progress_(progress),
+      timers_(timers),
       channel_(*ctx.store, round, config.rdzv_conf.read_timeout),
       dir_((fs::path(ctx.log_dir) / fmt::format("attempt_{}", round.id)).string()) {}
 
@@ -91,11 +106,15 @@ AttemptOutcome Attempt::run() {
          {"success", outcome.success},
          {"root_cause", outcome.success ? nlohmann::json()
                                         : nlohmann::json::parse(outcome.failure.to_json())}});
+  if (!outcome.success) take_stacks(outcome.failure);
   stop_workers();
   teardown();
-  if (!outcome.success && outcome.failure.kind == Failure::Kind::kWorker) {
-    outcome.failure = channel_.resolve_root_cause(outcome.failure, outcome_mine_,
-                                                  config_.shutdown_timeout + 10s);
+  if (timers_ != nullptr) timers_->forget(pids_);
+  if (!outcome.success && (outcome.failure.kind == Failure::Kind::kWorker ||
+                           outcome.failure.kind == Failure::Kind::kHang)) {
+    outcome.failure = channel_.resolve_root_cause(
+        outcome.failure, outcome_mine_, config_.shutdown_timeout + kCaptureBudget + 10s,
+        [this](Failure& f) { explain(f); });
   }
   return outcome;
 }
@@ -142,9 +161,13 @@ AttemptOutcome Attempt::wait_for_outcome(std::optional<AttemptOutcome> outcome) 
   while (!outcome) {
     auto wait = barrier_ ? *barrier_ : Deadline::after(1h);
     if (barrier_progress_) wait = barrier_progress_->slice(wait);
+    const auto hang_due = hang_check_due();
+    if (hang_due) wait = wait.min(*hang_due);
     auto event = events_.pop(wait);
     if (event) {
       outcome = handle(*event);
+    } else if (hang_due && hang_due->expired()) {
+      outcome = check_hang();
     } else if (barrier_ && barrier_->expired()) {
       outcome = on_barrier_expired();
     } else if (barrier_progress_ && barrier_progress_->due()) {
@@ -198,6 +221,9 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
       events.push(e);
     });
     running_ = r.local_world_size;
+    pids_ = pids;
+    exited_.assign(pids.size(), false);
+    failed_.assign(pids.size(), std::nullopt);
     emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});
   } catch (const CannotStartError& e) {
     spdlog::error("{}", e.what());
@@ -214,6 +240,7 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
 
 std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
   const auto& r = round_.ranks;
+  progress_.restart(round_.id);
   std::vector<WorkerLaunch> launches;
   for (int local = 0; local < r.local_world_size; ++local) {
     auto dir = fs::path(dir_) / std::to_string(local);
@@ -229,6 +256,8 @@ std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
     in.run_id = config_.rdzv_id;
     in.error_file = error_file(local);
     in.set_omp_threads = r.local_world_size > 1;
+    if (timers_ != nullptr) in.timer_file = timers_->path();
+    in.flight_recorder_prefix = (dir / "nccl_trace_rank_").string();
     fs::remove(in.error_file);
 
     WorkerLaunch w;
@@ -249,14 +278,17 @@ std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
     o.prefix = render_prefix(config_.log_line_prefix, w.rank, local, r.group_rank, ctx_.host,
                              config_.role);
     o.raw = config_.raw_output;
+    if (config_.hang_timeout.count() > 0) o.on_output = [&p = progress_] { p.note(); };
     launches.push_back(std::move(w));
   }
   return launches;
 }
 
 std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
-  // Signals are for whatever round runs; everything else belongs to one round.
+  // Signals are for whatever round runs, timers for whichever worker has the pid; everything
+  // else belongs to one round.
   if (event.kind == AgentEvent::Kind::kSignal) return on_signal(event.signal);
+  if (event.kind == AgentEvent::Kind::kTimerExpired) return on_timer_expired(event);
   if (event.round != round_.id) return std::nullopt;
   switch (event.kind) {
     case AgentEvent::Kind::kWorkerExited:
@@ -267,7 +299,10 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
       return on_store_lost(event.text);
     case AgentEvent::Kind::kNodeLost:
       return on_node_lost(event.node);
+    case AgentEvent::Kind::kProgress:
+      return on_progress();
     case AgentEvent::Kind::kSignal:
+    case AgentEvent::Kind::kTimerExpired:
       break;
   }
   return std::nullopt;
@@ -275,6 +310,9 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
 
 std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) {
   --running_;
+  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(exited_.size())) {
+    exited_[exit.local_rank] = true;
+  }
   emit_("worker_exited",
         {{"attempt", round_.id}, {"rank", exit.rank}, {"local_rank", exit.local_rank},
          {"pid", exit.pid}, {"exit_code", exit.exit_code}, {"signal", exit.signal},
@@ -289,6 +327,8 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
       // store away from nodes that are still training.
       if (!ctx_.hosts_store) barrier_ = Deadline::after(config_.exit_barrier_timeout);
       barrier_progress_.emplace(config_.progress_interval);
+      // A node whose workers are done makes no more progress: for --hang-timeout it is idle.
+      if (config_.hang_timeout.count() > 0 && !idle_voted_) return vote_idle(Clock::now());
     }
     return std::nullopt;
   }
@@ -299,6 +339,9 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
   auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host, round_.ranks.group_rank,
                           round_.restart_count);
   channel_.record_failure(f);
+  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(failed_.size())) {
+    failed_[exit.local_rank] = f;
+  }
   if (published_) return std::nullopt;
   published_ = true;
   return publish(f);
@@ -395,6 +438,227 @@ void Attempt::collect_late_failures(int stop_signal) {
     if (stopped_by_us && !fs::exists(error_file(exit.local_rank))) continue;
     channel_.record_failure(worker_failure(exit, error_file(exit.local_rank), ctx_.host,
                                            round_.ranks.group_rank, round_.restart_count));
+  }
+}
+
+// --hang-timeout: the loop wakes when the timeout after the last progress has passed, unless
+// this node already said it is idle (the next progress then comes as an event).
+std::optional<Deadline> Attempt::hang_check_due() const {
+  if (config_.hang_timeout.count() <= 0 || idle_voted_ || running_ == 0) return std::nullopt;
+  return Deadline::at(progress_.last() + config_.hang_timeout);
+}
+
+std::optional<AttemptOutcome> Attempt::check_hang() {
+  const auto last = progress_.last();
+  if (Clock::now() - last < config_.hang_timeout) return std::nullopt;
+  return vote_idle(last);
+}
+
+// The verdict is the job's: each node says when its own workers have been idle for the
+// timeout, takes it back when they move, and the node that makes every node idle at once
+// declares the hang.
+std::optional<AttemptOutcome> Attempt::vote_idle(Clock::time_point last_progress) {
+  idle_voted_ = true;
+  std::int64_t idle = 0;
+  try {
+    idle = channel_.vote_idle();
+  } catch (const Error& e) {
+    spdlog::warn("--hang-timeout: cannot tell the other nodes this node is idle: {}", e.what());
+    return std::nullopt;
+  }
+  spdlog::debug("--hang-timeout: no progress on this node for {}; {} of {} nodes idle",
+                format_duration(Clock::now() - last_progress), idle,
+                round_.ranks.group_world_size);
+  if (idle >= round_.ranks.group_world_size) {
+    const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(config_.hang_timeout);
+    auto f = failure(Failure::Kind::kHang, kExitHang,
+                     fmt::format("no progress from any of {} ranks for {} (--hang-timeout)",
+                                 round_.ranks.world_size, format_duration(seconds)));
+    spdlog::error("hang: {}", f.message);
+    emit_("hang", {{"attempt", round_.id}, {"message", f.message}});
+    return publish(f);
+  }
+  if (running_ > 0 && !progress_.arm(last_progress)) return on_progress();  // it just moved
+  return std::nullopt;
+}
+
+std::optional<AttemptOutcome> Attempt::on_progress() {
+  if (!idle_voted_ || running_ == 0) return std::nullopt;
+  idle_voted_ = false;
+  try {
+    channel_.withdraw_idle();
+  } catch (const Error& e) {
+    spdlog::warn("--hang-timeout: cannot tell the other nodes this node moved again: {}",
+                 e.what());
+  }
+  return std::nullopt;
+}
+
+// A FileTimer expired: the worker's own promise ("this block ends within N seconds") was
+// broken, so it is that rank's hang. torchrun sends the worker the timer's signal; the agent
+// takes the stacks first and then stops the whole job as for any failure.
+std::optional<AttemptOutcome> Attempt::on_timer_expired(const AgentEvent& event) {
+  int local = -1;
+  for (std::size_t l = 0; l < pids_.size(); ++l) {
+    if (pids_[l] == event.pid && !exited_[l]) local = static_cast<int>(l);
+  }
+  if (local < 0) {
+    spdlog::debug("FileTimer '{}' of pid {} expired; not a live worker of attempt {}", event.text,
+                  event.pid, round_.id);
+    return std::nullopt;
+  }
+  const int rank = round_.ranks.global_rank(local);
+  if (event.timer_signal <= 0) {
+    spdlog::warn("rank {}: timer '{}' expired, but it asked for no signal: not stopped",
+                 rank, event.text);
+    return std::nullopt;
+  }
+  auto f = failure(Failure::Kind::kHang, kExitHang,
+                   fmt::format("rank {}: timer '{}' expired {:.1f}s ago (FileTimer)", rank,
+                               event.text, std::max(0.0, unix_seconds() - event.expired_at)));
+  f.rank = rank;
+  f.local_rank = local;
+  f.pid = event.pid;
+  spdlog::error("{}", f.message);
+  emit_("timer_expired", {{"attempt", round_.id}, {"rank", rank}, {"pid", event.pid},
+                          {"scope", event.text}, {"expired_at", event.expired_at}});
+  if (published_) return std::nullopt;
+  published_ = true;
+  return publish(f);
+}
+
+// Worker exits while the peers get their grace: each is recorded as a failure of its own (as
+// a late one would be); anything else waits for the caller.
+void Attempt::wait_for_peers(Deadline deadline) {
+  std::vector<AgentEvent> later;
+  while (running_ > 0) {
+    auto event = events_.pop(deadline);
+    if (!event) break;
+    if (event->kind != AgentEvent::Kind::kWorkerExited || event->round != round_.id) {
+      const bool stop = event->kind == AgentEvent::Kind::kSignal;
+      later.push_back(std::move(*event));
+      if (stop) break;
+      continue;
+    }
+    const auto& exit = event->exit;
+    --running_;
+    exited_[exit.local_rank] = true;
+    if (exit.succeeded()) continue;
+    auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host,
+                            round_.ranks.group_rank, round_.restart_count);
+    channel_.record_failure(f);
+    failed_[exit.local_rank] = f;
+  }
+  for (auto& e : later) events_.push(std::move(e));
+}
+
+void Attempt::take_stacks(const Failure& decided) {
+  const bool hang = decided.kind == Failure::Kind::kHang;
+  const bool failure = decided.kind == Failure::Kind::kWorker && config_.hang_timeout.count() > 0;
+  if ((!hang && !failure) || pids_.empty() || signal_ != 0) return;
+  if (failure) wait_for_peers(Deadline::after(kPeerGrace));
+
+  std::vector<StackTarget> targets;
+  std::vector<int> locals;
+  for (std::size_t l = 0; l < pids_.size(); ++l) {
+    if (exited_[l]) continue;
+    targets.push_back({pids_[l], (fs::path(dir_) / std::to_string(l) / "stacks.txt").string()});
+    locals.push_back(static_cast<int>(l));
+  }
+  std::vector<RankWhere> where;
+  const auto started = Clock::now();
+  const auto captures = capture_stacks(targets, Deadline::after(kCaptureBudget));
+  for (std::size_t i = 0; i < captures.size(); ++i) {
+    const auto& c = captures[i];
+    RankWhere r;
+    std::string text;
+    if (std::ifstream in(c.file); in) text.assign(std::istreambuf_iterator<char>(in), {});
+    if (!text.empty()) r = locate(parse_gdb_output(text, c.pid));
+    if (!c.ok) r.note = "no stack: " + c.error;
+    r.local_rank = locals[i];
+    r.rank = round_.ranks.global_rank(locals[i]);
+    r.pid = c.pid;
+    where.push_back(std::move(r));
+  }
+  // The ranks of this node that failed on their own: whether their error came from inside a
+  // collective tells a blocked peer from one out of step.
+  for (std::size_t l = 0; l < failed_.size(); ++l) {
+    if (!failed_[l]) continue;
+    const auto& f = *failed_[l];
+    RankWhere r;
+    r.local_rank = static_cast<int>(l);
+    r.rank = f.rank;
+    r.pid = f.pid;
+    r.note = f.signal ? fmt::format("killed by {}", signal_name(f.signal))
+                      : fmt::format("exited with code {}", f.exit_code);
+    std::string text = f.message + "\n" + f.traceback;
+    for (const auto& line : f.stderr_tail) text += "\n" + line;
+    r.in_collective = mentions_collective(text);
+    where.push_back(std::move(r));
+  }
+  for (auto& r : where) {
+    r.host = ctx_.host;
+    r.node = round_.ranks.group_rank;
+  }
+  if (!targets.empty()) {
+    spdlog::info("took the stacks of {} live worker(s) in {}: {}/<local rank>/stacks.txt",
+                 targets.size(), format_duration(Clock::now() - started), dir_);
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : where) {
+    ranks.push_back({{"rank", r.rank}, {"where", r.where}, {"in_collective", r.in_collective},
+                     {"note", r.note}});
+  }
+  emit_("stacks", {{"attempt", round_.id},
+                   {"seconds", std::chrono::duration<double>(Clock::now() - started).count()},
+                   {"ranks", ranks}});
+  channel_.record_where(where);
+}
+
+// The chooser's root cause gets the ranks grouped by where they were. When a worker failed
+// and another rank stayed alive outside any collective while the rest failed or waited in one,
+// that rank is the cause: the others only timed out waiting for it.
+void Attempt::explain(Failure& f) {
+  auto where = channel_.all_where();
+  // Only when some rank's stack was taken: failures alone are already in the report.
+  if (std::none_of(where.begin(), where.end(), [](const RankWhere& r) { return !r.where.empty(); })) {
+    return;
+  }
+  f.where = group_ranks(where, round_.ranks.world_size);
+  f.stacks = round_.ranks.group_world_size > 1
+                 ? fmt::format("attempt_{}/<local rank>/stacks.txt in each node's log directory "
+                               "(this node's: {})", round_.id, dir_)
+                 : fmt::format("{}/<local rank>/stacks.txt", dir_);
+  const auto out = ranks_out_of_step(where);
+  if (out.empty()) return;
+  const auto& who = *std::find_if(where.begin(), where.end(),
+                                  [&](const RankWhere& r) { return r.rank == out.front(); });
+  if (f.kind == Failure::Kind::kWorker) {
+    // The first failure's own details go; the message keeps it.
+    const auto first = fmt::format("rank {} on {} {}", f.rank, f.host,
+                                   f.signal ? "killed by " + signal_name(f.signal)
+                                            : fmt::format("exited with code {}", f.exit_code));
+    f.kind = Failure::Kind::kHang;
+    f.exit_code = kExitHang;
+    f.signal = 0;
+    f.message = fmt::format("{} {} alive outside any collective ({}) while the other ranks "
+                            "failed in one or wait in one; first failure: {}",
+                            out.size() == 1 ? "rank" : "ranks", format_rank_list(out),
+                            who.where, first);
+    f.traceback.clear();
+    f.stderr_tail.clear();
+  } else if (f.rank < 0) {
+    f.message += fmt::format("; out of step: {} {}", out.size() == 1 ? "rank" : "ranks",
+                             format_rank_list(out));
+  } else {
+    return;  // a timer's rank stays the cause
+  }
+  {
+    f.rank = who.rank;
+    f.local_rank = who.local_rank;
+    f.pid = who.pid;
+    f.host = who.host;
+    f.node = who.node;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "agent/outcome_watcher.hpp"
 #include "agent/round_channel.hpp"
 #include "agent/worker_env.hpp"
+#include "agent/worker_progress.hpp"
 #include "common/failure_record.hpp"
 #include "common/launch_config.hpp"
 #include "common/progress.hpp"
@@ -23,6 +24,7 @@
 namespace ddprun {
 
 class EventLog;
+class FileTimerServer;
 
 // What the agent runs on: the store, the rendezvous, the runner, and where things go.
 struct AgentContext {
@@ -50,9 +52,10 @@ class Attempt {
   using Emit = std::function<void(const std::string& name, nlohmann::json fields)>;
 
   // `events` is the agent's queue: it must outlive the attempt (the runner and the keep-alive
-  // report into it).
+  // report into it). `progress` and `timers` (null: no FileTimer server) are the agent's too.
   Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round, EventQueue& events,
-          const std::atomic<int>& signal, Emit emit);
+          const std::atomic<int>& signal, Emit emit, WorkerProgress& progress,
+          FileTimerServer* timers);
   ~Attempt();
 
   AttemptOutcome run();
@@ -68,6 +71,17 @@ class Attempt {
   std::optional<AttemptOutcome> on_store_lost(const std::string& message);
   std::optional<AttemptOutcome> on_node_lost(int group_rank);
   std::optional<AttemptOutcome> on_barrier_expired();
+  // --hang-timeout and FileTimer.
+  std::optional<Deadline> hang_check_due() const;
+  std::optional<AttemptOutcome> check_hang();
+  std::optional<AttemptOutcome> vote_idle(Clock::time_point last_progress);
+  std::optional<AttemptOutcome> on_progress();
+  std::optional<AttemptOutcome> on_timer_expired(const AgentEvent& event);
+  // Stacks of the live workers once the round has failed: at once for a hang; for a worker
+  // failure (with --hang-timeout on), of the peers still alive a few seconds later.
+  void take_stacks(const Failure& decided);
+  void wait_for_peers(Deadline deadline);
+  void explain(Failure& root_cause);
   void barrier_progress();
   std::optional<AttemptOutcome> handle(const AgentEvent& event);
 
@@ -87,12 +101,18 @@ class Attempt {
   EventQueue& events_;
   const std::atomic<int>& signal_;
   Emit emit_;
+  WorkerProgress& progress_;
+  FileTimerServer* timers_;
   RoundChannel channel_;
   std::string dir_;  // attempt_<round>/ under the log dir
 
   std::unique_ptr<OutcomeWatcher> watcher_;
   std::unique_ptr<KeepAlive> keep_alive_;
   int running_ = 0;            // local workers not yet exited
+  std::vector<int> pids_;      // by local rank
+  std::vector<bool> exited_;   // by local rank
+  std::vector<std::optional<Failure>> failed_;  // by local rank: how it failed on its own
+  bool idle_voted_ = false;    // this node told the others its workers show no progress
   bool published_ = false;     // this node has said how its workers ended
   bool outcome_mine_ = false;  // this node's failure decided the round
   std::optional<Deadline> barrier_;  // once this node's workers all succeeded

@@ -99,9 +99,24 @@ std::string format_root_cause(const Failure& f, int world_size) {
       row("node", std::to_string(f.node));
       row("cause", f.message);
       break;
+    case Failure::Kind::kHang:
+      if (f.rank >= 0) {
+        row("host", f.host);
+        row("node", std::to_string(f.node));
+        row("rank", world_size > 0
+                        ? fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank)
+                        : fmt::format("{} (local rank {})", f.rank, f.local_rank));
+      }
+      row("hang", f.message);
+      break;
   }
   row("attempt", std::to_string(f.attempt));
   row("time", stamp);
+  if (!f.where.empty()) {
+    out += "  where the ranks were:\n";
+    for (const auto& line : f.where) out += "    " + line + "\n";
+    if (!f.stacks.empty()) out += "  full stacks: " + f.stacks + "\n";
+  }
   if (f.kind == Failure::Kind::kWorker) {
     if (!f.message.empty()) row("error", f.message);
     if (!f.traceback.empty()) {

@@ -53,8 +53,36 @@ void RoundChannel::record_failure(const Failure& failure) {
   }
 }
 
+std::int64_t RoundChannel::vote_idle() { return store_.add("hang/idle", 1, op()); }
+
+void RoundChannel::withdraw_idle() { store_.add("hang/idle", -1, op()); }
+
+void RoundChannel::record_where(const std::vector<RankWhere>& ranks) {
+  try {
+    store_.set(fmt::format("where/{}", round_.ranks.group_rank), where_to_json(ranks), op());
+  } catch (const Error& e) {
+    spdlog::warn("could not share where this node's ranks were: {}", e.what());
+  }
+}
+
+std::vector<RankWhere> RoundChannel::all_where() {
+  std::vector<RankWhere> all;
+  for (int g = 0; g < round_.ranks.group_world_size; ++g) {
+    try {
+      if (auto text = store_.try_get(fmt::format("where/{}", g), op())) {
+        auto node = where_from_json(*text);
+        all.insert(all.end(), node.begin(), node.end());
+      }
+    } catch (const Error& e) {
+      spdlog::warn("could not read where node {}'s ranks were: {}", g, e.what());
+    }
+  }
+  return all;
+}
+
 Failure RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
-                                         std::chrono::milliseconds settle_time) {
+                                         std::chrono::milliseconds settle_time,
+                                         const std::function<void(Failure&)>& refine) {
   const auto deadline = Deadline::after(settle_time);
   try {
     const auto settled = store_.add("settled", 1, op());
@@ -78,6 +106,7 @@ Failure RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
       auto f = Failure::from_json(*text);
       if (f.unix_time < earliest.unix_time) earliest = f;
     }
+    if (refine) refine(earliest);
     store_.set("root_cause", earliest.to_json(), op());
     return earliest;
   } catch (const Error& e) {

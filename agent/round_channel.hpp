@@ -4,10 +4,12 @@
 // and the root cause chosen among them, and the goodbyes at the end of the job.
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "agent/stack_report.hpp"
 #include "common/failure_record.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "store/prefix_store.hpp"
@@ -36,13 +38,28 @@ class RoundChannel {
   // The group ranks whose workers have not all succeeded yet (one check per node).
   std::vector<int> nodes_still_running();
 
+  // --hang-timeout: this node's workers have shown no progress for the timeout (or are all
+  // done). Returns the number of nodes that say so now; the node that makes it every node of
+  // the round declares the hang.
+  std::int64_t vote_idle();
+  // This node's workers moved again.
+  void withdraw_idle();
+
+  // Where this node's ranks were when the round ended (stacks taken), for the root cause.
+  void record_where(const std::vector<RankWhere>& ranks);
+  // Every node's records (a node that recorded none is left out).
+  std::vector<RankWhere> all_where();
+
   // Adds a worker failure to the round's list (logged, not thrown, when the store fails).
   void record_failure(const Failure& failure);
   // The root cause: the earliest recorded failure, once every node has stopped and recorded
   // its own (or `settle_time` passed). The chooser (whose failure ended the round) picks it
   // and publishes it; the others read it. Falls back to `first` when the store fails.
+  // `refine`, when given, runs on the chooser's pick before it is published (the stacks'
+  // grouping is added there).
   Failure resolve_root_cause(const Failure& first, bool chooser,
-                             std::chrono::milliseconds settle_time);
+                             std::chrono::milliseconds settle_time,
+                             const std::function<void(Failure&)>& refine = {});
 
   // The end of the job for this node: its goodbye, one key of its own, so that saying it twice
   // (again on a fresh connection, after a signal cut the first one short) counts once. Throws.

@@ -29,6 +29,20 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
   env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
   if (!env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (in.set_omp_threads && !env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
+  if (!in.timer_file.empty()) env["TORCHELASTIC_TIMER_FILE"] = in.timer_file;
+  // torch 2.x's Flight Recorder, under both the older TORCH_NCCL_* names and the TORCH_FR_*
+  // ones that replace them; the user's own setting of either name wins.
+  const auto set_pair = [&env](const char* older, const char* newer, const std::string& value) {
+    if (env.count(older) || env.count(newer)) return;
+    env[older] = value;
+    env[newer] = value;
+  };
+  if (!in.flight_recorder_prefix.empty()) {
+    set_pair("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "2000");
+    set_pair("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE",
+             in.flight_recorder_prefix);
+    if (!env.count("TORCH_NCCL_DUMP_ON_TIMEOUT")) env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1";
+  }
   return env;
 }
 

@@ -21,6 +21,10 @@ struct WorkerEnvInput {
   std::string run_id = "none";
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
   bool set_omp_threads = false;  // OMP_NUM_THREADS=1 unless the agent's environment has one
+  std::string timer_file;  // TORCHELASTIC_TIMER_FILE when the agent serves FileTimer requests
+  // Where torch 2.x's NCCL Flight Recorder dumps a rank's last collectives when one times out
+  // (the rank is appended); empty: not set.
+  std::string flight_recorder_prefix;
 };
 
 using EnvMap = std::map<std::string, std::string>;

@@ -9,6 +9,7 @@ namespace ddprun {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;         // invalid flag, value or combination
+inline constexpr int kExitHang = 122;       // the job hung (--hang-timeout, a FileTimer) and no restart was left
 inline constexpr int kExitHosts = 123;       // --hosts: a host unreachable, failed its checks, or lost
 inline constexpr int kExitRendezvous = 124;  // rendezvous timed out or failed, store lost
 inline constexpr int kExitInternal = 125;    // a bug or an unexpected system error

@@ -43,7 +43,8 @@ std::string Failure::to_json() const {
             {"rank", rank},                   {"local_rank", local_rank}, {"pid", pid},
             {"exit_code", exit_code},         {"signal", signal},   {"attempt", attempt},
             {"time", unix_time},              {"message", message}, {"traceback", traceback},
-            {"stderr_tail", stderr_tail}, {"lost_node", lost_node}};
+            {"stderr_tail", stderr_tail}, {"lost_node", lost_node},
+            {"where", where},             {"stacks", stacks}};
   // Worker output is not always valid UTF-8 (binary junk, a line cut mid-character): replace
   // what cannot be encoded rather than fail to report the failure.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -54,7 +55,7 @@ Failure Failure::from_json(const std::string& text) {
     auto j = json::parse(text);
     Failure f;
     const int kind = j.at("kind").get<int>();
-    if (kind < 0 || kind > static_cast<int>(Kind::kMembership)) {
+    if (kind < 0 || kind > static_cast<int>(Kind::kHang)) {
       throw Error(fmt::format("malformed failure record in the store: unknown kind {}", kind));
     }
     f.kind = static_cast<Kind>(kind);
@@ -71,6 +72,8 @@ Failure Failure::from_json(const std::string& text) {
     f.traceback = j.at("traceback").get<std::string>();
     f.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
     f.lost_node = j.value("lost_node", -1);
+    f.where = j.value("where", std::vector<std::string>{});
+    f.stacks = j.value("stacks", std::string());
     return f;
   } catch (const json::exception& e) {
     throw Error(fmt::format("malformed failure record in the store: {}", e.what()));

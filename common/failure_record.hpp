@@ -15,7 +15,9 @@ inline constexpr const char* kRoundSucceeded = "success";
 
 struct Failure {
   // kMembership: the round must re-form (a node joined, left or died); not a failure of the job.
-  enum class Kind : std::uint8_t { kWorker, kSignal, kAgent, kMembership };
+  // kHang: the workers stopped making progress (--hang-timeout), a FileTimer expired, or a rank
+  // stayed alive outside a collective that the others failed in; it spends a restart.
+  enum class Kind : std::uint8_t { kWorker, kSignal, kAgent, kMembership, kHang };
   Kind kind = Kind::kWorker;
   std::string host;
   int node = 0;        // group rank
@@ -30,6 +32,11 @@ struct Failure {
   std::string traceback;   // error file py_callstack
   std::vector<std::string> stderr_tail;
   int lost_node = -1;  // a node declared dead (it will not say goodbye), -1: none
+  // Where the live ranks were when the round ended, grouped ("ranks 0, 2 (2 of 3): in
+  // all_reduce, train.py:41 step()"), and where their full stacks were written; empty when
+  // no stack was taken.
+  std::vector<std::string> where;
+  std::string stacks;
 
   std::string to_json() const;
   // Throws Error on malformed JSON.

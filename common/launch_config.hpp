@@ -102,6 +102,8 @@ struct LaunchConfig {
   std::string role = "default";
   std::chrono::milliseconds shutdown_timeout{30'000};
   std::chrono::milliseconds exit_barrier_timeout{300'000};
+  // No progress from any worker of the job for this long is a hang; zero: not watched.
+  std::chrono::milliseconds hang_timeout{0};
   std::vector<int> signals_to_handle;  // signal numbers
 
   // The program.

@@ -68,6 +68,9 @@ constexpr OptionSpec kOptions[] = {
     {"shutdown-timeout", "", "SECONDS", kFailures, "Grace between forwarded signal and SIGKILL [30]"},
     {"exit-barrier-timeout", "", "SECONDS", kFailures,
      "Wait for the other nodes after success [300]"},
+    {"hang-timeout", "", "SECONDS", kFailures,
+     "A job whose workers show no progress (no output line,\nno FileTimer request) for this "
+     "long is hung: stacks\nare taken and it restarts or fails [0: off]"},
 
     {"log-dir", "", "DIR", kOutput, "Per-rank log files [a temp dir, when redirecting]"},
     {"redirects", "r", "0-3|R:V,...", kOutput,

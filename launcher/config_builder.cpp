@@ -256,6 +256,9 @@ void build_workers_and_output(const OptionReader& options,
   if (auto* v = options.find("exit-barrier-timeout")) {
     config.exit_barrier_timeout = parse_seconds(v->text, v->label);
   }
+  if (auto* v = options.find("hang-timeout")) {
+    config.hang_timeout = parse_seconds(v->text, v->label);
+  }
   if (auto* v = options.find("progress-interval")) {
     config.progress_interval = parse_seconds(v->text, v->label);
   }

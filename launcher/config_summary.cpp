@@ -31,7 +31,8 @@ std::string log_dir_text(const LaunchConfig& config) {
 }  // namespace
 
 bool writes_log_files(const LaunchConfig& config) {
-  return any_stream(config.redirects) || any_stream(config.tee);
+  return any_stream(config.redirects) || any_stream(config.tee) ||
+         config.hang_timeout.count() > 0;
 }
 
 std::string describe(const LaunchConfig& config) {
@@ -56,6 +57,9 @@ std::string describe(const LaunchConfig& config) {
   }
   rows.emplace_back("max restarts", fmt::format("{}", config.max_restarts));
   rows.emplace_back("shutdown timeout", seconds_text(config.shutdown_timeout));
+  if (config.hang_timeout.count() > 0) {
+    rows.emplace_back("hang timeout", seconds_text(config.hang_timeout));
+  }
   rows.emplace_back("log dir", log_dir_text(config));
   rows.emplace_back("program", shell_join(config.argv));
 

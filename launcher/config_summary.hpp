@@ -12,7 +12,8 @@ namespace ddprun {
 // max restarts, shutdown timeout, log dir, program (argv joined, shell-quoted where needed).
 std::string describe(const LaunchConfig& config);
 
-// Whether --redirects or --tee send some worker's output to files (stdout.log, stderr.log).
+// Whether the job writes files worth keeping: --redirects or --tee send some worker's output to
+// files (stdout.log, stderr.log), or --hang-timeout may write the workers' stacks.
 bool writes_log_files(const LaunchConfig& config);
 
 }  // namespace ddprun

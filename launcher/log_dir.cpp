@@ -34,7 +34,10 @@ fs::path temp_base(bool scratch) {
 LogDir::LogDir(const LaunchConfig& config) {
   fs::path base = config.log_dir;
   if (base.empty()) {
-    const bool scratch = !writes_log_files(config);
+    // A job that serves FileTimer requests may write stacks when a timer expires.
+    const char* file_timer = std::getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
+    const bool scratch =
+        !writes_log_files(config) && !(file_timer != nullptr && std::string(file_timer) == "1");
     std::string tmpl = (temp_base(scratch) / "torchelastic_XXXXXX").string();
     if (!mkdtemp(tmpl.data())) {
       throw Error(fmt::format("cannot create a log directory {}: {}", tmpl,

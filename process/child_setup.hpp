@@ -21,6 +21,11 @@ inline void die_with(pid_t parent) {
   if (getppid() != parent) _exit(128 + SIGKILL);
 }
 
+// Lets `tracer` and its descendants (the debugger the agent starts to capture a hung worker's
+// stack) attach to this process where Yama restricts ptrace to descendants (ptrace_scope 1);
+// the relation survives exec. Fails harmlessly (EINVAL) on a kernel without Yama.
+inline void allow_tracing_by(pid_t tracer) { prctl(PR_SET_PTRACER, tracer, 0, 0, 0); }
+
 // Signal masks and ignored dispositions survive exec: give the program a clean slate.
 inline void reset_signals_for_exec() {
   sigset_t none;

@@ -267,6 +267,7 @@ class PosixProcessRunner::Impl {
     t.file = is_err ? o.stderr_file : o.stdout_file;
     t.prefix = o.prefix;
     t.keep_tail = is_err ? 20 : 0;
+    t.on_output = o.on_output;
     return t;
   }
 

@@ -24,6 +24,9 @@ struct OutputSpec {
   // The worker writes straight to the agent's stdout/stderr (no pipe, no prefix) for the
   // streams that go to the console and to no file.
   bool raw = false;
+  // Called on the runner's thread whenever the worker writes to a captured stream: a sign of
+  // progress for hang detection. Cheap and non-blocking, or the worker's output stalls.
+  std::function<void()> on_output;
 };
 
 struct WorkerLaunch {

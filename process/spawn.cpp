@@ -54,7 +54,10 @@ int child_main(void* arg) {
     // no system call, nobody woken.
     std::atomic_ref<pid_t>(*a.announce_slot).store(getpid(), std::memory_order_release);
   }
-  if (a.parent > 0) die_with(a.parent);
+  if (a.parent > 0) {
+    die_with(a.parent);
+    allow_tracing_by(a.parent);
+  }
   if ((a.in != STDIN_FILENO && dup2(a.in, STDIN_FILENO) < 0) ||
       (a.out != STDOUT_FILENO && dup2(a.out, STDOUT_FILENO) < 0) ||
       (a.err != STDERR_FILENO && dup2(a.err, STDERR_FILENO) < 0)) {

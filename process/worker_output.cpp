@@ -103,6 +103,7 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   void on_read(boost::system::error_code ec, std::size_t n) {
     if (detached) return;
     if (!ec) {
+      if (target.on_output) target.on_output();
       write_file(std::string_view(chunk.data(), n));
       emit(splitter.feed(std::string_view(chunk.data(), n)));
       read();

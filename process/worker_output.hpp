@@ -22,6 +22,7 @@ struct OutputTarget {
   std::string file;       // empty: no file
   std::string prefix;     // console prefix; "{time}" replaced per line
   std::size_t keep_tail = 0;
+  std::function<void()> on_output;  // called per chunk read (OutputSpec::on_output)
 };
 
 class WorkerOutput {

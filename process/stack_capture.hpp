@@ -1,0 +1,41 @@
+#pragma once
+// Stacks of live processes, taken with the system's debugger: `gdb -batch` attaches, prints,
+// and detaches, so the process goes on as before. For a Python interpreter it prints the
+// Python frames too (`py-bt`, from the gdb extension Debian ships with python3.11-dbg), and for
+// every process the native frames of every thread. Processes are captured in parallel, within
+// one deadline for all of them, each into a file of its own.
+
+#include <string>
+#include <vector>
+
+#include "common/deadline.hpp"
+
+namespace ddprun {
+
+struct StackTarget {
+  int pid = 0;
+  std::string file;  // where the debugger's output goes (created or truncated)
+};
+
+struct StackCapture {
+  int pid = 0;
+  std::string file;
+  bool python = false;  // the process is a Python interpreter: Python frames were asked for
+  bool ok = false;      // the debugger ran to its end and exited 0
+  std::string error;    // when !ok: why (no debugger, it failed, it ran past the deadline)
+  double seconds = 0;   // how long this process's capture took
+};
+
+// The debugger this machine has (gdb on PATH), or empty.
+std::string find_debugger();
+
+// The debugger's command line for one process.
+std::vector<std::string> debugger_command(const std::string& gdb, int pid, bool python);
+
+// Captures every target at once. Returns when each debugger has ended, or at `deadline`, when
+// those still running are killed (a killed debugger detaches: the kernel resumes its
+// process). One result per target, in order. Never throws for one target's failure.
+std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
+                                         Deadline deadline);
+
+}  // namespace ddprun

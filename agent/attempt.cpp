@@ -16,7 +16,6 @@
 #include "agent/stack_report.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
-#include "process/stack_capture.hpp"
 
 namespace ddprun {
 
@@ -567,7 +566,7 @@ void Attempt::take_stacks(const Failure& decided) {
   }
   std::vector<RankWhere> where;
   const auto started = Clock::now();
-  const auto captures = capture_stacks(targets, Deadline::after(kCaptureBudget));
+  const auto captures = ctx_.runner->capture_stacks(targets, Deadline::after(kCaptureBudget));
   for (std::size_t i = 0; i < captures.size(); ++i) {
     const auto& c = captures[i];
     RankWhere r;

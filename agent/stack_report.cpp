@@ -164,15 +164,15 @@ bool mentions_collective(const std::string& text) {
 
 ParsedStacks parse_gdb_output(const std::string& text, int pid) {
   static const std::regex py_frame(R"re(^\s*File "(.*)", line (\d+), in (.*)$)re");
-  static const std::regex thread_header(R"(^Thread \d+ \(.*\(LWP (\d+)\).*\):$)");
+  static const std::regex thread_header(R"(^Thread (\d+) \(.*\(LWP (\d+)\).*\):$)");
   ParsedStacks out;
   enum class Section { kNone, kPython, kNative } section = Section::kNone;
   bool main_thread = false;
-  bool seen_thread = false;
-  std::vector<StackFrame> first_thread;  // fallback when no thread's id is `pid`
-  bool in_first = false;
-  for (const auto& raw : split(text, '\n')) {
-    const std::string& line = raw;
+  bool thread_one = false;
+  // gdb numbers the threads in the order it found them, the main thread first: thread 1 stands
+  // in when no thread has the process's id (the output came from elsewhere).
+  std::vector<StackFrame> first_thread;
+  for (const auto& line : split(text, '\n')) {
     if (line.find("--- python ---") != std::string::npos) {
       section = Section::kPython;
       continue;
@@ -194,14 +194,13 @@ ParsedStacks parse_gdb_output(const std::string& text, int pid) {
       }
     } else if (section == Section::kNative) {
       if (std::regex_match(line, m, thread_header)) {
-        main_thread = std::stoi(m[1]) == pid;
-        in_first = !seen_thread;
-        seen_thread = true;
+        thread_one = std::stoi(m[1]) == 1;
+        main_thread = std::stoi(m[2]) == pid;
         continue;
       }
       if (!starts_with(line, "#")) continue;
       if (main_thread) out.native.push_back(native_frame(line));
-      if (in_first) first_thread.push_back(native_frame(line));
+      if (thread_one) first_thread.push_back(native_frame(line));
     }
   }
   if (out.native.empty()) out.native = std::move(first_thread);

@@ -390,4 +390,9 @@ void PosixProcessRunner::stop(int signal, Clock::duration grace,
   impl_->stop(signal, grace, spared);
 }
 
+std::vector<StackCapture> PosixProcessRunner::capture_stacks(
+    const std::vector<StackTarget>& targets, Deadline deadline) {
+  return ddprun::capture_stacks(targets, deadline);
+}
+
 }  // namespace ddprun

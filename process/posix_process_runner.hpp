@@ -23,6 +23,8 @@ class PosixProcessRunner final : public ProcessRunner {
   std::vector<int> start(const std::vector<WorkerLaunch>& workers, ExitCallback on_exit) override;
   using ProcessRunner::stop;
   void stop(int signal, Clock::duration grace, const std::vector<int>& spared) override;
+  std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
+                                           Deadline deadline) override;
 
  private:
   class Impl;

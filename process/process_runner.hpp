@@ -10,6 +10,7 @@
 
 #include "common/deadline.hpp"
 #include "common/error.hpp"
+#include "process/stack_capture.hpp"
 
 namespace ddprun {
 
@@ -89,6 +90,11 @@ class ProcessRunner {
   // same grace before SIGKILL.
   virtual void stop(int signal, Clock::duration grace, const std::vector<int>& spared) = 0;
   void stop(int signal, Clock::duration grace) { stop(signal, grace, {}); }
+
+  // Writes the stacks of live workers (by pid) into files, all within `deadline`, without
+  // stopping them (process/stack_capture.hpp). One result per target, in order.
+  virtual std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
+                                                   Deadline deadline) = 0;
 };
 
 }  // namespace ddprun

@@ -3,7 +3,11 @@
 # job report gives them.
 add_executable(agent_unit_tests
   unit/agent/test_agent.cpp
+  unit/agent/test_file_timer.cpp
+  unit/agent/test_stack_report.cpp
   unit/agent/test_worker_env.cpp)
 target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_agent
   ddprun_launcher_lib)
+target_compile_definitions(agent_unit_tests PRIVATE
+  STACK_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/agent/data")
 catch_discover_tests(agent_unit_tests TEST_PREFIX "unit: ")

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <vector>
 
@@ -33,6 +34,37 @@ class FakeRunner final : public ProcessRunner {
     for (std::size_t i = 0; i < running_.size(); ++i) {
       if (running_[i]) report_locked(lock, static_cast<int>(i), 0, signal);
     }
+  }
+
+  // Writes the stacks set with set_stacks (by local rank) as the debugger's output; a worker
+  // without one gets an error, as an unreadable process would.
+  std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
+                                           Deadline) override {
+    std::lock_guard lock(mutex_);
+    std::vector<StackCapture> out;
+    for (const auto& t : targets) {
+      StackCapture c;
+      c.pid = t.pid;
+      c.file = t.file;
+      const auto local = static_cast<std::size_t>(t.pid % 1000);
+      captured_pids_.push_back(t.pid);
+      if (local < stacks_.size() && !stacks_[local].empty()) {
+        std::ofstream(t.file) << stacks_[local];
+        c.ok = true;
+      } else {
+        c.error = "the fake runner has no stack for this worker";
+      }
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+  void set_stacks(std::vector<std::string> by_local_rank) {
+    std::lock_guard lock(mutex_);
+    stacks_ = std::move(by_local_rank);
+  }
+  std::vector<int> captured_pids() {
+    std::lock_guard lock(mutex_);
+    return captured_pids_;
   }
 
   // Blocks until start() was called `n` times in all (false after the timeout).
@@ -96,6 +128,8 @@ class FakeRunner final : public ProcessRunner {
   std::vector<bool> running_;
   std::vector<int> stop_signals_;
   std::vector<std::string> tail_;
+  std::vector<std::string> stacks_;
+  std::vector<int> captured_pids_;
   ExitCallback on_exit_;
 };
 

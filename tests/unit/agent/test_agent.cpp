@@ -7,7 +7,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <future>
 #include <thread>
 
@@ -266,6 +268,62 @@ TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {
   CHECK(exit_code_of(r0) == 5);
   CHECK(exit_code_of(r1) == 5);
   CHECK(r1.root_cause->host == "hostA");
+}
+
+std::string stack_fixture(const std::string& name) {
+  std::ifstream in(std::string(STACK_FIXTURES) + "/" + name);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("agent: a job whose every node is idle hangs, every node agrees, exit 122",
+          "[agent][hang]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  auto c0 = config_for(2, 0, 2);
+  auto c1 = config_for(2, 1, 1);
+  c0.hang_timeout = c1.hang_timeout = 300ms;
+  Node n0(shared, c0, "hostA", dir.file("n0"));
+  Node n1(shared, c1, "hostB", dir.file("n1"));
+  // Node 0's two ranks wait in all_reduce; node 1's rank (rank 2) sleeps elsewhere.
+  n0.runner.set_stacks({stack_fixture("gdb_python_rank0.txt"), stack_fixture("gdb_python_rank0.txt")});
+  n1.runner.set_stacks({stack_fixture("gdb_python_rank1.txt")});
+  auto r0 = n0.finish();
+  auto r1 = n1.finish();
+  CHECK(exit_code_of(r0) == kExitHang);
+  CHECK(exit_code_of(r1) == kExitHang);
+  REQUIRE(r0.root_cause);
+  REQUIRE(r1.root_cause);
+  const auto& f = *r0.root_cause;
+  CHECK(f.kind == Failure::Kind::kHang);
+  CHECK_THAT(f.message, Catch::Contains("no progress from any of 3 ranks"));
+  CHECK_THAT(f.message, Catch::Contains("out of step: rank 2"));
+  CHECK(f.rank == 2);
+  CHECK(f.host == "hostB");
+  REQUIRE(f.where.size() == 2);
+  CHECK(f.where[0] == "ranks 0, 1 (2 of 3): in all_reduce, train.py:7 step()");
+  CHECK_THAT(f.where[1], Catch::StartsWith("rank 2 (1 of 3):"));
+  CHECK_THAT(f.where[1], Catch::EndsWith("<- not in the collective"));
+  CHECK(r1.root_cause->to_json() == f.to_json());  // one verdict for the job
+  // Stacks were taken before any worker was stopped, each into its rank's directory.
+  CHECK(n0.runner.captured_pids().size() == 2);
+  CHECK(n1.runner.captured_pids().size() == 1);
+  CHECK(std::ifstream(dir.file("n1") + "/attempt_0/0/stacks.txt").good());
+}
+
+TEST_CASE("agent: a hang spends a restart like a failure", "[agent][hang]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  auto c = config_for(1, 0, 1, 1);
+  c.hang_timeout = 200ms;
+  Node node(shared, c, "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(2));  // attempt 0 hung (no stack: the runner has none)
+  CHECK(env_of_start(node.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
+  node.runner.exit_all(0);
+  auto r = node.finish();
+  CHECK(exit_code_of(r) == 0);
+  CHECK(r.restarts == 1);
+  REQUIRE(r.attempts.size() == 2);
+  CHECK_THAT(r.attempts[0].ended, Catch::StartsWith("hung: no progress"));
 }
 
 TEST_CASE("agent: a signal stops the workers with that signal and exits 128+N", "[agent]") {

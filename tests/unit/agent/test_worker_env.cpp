@@ -163,3 +163,31 @@ TEST_CASE("arguments without ${local_rank} are left alone", "[agent][env]") {
   CHECK(ddprun::substitute_local_rank(argv, 3) == argv);
   CHECK(ddprun::substitute_local_rank({}, 3).empty());
 }
+
+TEST_CASE("worker env: the FileTimer's FIFO and torch 2.x's Flight Recorder settings",
+          "[agent][env]") {
+  auto in = node1_of_two_plus_one();
+  in.timer_file = "/logs/timer.fifo";
+  in.flight_recorder_prefix = "/logs/attempt_0/0/nccl_trace_rank_";
+  auto env = build_worker_env({}, in);
+  CHECK(env["TORCHELASTIC_TIMER_FILE"] == "/logs/timer.fifo");
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == in.flight_recorder_prefix);
+  CHECK(env["TORCH_FR_DUMP_TEMP_FILE"] == in.flight_recorder_prefix);
+  CHECK(env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000");
+  CHECK(env["TORCH_FR_BUFFER_SIZE"] == "2000");
+  CHECK(env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1");
+
+  // The user's own setting of either name of a pair wins, and the pair stays as the user set it.
+  env = build_worker_env({{"TORCH_FR_DUMP_TEMP_FILE", "/mine/fr_"},
+                          {"TORCH_NCCL_TRACE_BUFFER_SIZE", "0"}},
+                         in);
+  CHECK(env["TORCH_FR_DUMP_TEMP_FILE"] == "/mine/fr_");
+  CHECK(env.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == 0);
+  CHECK(env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "0");
+  CHECK(env.count("TORCH_FR_BUFFER_SIZE") == 0);
+
+  // Without them, nothing is added.
+  env = build_worker_env({}, node1_of_two_plus_one());
+  CHECK(env.count("TORCHELASTIC_TIMER_FILE") == 0);
+  CHECK(env.count("TORCH_FR_DUMP_TEMP_FILE") == 0);
+}

@@ -1,5 +1,7 @@
 #include "agent/failure.hpp"
 
+#include <cmath>
+
 #include <signal.h>
 
 #include <chrono>
@@ -61,9 +63,13 @@ Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
   if (auto file = error_file.empty() ? std::nullopt : read_error_file(error_file)) {
     f.message = file->message;
     f.traceback = file->traceback;
-    // Whole-second stamps (Python's) round down, so they can only move the time earlier by
-    // less than a second; a stamp from the future (clock skew) is ignored.
-    if (file->timestamp > 0 && file->timestamp < f.unix_time) f.unix_time = file->timestamp;
+    // torch's stamp is whole seconds, rounded down: the failure happened somewhere in the
+    // second after it. Only the end of that second is sure, so a peer that failed a moment
+    // after the real first failure (within the same second) does not appear to precede it.
+    // A stamp from the future (clock skew) is ignored.
+    const bool whole = file->timestamp == std::floor(file->timestamp);
+    const double latest = whole ? file->timestamp + 1.0 : file->timestamp;
+    if (file->timestamp > 0 && latest < f.unix_time) f.unix_time = latest;
   }
   return f;
 }

@@ -15,6 +15,7 @@ catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 add_executable(launcher_tests
   integration/ddprun_process.cpp
   integration/test_dry_run.cpp
+  integration/test_hang.cpp
   integration/test_launcher.cpp
   integration/test_progress.cpp
   integration/test_security.cpp)
@@ -23,7 +24,8 @@ target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_suppor
 target_compile_definitions(launcher_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
-  TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py")
+  TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py"
+  TORCH_HANG_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/hang.py")
 add_dependencies(launcher_tests ddprun fake_worker)
 catch_discover_tests(launcher_tests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
 

@@ -1,0 +1,217 @@
+// Jobs that stop making progress under the real ddprun binary, with Debian's torch 1.13 (Gloo)
+// and gdb: --hang-timeout's verdict, the stacks, the ranks grouped by where they are, the rank
+// out of step named, FileTimer served for the real client, and a hang that a restart cures.
+// Timeouts here are seconds, never a library's own default; the bounds only catch hangs.
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "integration/ddprun_process.hpp"
+#include "testing/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kBound = 120s;
+
+bool torch_available() {
+  return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
+}
+bool gdb_available() { return std::system("gdb --version >/dev/null 2>&1") == 0; }
+
+#define REQUIRE_TORCH_AND_GDB()                                                          \
+  if (!torch_available() || !gdb_available()) {                                          \
+    WARN("Debian's python3-torch or gdb is not installed: skipped");                     \
+    return;                                                                              \
+  }
+
+std::map<std::string, std::string> env(std::map<std::string, std::string> extra) {
+  extra["PYTHON_EXEC"] = "/usr/bin/python3";
+  return extra;
+}
+
+std::vector<std::string> job(std::vector<std::string> flags, const std::string& log_dir) {
+  flags.push_back("--master-port=" + std::to_string(free_port()));
+  flags.push_back("--log-dir=" + log_dir);
+  flags.push_back(TORCH_HANG_SCRIPT);
+  return flags;
+}
+
+// Every stacks.txt under the log directory.
+std::vector<fs::path> stack_files(const std::string& log_dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(log_dir)) {
+    if (e.path().filename() == "stacks.txt") out.push_back(e.path());
+  }
+  return out;
+}
+
+std::vector<std::string> event_names(const std::string& file) {
+  std::vector<std::string> names;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    names.push_back(nlohmann::json::parse(line).at("event").get<std::string>());
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("hang: one rank out of the collective is named, the others grouped, exit 122",
+          "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=3",
+                       "--events-file=" + dir.file("events.jsonl")},
+                      dir.file("logs")),
+                  env({{"HANG_MODE", "sleep"}}));
+  REQUIRE(p.wait(kBound) == 122);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("hang: no progress from any of 3 ranks for 3s (--hang-timeout)"));
+  CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:30 step()"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in time.sleep, hang.py:25 load_batch()   "
+                           "<- not in the collective"));
+  CHECK_THAT(out, Contains("out of step: rank 1"));
+  // One file per rank, with the Python frames and every thread's native frames.
+  const auto files = stack_files(dir.file("logs"));
+  REQUIRE(files.size() == 3);
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    CHECK_THAT(text, Contains("Traceback (most recent call first)"));
+    CHECK_THAT(text, Contains("Thread 1 "));
+  }
+  const auto events = event_names(dir.file("events.jsonl"));
+  CHECK(std::count(events.begin(), events.end(), "hang") == 1);
+  CHECK(std::count(events.begin(), events.end(), "stacks") == 1);
+}
+
+TEST_CASE("hang: a job that prints runs past the timeout untouched", "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  // Eight lines half a second apart: four seconds, twice the timeout.
+  DdprunProcess p(job({"--nproc-per-node=2", "--hang-timeout=2"}, dir.file("logs")),
+                  env({{"HANG_MODE", "chatty"}}));
+  CHECK(p.wait(kBound) == 0);
+  CHECK_THAT(p.output(), !Contains("hang:"));
+  CHECK(stack_files(dir.file("logs")).empty());
+}
+
+TEST_CASE("hang: a restart cures a transient hang", "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  DdprunProcess p(job({"--nproc-per-node=2", "--hang-timeout=3", "--max-restarts=1",
+                       "--events-file=" + dir.file("events.jsonl")},
+                      dir.file("logs")),
+                  env({{"HANG_MODE", "sleep"}, {"HANG_UNTIL_RESTART", "1"}}));
+  CHECK(p.wait(kBound) == 0);
+  CHECK_THAT(p.output(), Contains("restarting all workers (0 of 1 restarts left)"));
+  CHECK_THAT(p.output(), Contains("rank 1 done 2"));
+  const auto events = event_names(dir.file("events.jsonl"));
+  const auto hang = std::find(events.begin(), events.end(), "hang");
+  REQUIRE(hang != events.end());
+  CHECK(std::find(hang, events.end(), "restart") != events.end());
+}
+
+TEST_CASE("hang: a rank alive outside the collective that timed out on the others is the cause",
+          "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  // The process group's own timeout (3 s) ends ranks 0 and 2; rank 1 sleeps on. The verdict
+  // names rank 1, not the first rank whose collective timed out.
+  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=600"}, dir.file("logs")),
+                  env({{"HANG_MODE", "sleep"}, {"PG_TIMEOUT", "3"}}));
+  REQUIRE(p.wait(kBound) == 122);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("rank 1 alive outside any collective (in time.sleep, hang.py:25 "
+                           "load_batch())"));
+  CHECK_THAT(out, Contains("rank        1 of 3 (local rank 1)"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):"));
+}
+
+TEST_CASE("hang: a rank SIGKILLed while the others wait stays the root cause", "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=600"}, dir.file("logs")),
+                  env({{"HANG_MODE", "kill"}}));
+  REQUIRE(p.wait(kBound) == 137);
+  CHECK_THAT(p.output(), Contains("rank        1 of 3 (local rank 1)"));
+  CHECK_THAT(p.output(), Contains("killed by SIGKILL"));
+}
+
+TEST_CASE("hang: FileTimer requests from torch's own client, an expiry is the rank's hang",
+          "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  DdprunProcess p(job({"--nproc-per-node=2"}, dir.file("logs")),
+                  env({{"HANG_MODE", "timer"}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}));
+  REQUIRE(p.wait(kBound) == 122);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("rank 0 left the timed block"));
+  CHECK_THAT(out, !Contains("rank 1 left the timed block"));
+  CHECK_THAT(out, Contains("rank 1: timer '"));
+  CHECK_THAT(out, Contains("expired"));
+  CHECK_THAT(out, Contains("rank        1 of 2 (local rank 1)"));
+  // The FIFO was made in the job's log directory and is gone with the job.
+  CHECK_THAT(out, Contains("serving FileTimer requests at " + dir.file("logs")));
+  for (const auto& e : fs::recursive_directory_iterator(dir.file("logs"))) {
+    CHECK(e.path().filename() != "timer.fifo");
+  }
+  CHECK(stack_files(dir.file("logs")).size() == 2);
+}
+
+TEST_CASE("hang: two agents reach one verdict", "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  const auto port = "--master-port=" + std::to_string(free_port());
+  const auto flags = [&](int node, int nproc) {
+    return std::vector<std::string>{"--nnodes=2", "--node-rank=" + std::to_string(node),
+                                    "--nproc-per-node=" + std::to_string(nproc),
+                                    "--master-addr=127.0.0.1", port, "--hang-timeout=3",
+                                    "--log-dir=" + dir.file("n" + std::to_string(node)),
+                                    TORCH_HANG_SCRIPT};
+  };
+  // Rank 2, node 1's only rank, is the one out of step.
+  DdprunProcess n0(flags(0, 2), env({{"HANG_MODE", "sleep"}, {"HANG_RANK", "2"}}));
+  DdprunProcess n1(flags(1, 1), env({{"HANG_MODE", "sleep"}, {"HANG_RANK", "2"}}));
+  REQUIRE(n0.wait(kBound) == 122);
+  REQUIRE(n1.wait(kBound) == 122);
+  for (const auto* p : {&n0, &n1}) {
+    const auto out = p->output();
+    CHECK_THAT(out, Contains("ranks 0, 1 (2 of 3): in all_reduce, hang.py:30 step()"));
+    CHECK_THAT(out, Contains("rank 2 (1 of 3):     in time.sleep, hang.py:25 load_batch()"));
+    CHECK_THAT(out, Contains("rank        2 of 3 (local rank 0)"));
+  }
+  CHECK(stack_files(dir.file("n0")).size() == 2);
+  CHECK(stack_files(dir.file("n1")).size() == 1);
+}
+
+TEST_CASE("hang: a native worker's stacks (no Python)", "[hang]") {
+  if (!gdb_available()) {
+    WARN("gdb is not installed: skipped");
+    return;
+  }
+  TempDir dir;
+  DdprunProcess p({"--nproc-per-node=2", "--hang-timeout=1", "--log-dir=" + dir.file("logs"),
+                   "--no-python", FAKE_WORKER_BINARY},
+                  {{"FAKE_MODE", "sleep:600000"}});
+  REQUIRE(p.wait(kBound) == 122);
+  CHECK_THAT(p.output(), Contains("ranks 0, 1 (2 of 2): in "));
+  const auto files = stack_files(dir.file("logs"));
+  REQUIRE(files.size() == 2);
+  std::ifstream in(files[0]);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  CHECK_THAT(text, Contains("--- native ---"));
+  CHECK_THAT(text, !Contains("--- python ---"));
+  CHECK_THAT(text, Contains("sleep_ms"));
+}

@@ -1,0 +1,63 @@
+"""Jobs that stop making progress, for ddprun's --hang-timeout and FileTimer tests.
+
+HANG_MODE picks the scenario; HANG_RANK is the rank out of step (default 1). A scenario hangs
+only in the attempts before HANG_UNTIL_RESTART (default: every attempt), so that a restart can
+cure it.
+"""
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+MODE = os.environ.get("HANG_MODE", "sleep")
+ODD = int(os.environ.get("HANG_RANK", "1"))
+HANGS = int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(
+    os.environ.get("HANG_UNTIL_RESTART", "1000"))
+
+
+def load_batch(rank):
+    if rank == ODD and HANGS:
+        time.sleep(3600)  # out of step: never reaches the collective
+    return torch.ones(4)
+
+
+def step(t):
+    dist.all_reduce(t)
+
+
+@record
+def main():
+    if MODE == "chatty":
+        for i in range(int(os.environ.get("CHATTY_LINES", "8"))):
+            print(f"tick {i}", flush=True)
+            time.sleep(0.5)
+        return
+    if MODE == "timer":
+        import torch.distributed.elastic.timer as timer
+        timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
+        rank = int(os.environ["RANK"])
+        print(f"rank {rank} enters the timed block", flush=True)
+        with timer.expires(after=2):
+            time.sleep(3600 if rank == ODD else 0.1)
+        print(f"rank {rank} left the timed block", flush=True)
+        time.sleep(3600)
+    timeout = float(os.environ.get("PG_TIMEOUT", "1800"))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    rank = dist.get_rank()
+    print(f"rank {rank} ready", flush=True)
+    t = torch.ones(4)
+    if MODE == "kill" and rank == ODD:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if MODE == "sleep":
+        t = load_batch(rank)
+    step(t)
+    print(f"rank {rank} done {t[0].item():g}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

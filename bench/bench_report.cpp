@@ -68,6 +68,13 @@ const std::map<int, FigureText>& figure_texts() {
       {9, {"Training throughput, GPU",
            "ResNet-50 and ResNet-152, bf16, channels_last, synthetic, NCCL: images/s of "
            "`ddp_resnet` vs the Python reference, on a GPU machine."}},
+      {10, {"Hangs: verdict and stacks",
+            "`bench/hang_bench.py`. The verdict: 3 Gloo ranks (torch 1.13) where rank 1 sleeps "
+            "before an `all_reduce` the others wait in, `--hang-timeout=3`; from the last line "
+            "any rank printed (its own `time.monotonic()`) plus the timeout to the `hang` event. "
+            "torchrun 1.13 runs the same job and is watched for any report within a bounded "
+            "wait. The stacks: the `stacks` event's duration, every rank at once, for Python "
+            "ranks (py-bt and every thread) and native ones (`sleep`, every thread)."}},
   };
   return texts;
 }
@@ -349,7 +356,7 @@ int main(int argc, char** argv) {
     }
     out << "\n## Targets\n\n| # | case | subject | target | measured | result |\n"
            "|---|---|---|---|---|---|\n";
-    for (int f = 1; f <= 9; ++f) {
+    for (int f = 1; f <= 10; ++f) {
       for (const auto& s : all) {
         if (s.figure != f || s.target_text.empty()) continue;
         auto v = check(all, s);
@@ -359,7 +366,7 @@ int main(int argc, char** argv) {
     }
     out << "\n";
     if (!analysis.empty()) out << analysis << "\n\n";
-    for (int f = 1; f <= 9; ++f) {
+    for (int f = 1; f <= 10; ++f) {
       write_figure(out, f, all);
       if (std::find(charted.begin(), charted.end(), f) != charted.end()) {
         // Linked relative to the report, which bench.sh writes next to the charts directory.

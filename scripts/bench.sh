@@ -23,7 +23,7 @@ quick=0
 output=docs/benchmarks.md
 build=${BUILD_DIR:-build}
 do_build=1
-figures=1,2,3,4,5,6,7,8,9
+figures=1,2,3,4,5,6,7,8,9,10
 budget=870
 python=${PYTHON:-/usr/bin/python3}
 keep_results=
@@ -218,6 +218,19 @@ if want 9; then
     not_measured 9 "$arch, bf16, channels_last, NCCL" "training throughput" \
       "ddp_resnet (libtorch C++)" images/s false "$why" ">= 1.1x the Python reference"
   done
+fi
+if want 10; then
+  if [[ $quick = 1 ]]; then
+    not_measured 10 "3 Python ranks, one out of step" "verdict after onset + timeout" ddprun s \
+      true "not run in --quick" "<= 2 s"
+  elif command -v gdb >/dev/null && "$python" -c 'import torch.distributed' 2>/dev/null; then
+    step "figure 10: hangs" "$python" "$root/bench/hang_bench.py" --ddprun "$ddprun" \
+      --python "$python" --script "$root/tests/python/hang.py" --results "$results" \
+      --runs 3 --ranks 2 4 8 --torchrun-wait 30
+  else
+    not_measured 10 "3 Python ranks, one out of step" "verdict after onset + timeout" ddprun s \
+      true "not measured: gdb or torch is missing (scripts/install-deps.sh installs both)" "<= 2 s"
+  fi
 fi
 # Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
 # (about 150 s).

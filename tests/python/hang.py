@@ -49,7 +49,8 @@ def main():
     timeout = float(os.environ.get("PG_TIMEOUT", "1800"))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
     rank = dist.get_rank()
-    print(f"rank {rank} ready", flush=True)
+    # The last line before blocking: its monotonic time is the onset of a hang (bench/hang_bench.py).
+    print(f"rank {rank} ready at {time.monotonic():.6f}", flush=True)
     t = torch.ones(4)
     if MODE == "kill" and rank == ODD:
         os.kill(os.getpid(), signal.SIGKILL)

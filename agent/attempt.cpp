@@ -16,6 +16,7 @@
 #include "agent/stack_report.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
+#include "common/strings.hpp"
 
 namespace ddprun {
 
@@ -551,6 +552,22 @@ void Attempt::wait_for_peers(Deadline deadline) {
   for (auto& e : later) events_.push(std::move(e));
 }
 
+namespace {
+
+// Why the debugger printed no frames, in its own words where it said (ptrace refused, the
+// process gone).
+std::string debugger_complaint(const std::string& output) {
+  for (const auto& line : split(output, '\n')) {
+    if (line.find("ptrace") != std::string::npos || line.find("attach") != std::string::npos ||
+        line.find("No such process") != std::string::npos) {
+      return std::string(trim(line));
+    }
+  }
+  return "the debugger printed no frames";
+}
+
+}  // namespace
+
 void Attempt::take_stacks(const Failure& decided) {
   const bool hang = decided.kind == Failure::Kind::kHang;
   const bool failure = decided.kind == Failure::Kind::kWorker && config_.hang_timeout.count() > 0;
@@ -573,7 +590,11 @@ void Attempt::take_stacks(const Failure& decided) {
     std::string text;
     if (std::ifstream in(c.file); in) text.assign(std::istreambuf_iterator<char>(in), {});
     if (!text.empty()) r = locate(parse_gdb_output(text, c.pid));
-    if (!c.ok) r.note = "no stack: " + c.error;
+    if (!c.ok) {
+      r.note = "no stack: " + c.error;
+    } else if (r.where.empty()) {
+      r.note = "no stack: " + debugger_complaint(text);
+    }
     r.local_rank = locals[i];
     r.rank = round_.ranks.global_rank(locals[i]);
     r.pid = c.pid;

@@ -120,7 +120,12 @@ std::string python_where(const std::vector<StackFrame>& frames, bool& in_collect
   }
   const auto& u = frames[user];
   const auto at = fmt::format("{}:{} {}()", basename_of(u.file), u.line, u.function);
-  if (user == 0) return "in " + at;
+  if (user == 0) {
+    // No Python frame inside the user's: it is in C code it called (a built-in, an extension)
+    // or running its own line. The call on that line names the former.
+    const auto called = callee(u.source);
+    return called.empty() ? "in " + at : fmt::format("in {}, {}", called, at);
+  }
   const auto& inner = frames[user - 1];
   auto op = inner.function;
   if (inner.builtin) {
@@ -164,11 +169,14 @@ bool mentions_collective(const std::string& text) {
 
 ParsedStacks parse_gdb_output(const std::string& text, int pid) {
   static const std::regex py_frame(R"re(^\s*File "(.*)", line (\d+), in (.*)$)re");
-  static const std::regex thread_header(R"(^Thread (\d+) \(.*\(LWP (\d+)\).*\):$)");
+  // "Thread 3 (...)", or "Thread 2.3 (...)" when one debugger held several processes.
+  static const std::regex thread_header(R"(^Thread (?:\d+\.)?(\d+) \(.*\(LWP (\d+)\).*\):$)");
   ParsedStacks out;
   enum class Section { kNone, kPython, kNative } section = Section::kNone;
   bool main_thread = false;
   bool thread_one = false;
+  bool in_python_thread = true;  // py-bt prints one thread, with no header
+  int python_threads = 0;
   // gdb numbers the threads in the order it found them, the main thread first: thread 1 stands
   // in when no thread has the process's id (the output came from elsewhere).
   std::vector<StackFrame> first_thread;
@@ -184,6 +192,16 @@ ParsedStacks parse_gdb_output(const std::string& text, int pid) {
     std::smatch m;
     if (section == Section::kPython) {
       const auto t = std::string(trim(line));
+      if (starts_with(t, "Python thread ")) {
+        // Every thread's frames: the main thread's say where the rank is (the first thread's
+        // stand in until the main thread comes; it comes last, the oldest thread state).
+        const bool main = t.find("(main)") != std::string::npos;
+        in_python_thread = main || python_threads == 0;
+        if (main) out.python.clear();
+        ++python_threads;
+        continue;
+      }
+      if (!in_python_thread) continue;
       if (std::regex_match(line, m, py_frame)) {
         out.python.push_back(StackFrame{m[3], m[1], std::stoi(m[2]), "", false});
       } else if (starts_with(t, "<built-in ")) {

@@ -79,7 +79,8 @@ def main():
         with tempfile.TemporaryDirectory(prefix="torchrun-hang-bench.") as tmp:
             log = open(os.path.join(tmp, "out"), "w+")
             port = 29000 + os.getpid() % 1000
-            p = subprocess.Popen([a.python, "-m", "torch.distributed.run", "--nproc_per_node=3",
+            p = subprocess.Popen([a.python, "-m", "torch.distributed.run", "-r", "1", "-t", "1",
+                                  "--nproc_per_node=3",
                                   f"--master_port={port}", a.script],
                                  stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **py_env),
                                  start_new_session=True)

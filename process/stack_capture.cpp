@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
@@ -19,6 +22,79 @@
 namespace ddprun {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Walks every Python thread's frames from the interpreter's own thread states, with the frame
+// classes of the gdb extension Debian ships with python3.11-dbg (auto-loaded with the
+// interpreter's debug information). Unlike py-bt it needs no native unwinding, so the shared
+// libraries' symbols (libtorch's alone take about a second and a half to read) are not loaded
+// for Python workers. Prints py-bt's layout: `File "F", line N, in NAME` and the source line.
+constexpr const char* kPythonWalker = R"py(
+import linecache
+def _ddprun_python_stacks():
+    if "PyFramePtr" not in globals():
+        print("(no Python frames: the interpreter's gdb extension is not loaded; Debian: python3.11-dbg)")
+        return
+    main = int(gdb.parse_and_eval("_PyRuntime.main_thread"))
+    interp = gdb.parse_and_eval("_PyRuntime.interpreters.head")
+    while int(interp) != 0:
+        tstate = interp["threads"]["head"]
+        while int(tstate) != 0:
+            ident = int(tstate["thread_id"])
+            print("Python thread %d%s (most recent call first):" % (ident, " (main)" if ident == main else ""))
+            frame = tstate["cframe"]["current_frame"]
+            while int(frame) != 0:
+                f = PyFramePtr(frame)
+                if f.is_optimized_out():
+                    print("  (frame optimized out)")
+                else:
+                    filename = f.co_filename.proxyval(set())
+                    line = f.current_line_num()
+                    print('  File "%s", line %s, in %s' % (filename, line if line is not None else "?", f.co_name.proxyval(set())))
+                    source = linecache.getline(filename, line).strip() if line else ""
+                    if source:
+                        print("    " + source)
+                frame = frame["previous"]
+            tstate = tstate["next"]
+        interp = interp["next"]
+)py";
+
+// A Python worker is an interpreter whose executable is named python*, however it was started.
+bool is_python(int pid) {
+  std::error_code ec;
+  const auto exe = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
+  return !ec && exe.filename().string().rfind("python", 0) == 0;
+}
+
+// One debugger process and the targets it captures.
+struct Job {
+  std::vector<std::size_t> targets;
+  std::vector<std::string> argv;
+  std::string output;  // its own stdout and stderr
+  pid_t pid = -1;
+  int pidfd = -1;
+};
+
+void start(Job& job, const std::string& gdb) {
+  const int out = ::open(job.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) throw Error(fmt::format("cannot write {}: {}", job.output, errno_message(errno)));
+  SpawnRequest request;
+  request.path = gdb;
+  request.argv = job.argv;
+  request.stdout_fd = out;
+  request.stderr_fd = out;
+  try {
+    job.pid = spawn_process(request);
+  } catch (...) {
+    ::close(out);
+    throw;
+  }
+  ::close(out);
+  job.pidfd = static_cast<int>(syscall(SYS_pidfd_open, job.pid, 0));
+}
+
+}  // namespace
 
 std::string find_debugger() {
   const char* path = std::getenv("PATH");
@@ -30,76 +106,96 @@ std::string find_debugger() {
   return "";
 }
 
-namespace {
-
-// A Python worker is an interpreter whose executable is named python*, however it was started.
-bool is_python(int pid) {
-  std::error_code ec;
-  const auto exe = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
-  return !ec && exe.filename().string().rfind("python", 0) == 0;
+std::vector<std::string> python_debugger_command(const std::string& gdb,
+                                                 const std::vector<StackTarget>& targets) {
+  std::vector<std::string> argv = {
+      gdb,   "-batch", "-nx", "-q", "-iex", "set pagination off", "-iex",
+      "set print thread-events off", "-iex", "set auto-solib-add off", "-ex",
+      "python exec(" + nlohmann::json(std::string(kPythonWalker)).dump() + ")"};
+  const auto add = [&argv](std::initializer_list<std::string> more) {
+    argv.insert(argv.end(), more);
+  };
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (i > 0) add({"-ex", "add-inferior", "-ex", fmt::format("inferior {}", i + 1)});
+    const bool own_file = !targets[i].file.empty();
+    if (own_file) {
+      add({"-ex", "set logging file " + targets[i].file, "-ex", "set logging overwrite on", "-ex",
+           "set logging redirect on", "-ex", "set logging enabled on"});
+    }
+    add({"-ex", fmt::format("attach {}", targets[i].pid), "-ex", "echo \\n--- python ---\\n",
+         "-ex", "python _ddprun_python_stacks()", "-ex", "echo \\n--- native ---\\n", "-ex",
+         "thread apply all bt"});
+    if (own_file) add({"-ex", "set logging enabled off"});
+  }
+  return argv;
 }
 
-struct Running {
-  StackCapture result;
-  pid_t pid = -1;  // the debugger
-  int pidfd = -1;
-  Clock::time_point started;
-};
-
-}  // namespace
-
 std::vector<std::string> debugger_command(const std::string& gdb, int pid, bool python) {
-  // Every shared library's symbols are read: without libtorch's unwind tables gdb cannot walk
-  // from a blocked C++ frame back up to the interpreter's frames that py-bt prints.
-  std::vector<std::string> argv = {gdb,  "-batch", "-nx", "-q", "-iex", "set pagination off",
-                                   "-iex", "set print thread-events off", "-p",
-                                   std::to_string(pid)};
-  if (python) argv.insert(argv.end(), {"-ex", "echo \\n--- python ---\\n", "-ex", "py-bt"});
-  argv.insert(argv.end(), {"-ex", "echo \\n--- native ---\\n", "-ex", "thread apply all bt"});
-  return argv;
+  if (python) return python_debugger_command(gdb, {{pid, ""}});
+  // Native programs: every shared library's symbols, so that their frames have names.
+  return {gdb,  "-batch", "-nx", "-q", "-iex", "set pagination off", "-iex",
+          "set print thread-events off", "-p", std::to_string(pid), "-ex",
+          "echo \\n--- native ---\\n", "-ex", "thread apply all bt"};
 }
 
 std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
                                          Deadline deadline) {
-  std::vector<Running> running(targets.size());
+  std::vector<StackCapture> results(targets.size());
+  const auto started = Clock::now();
   const auto gdb = find_debugger();
+  std::vector<std::size_t> python;
+  std::vector<Job> jobs;
   for (std::size_t i = 0; i < targets.size(); ++i) {
-    auto& r = running[i];
-    r.result.pid = targets[i].pid;
-    r.result.file = targets[i].file;
-    r.started = Clock::now();
+    results[i].pid = targets[i].pid;
+    results[i].file = targets[i].file;
     if (gdb.empty()) {
-      r.result.error = "no debugger: gdb is not on PATH (Debian: apt-get install gdb python3.11-dbg)";
+      results[i].error = "no debugger: gdb is not on PATH (Debian: apt-get install gdb python3.11-dbg)";
       continue;
     }
-    r.result.python = is_python(targets[i].pid);
-    const int out = ::open(targets[i].file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out < 0) {
-      r.result.error = fmt::format("cannot write {}: {}", targets[i].file, errno_message(errno));
-      continue;
+    results[i].python = is_python(targets[i].pid);
+    if (results[i].python) {
+      python.push_back(i);
+    } else {
+      Job job;
+      job.targets = {i};
+      job.argv = debugger_command(gdb, targets[i].pid, false);
+      job.output = targets[i].file;
+      jobs.push_back(std::move(job));
     }
-    SpawnRequest request;
-    request.path = gdb;
-    request.argv = debugger_command(gdb, targets[i].pid, r.result.python);
-    request.stdout_fd = out;
-    request.stderr_fd = out;
+  }
+  // Python workers: one debugger per core, each attaching to its share of the workers one after
+  // another; the interpreter's debug information is read once per debugger, not per worker.
+  if (!python.empty()) {
+    const std::size_t groups =
+        std::min<std::size_t>(python.size(), std::max(1U, std::thread::hardware_concurrency()));
+    for (std::size_t g = 0; g < groups; ++g) {
+      Job job;
+      std::vector<StackTarget> group;
+      for (std::size_t k = g; k < python.size(); k += groups) {
+        job.targets.push_back(python[k]);
+        group.push_back(targets[python[k]]);
+      }
+      job.argv = python_debugger_command(gdb, group);
+      job.output = "/dev/null";  // each worker's part goes to its own file (gdb's logging)
+      jobs.push_back(std::move(job));
+    }
+  }
+  for (auto& job : jobs) {
     try {
-      r.pid = spawn_process(request);
-      r.pidfd = static_cast<int>(syscall(SYS_pidfd_open, r.pid, 0));
+      start(job, gdb);
     } catch (const Error& e) {
-      r.result.error = e.what();
+      for (auto i : job.targets) results[i].error = e.what();
     }
-    ::close(out);
   }
 
   // Wait for every debugger on its pidfd, all within the one deadline.
   while (true) {
     std::vector<pollfd> fds;
-    std::vector<Running*> waiting;
-    for (auto& r : running) {
-      if (r.pid > 0) {
-        fds.push_back(pollfd{r.pidfd, POLLIN, 0});
-        waiting.push_back(&r);
+    std::vector<Job*> waiting;
+    for (auto& job : jobs) {
+      if (job.pid > 0) {
+        fds.push_back(pollfd{job.pidfd, POLLIN, 0});
+        waiting.push_back(&job);
       }
     }
     if (waiting.empty()) break;
@@ -107,33 +203,36 @@ std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets
     const int n = left.count() > 0 ? ::poll(fds.data(), fds.size(), static_cast<int>(left.count()))
                                    : 0;
     if (n < 0 && errno == EINTR) continue;
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      auto& r = *waiting[i];
-      const bool done = n > 0 && (fds[i].revents & (POLLIN | POLLHUP)) != 0;
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      auto& job = *waiting[k];
+      const bool done = n > 0 && (fds[k].revents & (POLLIN | POLLHUP)) != 0;
       if (!done && n > 0) continue;
-      if (!done) ::kill(-r.pid, SIGKILL);  // the deadline passed: its whole group
+      if (!done) ::kill(-job.pid, SIGKILL);  // the deadline passed: its whole group
       int status = 0;
-      while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+      while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
       }
-      ::close(r.pidfd);
-      r.pid = -1;
-      r.result.seconds = std::chrono::duration<double>(Clock::now() - r.started).count();
-      if (!done) {
-        r.result.error = fmt::format("the debugger did not finish within the capture's deadline "
-                                     "({:.1f}s)", r.result.seconds);
-      } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        r.result.ok = true;
-      } else {
-        r.result.error = fmt::format("the debugger failed ({}); see {}",
-                                     WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
-                                                       : fmt::format("signal {}", WTERMSIG(status)),
-                                     r.result.file);
+      ::close(job.pidfd);
+      job.pid = -1;
+      const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+      for (auto i : job.targets) {
+        auto& r = results[i];
+        r.seconds = seconds;
+        if (!done) {
+          r.error = fmt::format("the debugger did not finish within the capture's deadline "
+                                "({:.1f}s)", seconds);
+        } else if (job.targets.size() > 1 || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+          // Several workers in one debugger: whether each worked shows in its own file.
+          r.ok = true;
+        } else {
+          r.error = fmt::format("the debugger failed ({}); see {}",
+                                WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
+                                                  : fmt::format("signal {}", WTERMSIG(status)),
+                                r.file);
+        }
       }
     }
   }
-  std::vector<StackCapture> out;
-  for (auto& r : running) out.push_back(std::move(r.result));
-  return out;
+  return results;
 }
 
 }  // namespace ddprun

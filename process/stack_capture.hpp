@@ -1,9 +1,11 @@
 #pragma once
 // Stacks of live processes, taken with the system's debugger: `gdb -batch` attaches, prints,
-// and detaches, so the process goes on as before. For a Python interpreter it prints the
-// Python frames too (`py-bt`, from the gdb extension Debian ships with python3.11-dbg), and for
-// every process the native frames of every thread. Processes are captured in parallel, within
-// one deadline for all of them, each into a file of its own.
+// and detaches, so the process goes on as before. For a Python interpreter it prints every
+// Python thread's frames (read from the interpreter's thread states with the gdb extension
+// Debian ships with python3.11-dbg) and the native frames of every thread, without the shared
+// libraries' symbols; for any other program, the native frames of every thread with every
+// symbol. Processes are captured in parallel, within one deadline for all of them, each into a
+// file of its own.
 
 #include <string>
 #include <vector>
@@ -31,6 +33,11 @@ std::string find_debugger();
 
 // The debugger's command line for one process.
 std::vector<std::string> debugger_command(const std::string& gdb, int pid, bool python);
+
+// One debugger for several Python interpreters, attaching to them one after another and writing
+// each one's stacks to its target's file (an empty file: to the debugger's own output).
+std::vector<std::string> python_debugger_command(const std::string& gdb,
+                                                 const std::vector<StackTarget>& targets);
 
 // Captures every target at once. Returns when each debugger has ended, or at `deadline`, when
 // those still running are killed (a killed debugger detaches: the kernel resumes its

@@ -82,14 +82,16 @@ TEST_CASE("hang: one rank out of the collective is named, the others grouped, ex
   CHECK_THAT(out, Contains("rank 1 (1 of 3):     in time.sleep, hang.py:25 load_batch()   "
                            "<- not in the collective"));
   CHECK_THAT(out, Contains("out of step: rank 1"));
-  // One file per rank, with the Python frames and every thread's native frames.
+  // One file per rank, with every Python thread's frames and every thread's native frames.
   const auto files = stack_files(dir.file("logs"));
   REQUIRE(files.size() == 3);
   for (const auto& f : files) {
     std::ifstream in(f);
     const std::string text(std::istreambuf_iterator<char>(in), {});
-    CHECK_THAT(text, Contains("Traceback (most recent call first)"));
-    CHECK_THAT(text, Contains("Thread 1 "));
+    CHECK_THAT(text, Contains("(main) (most recent call first):"));
+    CHECK_THAT(text, Contains("hang.py\", line "));
+    CHECK_THAT(text, Contains("--- native ---"));
+    CHECK_THAT(text, Contains("(LWP "));
   }
   const auto events = event_names(dir.file("events.jsonl"));
   CHECK(std::count(events.begin(), events.end(), "hang") == 1);

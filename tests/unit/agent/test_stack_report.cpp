@@ -137,3 +137,39 @@ TEST_CASE("stacks: records round-trip through the store's JSON", "[agent][stacks
   CHECK(back[0].in_collective);
   CHECK_THROWS(where_from_json("[{\"rank\": 1}]"));
 }
+
+TEST_CASE("stacks: ddprun's own walker of the interpreter's threads (no py-bt)",
+          "[agent][stacks]") {
+  // Rank 0 waits in all_reduce, rank 1 sleeps in its data loading; the walker prints no
+  // built-in frame, so the call on the innermost line names what the rank is in.
+  auto r0 = locate(parse_gdb_output(fixture("gdb_walker_rank0.txt"), 5347));
+  CHECK(r0.where == "in all_reduce, hang.py:30 step()");
+  CHECK(r0.in_collective);
+  auto r1 = locate(parse_gdb_output(fixture("gdb_walker_rank1.txt"), 5348));
+  CHECK(r1.where == "in time.sleep, hang.py:25 load_batch()");
+  CHECK_FALSE(r1.in_collective);
+}
+
+TEST_CASE("stacks: the main Python thread is the one that says where the rank is",
+          "[agent][stacks]") {
+  const std::string text =
+      "--- python ---\n"
+      "Python thread 22 (most recent call first):\n"
+      "  File \"/srv/loader.py\", line 9, in fetch\n"
+      "    sock.recv(4096)\n"
+      "Python thread 11 (main) (most recent call first):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 3, in barrier\n"
+      "    work.wait()\n"
+      "  File \"/srv/train.py\", line 12, in main\n"
+      "    dist.barrier()\n"
+      "--- native ---\n";
+  const auto r = locate(parse_gdb_output(text, 11));
+  CHECK(r.where == "in barrier, train.py:12 main()");
+  CHECK(r.in_collective);
+  // A user's line that calls nothing: the rank is running it.
+  const auto busy = locate(parse_gdb_output(
+      "--- python ---\nPython thread 1 (main) (most recent call first):\n"
+      "  File \"/srv/spin.py\", line 4, in spin\n    x += 1\n",
+      1));
+  CHECK(busy.where == "in spin.py:4 spin()");
+}

@@ -116,18 +116,22 @@ def main():
     for n in a.ranks:
         py, native = [], []
         for _ in range(a.runs):
-            evs, _ = run_ddprun([f"--nproc-per-node={n}", "--hang-timeout=1", a.script],
-                                a.ddprun, dict(py_env, HANG_RANK="0"), 300)
+            # Long enough that every rank has imported torch and blocked before the verdict
+            # (n imports share the cores), so the capture is timed on a quiet machine.
+            evs, _ = run_ddprun([f"--nproc-per-node={n}", f"--hang-timeout={4 + 1.5 * n:g}",
+                                 a.script], a.ddprun, dict(py_env, HANG_RANK="0"), 300)
             py.append(next(e for e in evs if e["event"] == "stacks")["seconds"])
             evs, _ = run_ddprun([f"--nproc-per-node={n}", "--hang-timeout=1", "--no-python",
                                  "sleep", "600"], a.ddprun, {}, 300)
             native.append(next(e for e in evs if e["event"] == "stacks")["seconds"])
         target = dict(target_max=3.0, target_text="<= 3 s") if n == 8 else {}
         out.append(series(10, f"stacks of {n} ranks", "capture time", "ddprun, Python (torch 1.13)",
-                          "s", py, "gdb -batch: py-bt and every thread's native frames, all "
-                          "ranks at once", compare_with="none", **target))
+                          "s", py, "gdb -batch, one per core, each attaching to its share of "
+                          "the ranks: every Python thread's frames and every thread's native "
+                          "frames (no shared-library symbols)", compare_with="none", **target))
         out.append(series(10, f"stacks of {n} ranks", "capture time", "ddprun, native (sleep)",
-                          "s", native, "gdb -batch: every thread's native frames",
+                          "s", native, "gdb -batch per rank, all at once: every thread's native "
+                          "frames",
                           compare_with="none"))
     with open(a.results, "a") as f:
         for s in out:

@@ -15,7 +15,8 @@
 namespace ddprun::test {
 
 DdprunProcess::DdprunProcess(std::vector<std::string> args,
-                             std::map<std::string, std::string> env) {
+                             std::map<std::string, std::string> env,
+                             std::vector<std::string> wrapper) {
   char tmpl[] = "/tmp/ddprun-test-out-XXXXXX";
   const int fd = mkstemp(tmpl);
   if (fd < 0) throw std::runtime_error("mkstemp failed");
@@ -24,6 +25,7 @@ DdprunProcess::DdprunProcess(std::vector<std::string> args,
   SpawnSpec spec;
   spec.argv = std::move(args);
   spec.argv.insert(spec.argv.begin(), DDPRUN_BINARY);
+  spec.argv.insert(spec.argv.begin(), wrapper.begin(), wrapper.end());
   spec.env.assign(env.begin(), env.end());
   spec.output = output_file_;
   child_ = std::make_unique<Child>(spec);

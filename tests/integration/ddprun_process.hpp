@@ -16,7 +16,9 @@ namespace ddprun::test {
 
 class DdprunProcess {
  public:
-  DdprunProcess(std::vector<std::string> args, std::map<std::string, std::string> env = {});
+  // `wrapper`, when given, runs ddprun (for example setpriv, to run it as another user).
+  DdprunProcess(std::vector<std::string> args, std::map<std::string, std::string> env = {},
+                std::vector<std::string> wrapper = {});
   // SIGKILLs ddprun alone if it still runs, as a user's kill would: its guardian, not the test,
   // ends the workers.
   ~DdprunProcess();

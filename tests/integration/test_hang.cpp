@@ -5,6 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +99,20 @@ TEST_CASE("hang: one rank out of the collective is named, the others grouped, ex
   const auto events = event_names(dir.file("events.jsonl"));
   CHECK(std::count(events.begin(), events.end(), "hang") == 1);
   CHECK(std::count(events.begin(), events.end(), "stacks") == 1);
+}
+
+TEST_CASE("hang: every rank blocked, in two different collectives, none marked",
+          "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=3"}, dir.file("logs")),
+                  env({{"HANG_MODE", "mismatch"}}));
+  REQUIRE(p.wait(kBound) == 122);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:30 step()"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in broadcast, hang.py:62 main()"));
+  CHECK_THAT(out, !Contains("<- not in the collective"));
+  CHECK_THAT(out, !Contains("out of step"));
 }
 
 TEST_CASE("hang: a job that prints runs past the timeout untouched", "[hang][torch]") {
@@ -216,4 +233,28 @@ TEST_CASE("hang: a native worker's stacks (no Python)", "[hang]") {
   CHECK_THAT(text, Contains("--- native ---"));
   CHECK_THAT(text, !Contains("--- python ---"));
   CHECK_THAT(text, Contains("sleep_ms"));
+}
+
+TEST_CASE("hang: stacks taken by an agent that is not root", "[hang]") {
+  if (!gdb_available() || ::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    WARN("needs gdb, root (to become another user) and setpriv: skipped");
+    return;
+  }
+  // As user nobody, its workers its own: gdb may attach to them. Where Yama restricts ptrace
+  // to descendants (ptrace_scope 1), the workers' PR_SET_PTRACER naming the agent is what
+  // lets the agent's debugger in; this machine may not have Yama at all.
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0777);
+  DdprunProcess p({"--nproc-per-node=2", "--hang-timeout=1", "--log-dir=" + dir.file("logs"),
+                   "--no-python", FAKE_WORKER_BINARY},
+                  {{"FAKE_MODE", "sleep:600000"}},
+                  {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"});
+  REQUIRE(p.wait(kBound) == 122);
+  CHECK_THAT(p.output(), Contains("ranks 0, 1 (2 of 2): in "));
+  CHECK_THAT(p.output(), !Contains("no stack"));
+  const auto files = stack_files(dir.file("logs"));
+  REQUIRE(files.size() == 2);
+  struct stat st {};
+  REQUIRE(::stat(files[0].c_str(), &st) == 0);
+  CHECK(st.st_uid == 65534);
 }

@@ -56,6 +56,10 @@ def main():
         os.kill(os.getpid(), signal.SIGKILL)
     if MODE == "sleep":
         t = load_batch(rank)
+    if MODE == "mismatch" and rank == ODD and HANGS:
+        # Every rank blocked: this one in a broadcast from a rank that never sends it, the
+        # others in the all_reduce this one never joins.
+        dist.broadcast(t, src=(rank + 1) % dist.get_world_size())
     step(t)
     print(f"rank {rank} done {t[0].item():g}", flush=True)
 

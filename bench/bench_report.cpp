@@ -74,7 +74,8 @@ const std::map<int, FigureText>& figure_texts() {
             "any rank printed (its own `time.monotonic()`) plus the timeout to the `hang` event. "
             "torchrun 1.13 runs the same job and is watched for any report within a bounded "
             "wait. The stacks: the `stacks` event's duration, every rank at once, for Python "
-            "ranks (py-bt and every thread) and native ones (`sleep`, every thread)."}},
+            "ranks (every Python thread and every native thread) and native ones (`sleep`, "
+            "every thread), once every rank has blocked."}},
   };
   return texts;
 }

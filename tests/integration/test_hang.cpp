@@ -74,15 +74,15 @@ TEST_CASE("hang: one rank out of the collective is named, the others grouped, ex
           "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;
-  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=3",
+  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=5",
                        "--events-file=" + dir.file("events.jsonl")},
                       dir.file("logs")),
                   env({{"HANG_MODE", "sleep"}}));
   REQUIRE(p.wait(kBound) == 122);
   const auto out = p.output();
-  CHECK_THAT(out, Contains("hang: no progress from any of 3 ranks for 3s (--hang-timeout)"));
-  CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:30 step()"));
-  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in time.sleep, hang.py:25 load_batch()   "
+  CHECK_THAT(out, Contains("hang: no progress from any of 3 ranks for 5s (--hang-timeout)"));
+  CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:43 step()"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in time.sleep, hang.py:38 load_batch()   "
                            "<- not in the collective"));
   CHECK_THAT(out, Contains("out of step: rank 1"));
   // One file per rank, with every Python thread's frames and every thread's native frames.
@@ -105,12 +105,12 @@ TEST_CASE("hang: every rank blocked, in two different collectives, none marked",
           "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;
-  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=3"}, dir.file("logs")),
+  DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=5"}, dir.file("logs")),
                   env({{"HANG_MODE", "mismatch"}}));
   REQUIRE(p.wait(kBound) == 122);
   const auto out = p.output();
-  CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:30 step()"));
-  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in broadcast, hang.py:62 main()"));
+  CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:43 step()"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in broadcast, hang.py:78 main()"));
   CHECK_THAT(out, !Contains("<- not in the collective"));
   CHECK_THAT(out, !Contains("out of step"));
 }
@@ -118,9 +118,9 @@ TEST_CASE("hang: every rank blocked, in two different collectives, none marked",
 TEST_CASE("hang: a job that prints runs past the timeout untouched", "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;
-  // Eight lines half a second apart: four seconds, twice the timeout.
-  DdprunProcess p(job({"--nproc-per-node=2", "--hang-timeout=2"}, dir.file("logs")),
-                  env({{"HANG_MODE", "chatty"}}));
+  // Sixteen lines half a second apart: eight seconds, well past the timeout.
+  DdprunProcess p(job({"--nproc-per-node=2", "--hang-timeout=5"}, dir.file("logs")),
+                  env({{"HANG_MODE", "chatty"}, {"CHATTY_LINES", "16"}}));
   CHECK(p.wait(kBound) == 0);
   CHECK_THAT(p.output(), !Contains("hang:"));
   CHECK(stack_files(dir.file("logs")).empty());
@@ -129,7 +129,7 @@ TEST_CASE("hang: a job that prints runs past the timeout untouched", "[hang][tor
 TEST_CASE("hang: a restart cures a transient hang", "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;
-  DdprunProcess p(job({"--nproc-per-node=2", "--hang-timeout=3", "--max-restarts=1",
+  DdprunProcess p(job({"--nproc-per-node=2", "--hang-timeout=5", "--max-restarts=1",
                        "--events-file=" + dir.file("events.jsonl")},
                       dir.file("logs")),
                   env({{"HANG_MODE", "sleep"}, {"HANG_UNTIL_RESTART", "1"}}));
@@ -146,13 +146,13 @@ TEST_CASE("hang: a rank alive outside the collective that timed out on the other
           "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;
-  // The process group's own timeout (3 s) ends ranks 0 and 2; rank 1 sleeps on. The verdict
+  // The process group's own timeout (8 s) ends ranks 0 and 2; rank 1 sleeps on. The verdict
   // names rank 1, not the first rank whose collective timed out.
   DdprunProcess p(job({"--nproc-per-node=3", "--hang-timeout=600"}, dir.file("logs")),
-                  env({{"HANG_MODE", "sleep"}, {"PG_TIMEOUT", "3"}}));
+                  env({{"HANG_MODE", "sleep"}, {"PG_TIMEOUT", "8"}}));
   REQUIRE(p.wait(kBound) == 122);
   const auto out = p.output();
-  CHECK_THAT(out, Contains("rank 1 alive outside any collective (in time.sleep, hang.py:25 "
+  CHECK_THAT(out, Contains("rank 1 alive outside any collective (in time.sleep, hang.py:38 "
                            "load_batch())"));
   CHECK_THAT(out, Contains("rank        1 of 3 (local rank 1)"));
   CHECK_THAT(out, Contains("rank 1 (1 of 3):"));
@@ -196,7 +196,7 @@ TEST_CASE("hang: two agents reach one verdict", "[hang][torch]") {
   const auto flags = [&](int node, int nproc) {
     return std::vector<std::string>{"--nnodes=2", "--node-rank=" + std::to_string(node),
                                     "--nproc-per-node=" + std::to_string(nproc),
-                                    "--master-addr=127.0.0.1", port, "--hang-timeout=3",
+                                    "--master-addr=127.0.0.1", port, "--hang-timeout=5",
                                     "--log-dir=" + dir.file("n" + std::to_string(node)),
                                     TORCH_HANG_SCRIPT};
   };
@@ -207,8 +207,8 @@ TEST_CASE("hang: two agents reach one verdict", "[hang][torch]") {
   REQUIRE(n1.wait(kBound) == 122);
   for (const auto* p : {&n0, &n1}) {
     const auto out = p->output();
-    CHECK_THAT(out, Contains("ranks 0, 1 (2 of 3): in all_reduce, hang.py:30 step()"));
-    CHECK_THAT(out, Contains("rank 2 (1 of 3):     in time.sleep, hang.py:25 load_batch()"));
+    CHECK_THAT(out, Contains("ranks 0, 1 (2 of 3): in all_reduce, hang.py:43 step()"));
+    CHECK_THAT(out, Contains("rank 2 (1 of 3):     in time.sleep, hang.py:38 load_batch()"));
     CHECK_THAT(out, Contains("rank        2 of 3 (local rank 0)"));
   }
   CHECK(stack_files(dir.file("n0")).size() == 2);

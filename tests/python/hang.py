@@ -8,11 +8,24 @@ import datetime
 import os
 import signal
 import sys
+import threading
 import time
 
-import torch
-import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
+# Importing torch and joining the process group take seconds without a word, longer on a loaded
+# machine: a line every 0.2 s until then keeps a short --hang-timeout for the hang under test.
+_started = threading.Event()
+
+
+def _starting():
+    while not _started.wait(0.2):
+        print(f"rank {os.environ['RANK']} starting", flush=True)
+
+
+threading.Thread(target=_starting, daemon=True).start()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 MODE = os.environ.get("HANG_MODE", "sleep")
 ODD = int(os.environ.get("HANG_RANK", "1"))
@@ -32,6 +45,8 @@ def step(t):
 
 @record
 def main():
+    if MODE in ("chatty", "timer"):
+        _started.set()
     if MODE == "chatty":
         for i in range(int(os.environ.get("CHATTY_LINES", "8"))):
             print(f"tick {i}", flush=True)
@@ -48,6 +63,7 @@ def main():
         time.sleep(3600)
     timeout = float(os.environ.get("PG_TIMEOUT", "1800"))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    _started.set()
     rank = dist.get_rank()
     # The last line before blocking: its monotonic time is the onset of a hang (bench/hang_bench.py).
     print(f"rank {rank} ready at {time.monotonic():.6f}", flush=True)

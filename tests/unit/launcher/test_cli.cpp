@@ -28,6 +28,7 @@ TEST_CASE("a bare program gets torchrun's defaults", "[launcher][cli]") {
   CHECK(c.max_restarts == 0);
   CHECK(c.shutdown_timeout == 30s);
   CHECK(c.exit_barrier_timeout == 300s);
+  CHECK(c.hang_timeout == 0s);  // off
   CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
   CHECK(c.redirects.for_rank(0) == Std::kNone);
   CHECK_FALSE(c.local_ranks_filter.has_value());
@@ -64,6 +65,7 @@ TEST_CASE("every value flag takes both spellings and both value forms", "[launch
        [](auto& c) { CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1}); }},
       {"shutdown-timeout", "2.5", [](auto& c) { CHECK(c.shutdown_timeout == 2500ms); }},
       {"exit-barrier-timeout", "0", [](auto& c) { CHECK(c.exit_barrier_timeout == 0ms); }},
+      {"hang-timeout", "300", [](auto& c) { CHECK(c.hang_timeout == 300s); }},
       {"log-line-prefix", "<{rank}>", [](auto& c) { CHECK(c.log_line_prefix == "<{rank}>"); }},
       {"log-line-prefix-template", "${role_name}${rank}|",
        [](auto& c) { CHECK(c.log_line_prefix == "{role}{rank}|"); }},
@@ -148,7 +150,8 @@ TEST_CASE("PET_ environment variables fill in flags the command line leaves out"
           "[launcher][cli][env]") {
   Env env = {{"PET_NPROC_PER_NODE", "4"}, {"PET_NNODES", "2"},          {"PET_NODE_RANK", "1"},
              {"PET_MASTER_ADDR", "10.1.2.3"}, {"PET_MASTER_PORT", "4000"}, {"PET_NO_PYTHON", "1"},
-             {"PET_MAX_RESTARTS", "2"},   {"PET_REDIRECTS", "10:3"}, {"PET_RDZV_ID", "abc"}};
+             {"PET_MAX_RESTARTS", "2"},   {"PET_REDIRECTS", "10:3"}, {"PET_RDZV_ID", "abc"},
+             {"PET_HANG_TIMEOUT", "120"}};
   LaunchConfig c = parse_ok({"prog", "x"}, env);
   CHECK(c.nproc_per_node == 4);
   CHECK(c.max_nodes == 2);
@@ -160,6 +163,7 @@ TEST_CASE("PET_ environment variables fill in flags the command line leaves out"
   CHECK(c.max_restarts == 2);
   CHECK(c.redirects.for_rank(10) == Std::kAll);
   CHECK(c.rdzv_id == "abc");
+  CHECK(c.hang_timeout == 120s);
 
   SECTION("the command line wins") {
     LaunchConfig d = parse_ok({"--nproc-per-node=2", "--node_rank", "0", "prog"}, env);

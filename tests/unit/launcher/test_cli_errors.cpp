@@ -57,7 +57,8 @@ TEST_CASE("cli: --nproc-per-node must be a positive int, cpu, gpu or auto",
 TEST_CASE("integer and duration flags", "[launcher][cli][errors]") {
   expect_usage_error({"--max-restarts=-1", "x.py"}, {"--max-restarts=-1", ">= 0"});
   expect_usage_error({"--max_restarts", "many", "x.py"}, {"--max-restarts=many"});
-  for (const char* flag : {"--shutdown-timeout", "--monitor-interval", "--exit-barrier-timeout"}) {
+  for (const char* flag : {"--shutdown-timeout", "--monitor-interval", "--exit-barrier-timeout",
+                           "--hang-timeout"}) {
     for (const char* bad : {"-1", "soon", "inf", "nan", ""}) {
       expect_usage_error({std::string(flag) + "=" + bad, "x.py"}, {std::string(flag) + "="});
     }

@@ -278,7 +278,7 @@ std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
     o.prefix = render_prefix(config_.log_line_prefix, w.rank, local, r.group_rank, ctx_.host,
                              config_.role);
     o.raw = config_.raw_output;
-    if (config_.hang_timeout.count() > 0) o.on_output = [&p = progress_] { p.note(); };
+    if (config_.hang_timeout.count() > 0) o.on_output = progress_.sink();
     launches.push_back(std::move(w));
   }
   return launches;
@@ -445,12 +445,20 @@ void Attempt::collect_late_failures(int stop_signal) {
 // this node already said it is idle (the next progress then comes as an event).
 std::optional<Deadline> Attempt::hang_check_due() const {
   if (config_.hang_timeout.count() <= 0 || idle_voted_ || running_ == 0) return std::nullopt;
-  return Deadline::at(progress_.last() + config_.hang_timeout);
+  auto due = progress_.last() + config_.hang_timeout;
+  if (vote_retry_ && *vote_retry_ > due) due = *vote_retry_;
+  return Deadline::at(due);
 }
 
 std::optional<AttemptOutcome> Attempt::check_hang() {
   const auto last = progress_.last();
   if (Clock::now() - last < config_.hang_timeout) return std::nullopt;
+  // A worker inside a FileTimer block has said when it will be late: its timer decides that,
+  // not the hang timeout. The check comes again one timeout later.
+  if (timers_ != nullptr && timers_->pending(pids_)) {
+    progress_.note();
+    return std::nullopt;
+  }
   return vote_idle(last);
 }
 
@@ -458,14 +466,17 @@ std::optional<AttemptOutcome> Attempt::check_hang() {
 // timeout, takes it back when they move, and the node that makes every node idle at once
 // declares the hang.
 std::optional<AttemptOutcome> Attempt::vote_idle(Clock::time_point last_progress) {
-  idle_voted_ = true;
   std::int64_t idle = 0;
   try {
     idle = channel_.vote_idle();
   } catch (const Error& e) {
-    spdlog::warn("--hang-timeout: cannot tell the other nodes this node is idle: {}", e.what());
+    spdlog::warn("--hang-timeout: cannot tell the other nodes this node is idle (trying again "
+                 "in 1s): {}", e.what());
+    vote_retry_ = Clock::now() + 1s;
     return std::nullopt;
   }
+  vote_retry_.reset();
+  idle_voted_ = true;
   spdlog::debug("--hang-timeout: no progress on this node for {}; {} of {} nodes idle",
                 format_duration(Clock::now() - last_progress), idle,
                 round_.ranks.group_world_size);
@@ -484,12 +495,15 @@ std::optional<AttemptOutcome> Attempt::vote_idle(Clock::time_point last_progress
 
 std::optional<AttemptOutcome> Attempt::on_progress() {
   if (!idle_voted_ || running_ == 0) return std::nullopt;
-  idle_voted_ = false;
   try {
     channel_.withdraw_idle();
+    idle_voted_ = false;
   } catch (const Error& e) {
+    // Still counted as idle: the next progress tries again (voting twice would count this
+    // node twice).
     spdlog::warn("--hang-timeout: cannot tell the other nodes this node moved again: {}",
                  e.what());
+    progress_.arm(Clock::now());
   }
   return std::nullopt;
 }
@@ -573,6 +587,7 @@ void Attempt::take_stacks(const Failure& decided) {
   const bool failure = decided.kind == Failure::Kind::kWorker && config_.hang_timeout.count() > 0;
   if ((!hang && !failure) || pids_.empty() || signal_ != 0) return;
   if (failure) wait_for_peers(Deadline::after(kPeerGrace));
+  if (signal_ != 0) return;  // stopping now matters more than the stacks
 
   std::vector<StackTarget> targets;
   std::vector<int> locals;
@@ -611,9 +626,12 @@ void Attempt::take_stacks(const Failure& decided) {
     r.pid = f.pid;
     r.note = f.signal ? fmt::format("killed by {}", signal_name(f.signal))
                       : fmt::format("exited with code {}", f.exit_code);
-    std::string text = f.message + "\n" + f.traceback;
-    for (const auto& line : f.stderr_tail) text += "\n" + line;
-    r.in_collective = mentions_collective(text);
+    // Its traceback when it wrote one; else its last stderr lines (where Python prints it).
+    std::string text = f.traceback;
+    if (text.empty()) {
+      for (const auto& line : f.stderr_tail) text += line + "\n";
+    }
+    r.in_collective = mentions_collective(f.message + "\n" + text);
     where.push_back(std::move(r));
   }
   for (auto& r : where) {

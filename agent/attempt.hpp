@@ -113,6 +113,7 @@ class Attempt {
   std::vector<bool> exited_;   // by local rank
   std::vector<std::optional<Failure>> failed_;  // by local rank: how it failed on its own
   bool idle_voted_ = false;    // this node told the others its workers show no progress
+  std::optional<Clock::time_point> vote_retry_;  // a vote the store refused, tried again then
   bool published_ = false;     // this node has said how its workers ended
   bool outcome_mine_ = false;  // this node's failure decided the round
   std::optional<Deadline> barrier_;  // once this node's workers all succeeded

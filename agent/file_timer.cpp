@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -64,6 +65,11 @@ std::vector<TimerRequest> TimerTable::take_expired(double now) {
   return expired;
 }
 
+bool TimerTable::has_pid(int pid) const {
+  return std::any_of(timers_.begin(), timers_.end(),
+                     [pid](const auto& entry) { return entry.first.first == pid; });
+}
+
 void TimerTable::forget_pid(int pid) {
   for (auto it = timers_.begin(); it != timers_.end();) {
     it = it->first.first == pid ? timers_.erase(it) : std::next(it);
@@ -115,6 +121,11 @@ void FileTimerServer::forget(const std::vector<int>& pids) {
   for (int pid : pids) table_.forget_pid(pid);
 }
 
+bool FileTimerServer::pending(const std::vector<int>& pids) {
+  std::lock_guard lock(mutex_);
+  return std::any_of(pids.begin(), pids.end(), [&](int pid) { return table_.has_pid(pid); });
+}
+
 void FileTimerServer::handle_line(const std::string& line) {
   auto request = parse_timer_request(line);
   if (!request) {
@@ -150,7 +161,9 @@ void FileTimerServer::serve() {
     }
     if (n > 0 && (fds[0].revents & POLLIN) != 0) {
       ssize_t got = 0;
-      while ((got = ::read(fifo_, buf, sizeof(buf))) > 0) {
+      // A bounded number of reads per wake-up: a client that never stops writing must not
+      // keep expiries and the stop from being looked at.
+      for (int reads = 0; reads < 64 && (got = ::read(fifo_, buf, sizeof(buf))) > 0; ++reads) {
         pending.append(buf, static_cast<std::size_t>(got));
         for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
           handle_line(pending.substr(0, nl));

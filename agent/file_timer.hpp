@@ -40,6 +40,7 @@ class TimerTable {
   std::vector<TimerRequest> take_expired(double now);
   // A worker's timers end with it.
   void forget_pid(int pid);
+  bool has_pid(int pid) const;
 
  private:
   std::map<std::pair<int, std::string>, TimerRequest> timers_;
@@ -58,6 +59,8 @@ class FileTimerServer {
   const std::string& path() const { return path_; }
   // Forget every timer of these processes (an attempt ended).
   void forget(const std::vector<int>& pids);
+  // Whether any of these processes has a timer running (not yet expired).
+  bool pending(const std::vector<int>& pids);
 
  private:
   void serve();

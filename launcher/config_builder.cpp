@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "etcd/etcd_client.hpp"
+#include "launcher/config_summary.hpp"
 #include "launcher/cpu_count.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/hosts_config.hpp"
@@ -271,6 +272,10 @@ void build_workers_and_output(const OptionReader& options,
   }
   build_log_line_prefix(options, config);
   config.raw_output = options.flag("raw-output");
+  if (config.raw_output && config.hang_timeout.count() > 0 && !writes_output_files(config)) {
+    throw ConfigError("--hang-timeout watches the workers' output, which --raw-output sends past "
+                      "the agent: use one or the other");
+  }
   if (auto* v = options.find("events-file")) config.events_file = std::string(trim(v->text));
   if (auto* v = options.find("dry-run")) {
     if (trim(v->text) == "json") {

@@ -30,9 +30,12 @@ std::string log_dir_text(const LaunchConfig& config) {
 
 }  // namespace
 
+bool writes_output_files(const LaunchConfig& config) {
+  return any_stream(config.redirects) || any_stream(config.tee);
+}
+
 bool writes_log_files(const LaunchConfig& config) {
-  return any_stream(config.redirects) || any_stream(config.tee) ||
-         config.hang_timeout.count() > 0;
+  return writes_output_files(config) || config.hang_timeout.count() > 0;
 }
 
 std::string describe(const LaunchConfig& config) {

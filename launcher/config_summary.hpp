@@ -15,5 +15,7 @@ std::string describe(const LaunchConfig& config);
 // Whether the job writes files worth keeping: --redirects or --tee send some worker's output to
 // files (stdout.log, stderr.log), or --hang-timeout may write the workers' stacks.
 bool writes_log_files(const LaunchConfig& config);
+// Whether --redirects or --tee send some worker's output to files.
+bool writes_output_files(const LaunchConfig& config);
 
 }  // namespace ddprun

@@ -122,9 +122,11 @@ std::vector<std::string> python_debugger_command(const std::string& gdb,
       add({"-ex", "set logging file " + targets[i].file, "-ex", "set logging overwrite on", "-ex",
            "set logging redirect on", "-ex", "set logging enabled on"});
     }
+    // Detached before the next one: `thread apply all` covers every inferior that holds a
+    // process, and the worker goes on at once.
     add({"-ex", fmt::format("attach {}", targets[i].pid), "-ex", "echo \\n--- python ---\\n",
          "-ex", "python _ddprun_python_stacks()", "-ex", "echo \\n--- native ---\\n", "-ex",
-         "thread apply all bt"});
+         "thread apply all bt", "-ex", "detach"});
     if (own_file) add({"-ex", "set logging enabled off"});
   }
   return argv;
@@ -207,7 +209,12 @@ std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets
       auto& job = *waiting[k];
       const bool done = n > 0 && (fds[k].revents & (POLLIN | POLLHUP)) != 0;
       if (!done && n > 0) continue;
-      if (!done) ::kill(-job.pid, SIGKILL);  // the deadline passed: its whole group
+      if (!done) {
+        // The deadline passed: its whole group. A worker it had just attached to may keep the
+        // SIGSTOP of the attach once the kernel detaches it: let it run on.
+        ::kill(-job.pid, SIGKILL);
+        for (auto i : job.targets) ::kill(targets[i].pid, SIGCONT);
+      }
       int status = 0;
       while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
       }

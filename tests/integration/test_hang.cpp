@@ -110,7 +110,7 @@ TEST_CASE("hang: every rank blocked, in two different collectives, none marked",
   REQUIRE(p.wait(kBound) == 122);
   const auto out = p.output();
   CHECK_THAT(out, Contains("ranks 0, 2 (2 of 3): in all_reduce, hang.py:43 step()"));
-  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in broadcast, hang.py:78 main()"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in broadcast, hang.py:86 main()"));
   CHECK_THAT(out, !Contains("<- not in the collective"));
   CHECK_THAT(out, !Contains("out of step"));
 }
@@ -187,6 +187,17 @@ TEST_CASE("hang: FileTimer requests from torch's own client, an expiry is the ra
     CHECK(e.path().filename() != "timer.fifo");
   }
   CHECK(stack_files(dir.file("logs")).size() == 2);
+}
+
+TEST_CASE("hang: a silent step inside a FileTimer block is not a hang", "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  // Eight silent seconds, past a 3-s hang timeout, in a block whose timer allows 60.
+  DdprunProcess p(job({"--nproc-per-node=1", "--hang-timeout=3"}, dir.file("logs")),
+                  env({{"HANG_MODE", "timed_step"}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}));
+  CHECK(p.wait(kBound) == 0);
+  CHECK_THAT(p.output(), Contains("step done"));
+  CHECK_THAT(p.output(), !Contains("hang:"));
 }
 
 TEST_CASE("hang: two agents reach one verdict", "[hang][torch]") {

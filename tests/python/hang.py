@@ -45,7 +45,7 @@ def step(t):
 
 @record
 def main():
-    if MODE in ("chatty", "timer"):
+    if MODE in ("chatty", "timer", "timed_step"):
         _started.set()
     if MODE == "chatty":
         for i in range(int(os.environ.get("CHATTY_LINES", "8"))):
@@ -61,6 +61,14 @@ def main():
             time.sleep(3600 if rank == ODD else 0.1)
         print(f"rank {rank} left the timed block", flush=True)
         time.sleep(3600)
+    if MODE == "timed_step":
+        # A long silent step inside a FileTimer block that does end in time.
+        import torch.distributed.elastic.timer as timer
+        timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
+        with timer.expires(after=60):
+            time.sleep(float(os.environ.get("STEP_SECONDS", "8")))
+        print("step done", flush=True)
+        return
     timeout = float(os.environ.get("PG_TIMEOUT", "1800"))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
     _started.set()

@@ -45,7 +45,10 @@ TEST_CASE("file timer: acquire, release, expire, forget", "[agent][timer]") {
   CHECK(expired[1].scope == "a");
   CHECK_FALSE(t.next_expiry());
   t.apply({3, "x", 10.0, 9});
+  CHECK(t.has_pid(3));
+  CHECK_FALSE(t.has_pid(4));
   t.forget_pid(3);
+  CHECK_FALSE(t.has_pid(3));
   CHECK_FALSE(t.next_expiry());
 }
 

@@ -57,6 +57,11 @@ TEST_CASE("cli: --nproc-per-node must be a positive int, cpu, gpu or auto",
 TEST_CASE("integer and duration flags", "[launcher][cli][errors]") {
   expect_usage_error({"--max-restarts=-1", "x.py"}, {"--max-restarts=-1", ">= 0"});
   expect_usage_error({"--max_restarts", "many", "x.py"}, {"--max-restarts=many"});
+  // The hang timeout watches output that --raw-output sends past the agent.
+  expect_usage_error({"--hang-timeout=60", "--raw-output", "x.py"},
+                     {"--hang-timeout", "--raw-output"});
+  // Unless some of it still goes through the agent to files.
+  CHECK(parse_ok({"--hang-timeout=60", "--raw-output", "--tee=1", "x.py"}).raw_output);
   for (const char* flag : {"--shutdown-timeout", "--monitor-interval", "--exit-barrier-timeout",
                            "--hang-timeout"}) {
     for (const char* bad : {"-1", "soon", "inf", "nan", ""}) {

@@ -16,7 +16,6 @@
 #include "agent/stack_report.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
-#include "common/strings.hpp"
 
 namespace ddprun {
 
@@ -308,11 +307,25 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
   return std::nullopt;
 }
 
-std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) {
+void Attempt::count_exit(const WorkerExit& exit) {
   --running_;
   if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(exited_.size())) {
     exited_[exit.local_rank] = true;
   }
+}
+
+Failure Attempt::record_worker_failure(const WorkerExit& exit) {
+  auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host, round_.ranks.group_rank,
+                          round_.restart_count);
+  channel_.record_failure(f);
+  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(failed_.size())) {
+    failed_[exit.local_rank] = f;
+  }
+  return f;
+}
+
+std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) {
+  count_exit(exit);
   emit_("worker_exited",
         {{"attempt", round_.id}, {"rank", exit.rank}, {"local_rank", exit.local_rank},
          {"pid", exit.pid}, {"exit_code", exit.exit_code}, {"signal", exit.signal},
@@ -336,12 +349,7 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
                 ctx_.host,
                 exit.signal ? "was killed by " + signal_name(exit.signal)
                             : fmt::format("exited with code {}", exit.exit_code));
-  auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host, round_.ranks.group_rank,
-                          round_.restart_count);
-  channel_.record_failure(f);
-  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(failed_.size())) {
-    failed_[exit.local_rank] = f;
-  }
+  auto f = record_worker_failure(exit);
   if (published_) return std::nullopt;
   published_ = true;
   return publish(f);
@@ -436,8 +444,7 @@ void Attempt::collect_late_failures(int stop_signal) {
     // error file): it may have been busy exiting when the stop came.
     const bool stopped_by_us = exit.signal == stop_signal || exit.signal == SIGKILL;
     if (stopped_by_us && !fs::exists(error_file(exit.local_rank))) continue;
-    channel_.record_failure(worker_failure(exit, error_file(exit.local_rank), ctx_.host,
-                                           round_.ranks.group_rank, round_.restart_count));
+    record_worker_failure(exit);
   }
 }
 
@@ -554,33 +561,11 @@ void Attempt::wait_for_peers(Deadline deadline) {
       if (stop) break;
       continue;
     }
-    const auto& exit = event->exit;
-    --running_;
-    exited_[exit.local_rank] = true;
-    if (exit.succeeded()) continue;
-    auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host,
-                            round_.ranks.group_rank, round_.restart_count);
-    channel_.record_failure(f);
-    failed_[exit.local_rank] = f;
+    count_exit(event->exit);
+    if (!event->exit.succeeded()) record_worker_failure(event->exit);
   }
   for (auto& e : later) events_.push(std::move(e));
 }
-
-namespace {
-
-// Why the debugger printed no frames, in its own words where it said (ptrace refused, the
-// process gone).
-std::string debugger_complaint(const std::string& output) {
-  for (const auto& line : split(output, '\n')) {
-    if (line.find("ptrace") != std::string::npos || line.find("attach") != std::string::npos ||
-        line.find("No such process") != std::string::npos) {
-      return std::string(trim(line));
-    }
-  }
-  return "the debugger printed no frames";
-}
-
-}  // namespace
 
 void Attempt::take_stacks(const Failure& decided) {
   const bool hang = decided.kind == Failure::Kind::kHang;
@@ -601,15 +586,10 @@ void Attempt::take_stacks(const Failure& decided) {
   const auto captures = ctx_.runner->capture_stacks(targets, Deadline::after(kCaptureBudget));
   for (std::size_t i = 0; i < captures.size(); ++i) {
     const auto& c = captures[i];
-    RankWhere r;
     std::string text;
     if (std::ifstream in(c.file); in) text.assign(std::istreambuf_iterator<char>(in), {});
-    if (!text.empty()) r = locate(parse_gdb_output(text, c.pid));
-    if (!c.ok) {
-      r.note = "no stack: " + c.error;
-    } else if (r.where.empty()) {
-      r.note = "no stack: " + debugger_complaint(text);
-    }
+    RankWhere r = locate(parse_gdb_output(text, c.pid));
+    if (!c.ok) r.note = "no stack: " + c.error;
     r.local_rank = locals[i];
     r.rank = round_.ranks.global_rank(locals[i]);
     r.pid = c.pid;
@@ -642,14 +622,9 @@ void Attempt::take_stacks(const Failure& decided) {
     spdlog::info("took the stacks of {} live worker(s) in {}: {}/<local rank>/stacks.txt",
                  targets.size(), format_duration(Clock::now() - started), dir_);
   }
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const auto& r : where) {
-    ranks.push_back({{"rank", r.rank}, {"where", r.where}, {"in_collective", r.in_collective},
-                     {"note", r.note}});
-  }
   emit_("stacks", {{"attempt", round_.id},
                    {"seconds", std::chrono::duration<double>(Clock::now() - started).count()},
-                   {"ranks", ranks}});
+                   {"ranks", where_json(where)}});
   channel_.record_where(where);
 }
 

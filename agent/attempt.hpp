@@ -66,6 +66,10 @@ class Attempt {
   // Each returns the round's outcome once it is decided, nullopt while it is not.
   std::optional<AttemptOutcome> start_workers();
   std::optional<AttemptOutcome> on_worker_exited(const WorkerExit& exit);
+  // The bookkeeping of every worker exit, and of every worker failure (the round's list, and
+  // this attempt's record of how each local rank failed).
+  void count_exit(const WorkerExit& exit);
+  Failure record_worker_failure(const WorkerExit& exit);
   std::optional<AttemptOutcome> on_outcome(const std::string& value);
   std::optional<AttemptOutcome> on_signal(int signal);
   std::optional<AttemptOutcome> on_store_lost(const std::string& message);

@@ -82,13 +82,16 @@ std::string format_root_cause(const Failure& f, int world_size) {
   auto when = static_cast<std::time_t>(f.unix_time);
   char stamp[64] = "";
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", std::localtime(&when));
+  const auto rank_rows = [&] {
+    row("host", f.host);
+    row("node", std::to_string(f.node));
+    row("rank", world_size > 0
+                    ? fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank)
+                    : fmt::format("{} (local rank {})", f.rank, f.local_rank));
+  };
   switch (f.kind) {
     case Failure::Kind::kWorker:
-      row("host", f.host);
-      row("node", std::to_string(f.node));
-      row("rank", world_size > 0
-                      ? fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank)
-                      : fmt::format("{} (local rank {})", f.rank, f.local_rank));
+      rank_rows();
       row("pid", std::to_string(f.pid));
       row("exit", f.signal ? fmt::format("killed by {} (exit code {})", signal_name(f.signal),
                                          f.exit_code)
@@ -106,13 +109,7 @@ std::string format_root_cause(const Failure& f, int world_size) {
       row("cause", f.message);
       break;
     case Failure::Kind::kHang:
-      if (f.rank >= 0) {
-        row("host", f.host);
-        row("node", std::to_string(f.node));
-        row("rank", world_size > 0
-                        ? fmt::format("{} of {} (local rank {})", f.rank, world_size, f.local_rank)
-                        : fmt::format("{} (local rank {})", f.rank, f.local_rank));
-      }
+      if (f.rank >= 0) rank_rows();
       row("hang", f.message);
       break;
   }

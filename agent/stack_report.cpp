@@ -183,6 +183,12 @@ ParsedStacks parse_gdb_output(const std::string& text, int pid) {
   // in when no thread has the process's id (the output came from elsewhere).
   std::vector<StackFrame> first_thread;
   for (const auto& line : split(text, '\n')) {
+    // Why there may be no frames, in the debugger's words (ptrace refused, the process gone).
+    if (out.complaint.empty() &&
+        (line.find("ptrace") != std::string::npos || line.find("attach") != std::string::npos ||
+         line.find("No such process") != std::string::npos)) {
+      out.complaint = std::string(trim(line));
+    }
     if (line.find("--- python ---") != std::string::npos) {
       section = Section::kPython;
       continue;
@@ -236,18 +242,25 @@ RankWhere locate(const ParsedStacks& stacks) {
   } else if (!stacks.native.empty()) {
     r.where = native_where(stacks.native, r.in_collective);
   }
-  if (r.where.empty()) r.note = "no frames in the debugger's output";
+  if (r.where.empty()) {
+    r.note = "no stack: " +
+             (stacks.complaint.empty() ? "the debugger printed no frames" : stacks.complaint);
+  }
   return r;
 }
 
-std::string where_to_json(const std::vector<RankWhere>& ranks) {
+nlohmann::json where_json(const std::vector<RankWhere>& ranks) {
   auto out = nlohmann::json::array();
   for (const auto& r : ranks) {
     out.push_back({{"rank", r.rank}, {"local_rank", r.local_rank}, {"pid", r.pid},
                    {"host", r.host}, {"node", r.node}, {"where", r.where},
                    {"in_collective", r.in_collective}, {"note", r.note}});
   }
-  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return out;
+}
+
+std::string where_to_json(const std::vector<RankWhere>& ranks) {
+  return where_json(ranks).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::vector<RankWhere> where_from_json(const std::string& text) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace ddprun {
 
 struct StackFrame {
@@ -21,6 +23,7 @@ struct StackFrame {
 struct ParsedStacks {
   std::vector<StackFrame> python;
   std::vector<StackFrame> native;
+  std::string complaint;  // the debugger's own words when it could not attach, if it said
 };
 ParsedStacks parse_gdb_output(const std::string& text, int pid);
 
@@ -52,7 +55,9 @@ bool mentions_collective(const std::string& text);
 // or a failed one whose error came from a collective); none when no rank is inside one.
 std::vector<int> ranks_out_of_step(const std::vector<RankWhere>& ranks);
 
-// The records of one node, as it shares them with the others through the store.
+// The records of one node, as it shares them with the others through the store (and as the
+// events file gets them).
+nlohmann::json where_json(const std::vector<RankWhere>& ranks);
 std::string where_to_json(const std::vector<RankWhere>& ranks);
 // Throws Error on malformed JSON.
 std::vector<RankWhere> where_from_json(const std::string& text);

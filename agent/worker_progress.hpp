@@ -59,7 +59,6 @@ class WorkerProgress {
     }
     return true;
   }
-  void disarm() { state_->armed.store(false); }
 
  private:
   struct State {

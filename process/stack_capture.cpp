@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
-#include "common/strings.hpp"
+#include "process/program_check.hpp"
 #include "process/spawn.hpp"
 
 namespace ddprun {
@@ -94,63 +94,57 @@ void start(Job& job, const std::string& gdb) {
   job.pidfd = static_cast<int>(syscall(SYS_pidfd_open, job.pid, 0));
 }
 
-}  // namespace
-
-std::string find_debugger() {
-  const char* path = std::getenv("PATH");
-  for (const auto& dir : split(path ? path : "/usr/bin:/bin", ':')) {
-    if (dir.empty()) continue;
-    const auto candidate = fs::path(dir) / "gdb";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
+// gdb, in batch mode, without the user's gdbinit, quiet.
+std::vector<std::string> gdb_batch(const std::string& gdb) {
+  return {gdb, "-batch", "-nx", "-q", "-iex", "set pagination off", "-iex",
+          "set print thread-events off"};
 }
 
-std::vector<std::string> python_debugger_command(const std::string& gdb,
-                                                 const std::vector<StackTarget>& targets) {
-  std::vector<std::string> argv = {
-      gdb,   "-batch", "-nx", "-q", "-iex", "set pagination off", "-iex",
-      "set print thread-events off", "-iex", "set auto-solib-add off", "-ex",
-      "python exec(" + nlohmann::json(std::string(kPythonWalker)).dump() + ")"};
+// One debugger for several Python interpreters, attaching to them one after another and writing
+// each one's stacks to its target's file (gdb's logging).
+std::vector<std::string> python_command(const std::string& gdb,
+                                        const std::vector<StackTarget>& targets) {
+  auto argv = gdb_batch(gdb);
   const auto add = [&argv](std::initializer_list<std::string> more) {
     argv.insert(argv.end(), more);
   };
+  add({"-iex", "set auto-solib-add off", "-ex",
+       "python exec(" + nlohmann::json(std::string(kPythonWalker)).dump() + ")"});
   for (std::size_t i = 0; i < targets.size(); ++i) {
     if (i > 0) add({"-ex", "add-inferior", "-ex", fmt::format("inferior {}", i + 1)});
-    const bool own_file = !targets[i].file.empty();
-    if (own_file) {
-      add({"-ex", "set logging file " + targets[i].file, "-ex", "set logging overwrite on", "-ex",
-           "set logging redirect on", "-ex", "set logging enabled on"});
-    }
     // Detached before the next one: `thread apply all` covers every inferior that holds a
     // process, and the worker goes on at once.
-    add({"-ex", fmt::format("attach {}", targets[i].pid), "-ex", "echo \\n--- python ---\\n",
-         "-ex", "python _ddprun_python_stacks()", "-ex", "echo \\n--- native ---\\n", "-ex",
-         "thread apply all bt", "-ex", "detach"});
-    if (own_file) add({"-ex", "set logging enabled off"});
+    add({"-ex", "set logging file " + targets[i].file, "-ex", "set logging overwrite on", "-ex",
+         "set logging redirect on", "-ex", "set logging enabled on", "-ex",
+         fmt::format("attach {}", targets[i].pid), "-ex", "echo \\n--- python ---\\n", "-ex",
+         "python _ddprun_python_stacks()", "-ex", "echo \\n--- native ---\\n", "-ex",
+         "thread apply all bt", "-ex", "detach", "-ex", "set logging enabled off"});
   }
   return argv;
 }
 
-std::vector<std::string> debugger_command(const std::string& gdb, int pid, bool python) {
-  if (python) return python_debugger_command(gdb, {{pid, ""}});
-  // Native programs: every shared library's symbols, so that their frames have names.
-  return {gdb,  "-batch", "-nx", "-q", "-iex", "set pagination off", "-iex",
-          "set print thread-events off", "-p", std::to_string(pid), "-ex",
-          "echo \\n--- native ---\\n", "-ex", "thread apply all bt"};
+// Native programs: every shared library's symbols, so that their frames have names.
+std::vector<std::string> native_command(const std::string& gdb, int pid) {
+  auto argv = gdb_batch(gdb);
+  argv.insert(argv.end(), {"-p", std::to_string(pid), "-ex", "echo \\n--- native ---\\n", "-ex",
+                           "thread apply all bt"});
+  return argv;
 }
+
+}  // namespace
 
 std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
                                          Deadline deadline) {
   std::vector<StackCapture> results(targets.size());
   const auto started = Clock::now();
-  const auto gdb = find_debugger();
+  const auto gdb_check = check_program("gdb", std::getenv("PATH") ? std::getenv("PATH") : "");
+  const auto& gdb = gdb_check.path;
   std::vector<std::size_t> python;
   std::vector<Job> jobs;
   for (std::size_t i = 0; i < targets.size(); ++i) {
     results[i].pid = targets[i].pid;
     results[i].file = targets[i].file;
-    if (gdb.empty()) {
+    if (gdb_check.exit_code != 0) {
       results[i].error = "no debugger: gdb is not on PATH (Debian: apt-get install gdb python3.11-dbg)";
       continue;
     }
@@ -160,7 +154,7 @@ std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets
     } else {
       Job job;
       job.targets = {i};
-      job.argv = debugger_command(gdb, targets[i].pid, false);
+      job.argv = native_command(gdb, targets[i].pid);
       job.output = targets[i].file;
       jobs.push_back(std::move(job));
     }
@@ -177,7 +171,7 @@ std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets
         job.targets.push_back(python[k]);
         group.push_back(targets[python[k]]);
       }
-      job.argv = python_debugger_command(gdb, group);
+      job.argv = python_command(gdb, group);
       job.output = "/dev/null";  // each worker's part goes to its own file (gdb's logging)
       jobs.push_back(std::move(job));
     }

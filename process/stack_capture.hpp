@@ -28,17 +28,6 @@ struct StackCapture {
   double seconds = 0;   // how long this process's capture took
 };
 
-// The debugger this machine has (gdb on PATH), or empty.
-std::string find_debugger();
-
-// The debugger's command line for one process.
-std::vector<std::string> debugger_command(const std::string& gdb, int pid, bool python);
-
-// One debugger for several Python interpreters, attaching to them one after another and writing
-// each one's stacks to its target's file (an empty file: to the debugger's own output).
-std::vector<std::string> python_debugger_command(const std::string& gdb,
-                                                 const std::vector<StackTarget>& targets);
-
 // Captures every target at once. Returns when each debugger has ended, or at `deadline`, when
 // those still running are killed (a killed debugger detaches: the kernel resumes its
 // process). One result per target, in order. Never throws for one target's failure.

@@ -83,6 +83,8 @@ class Gate {
 
 // The lines of a text file without their '\n' (empty if the file cannot be read).
 std::vector<std::string> read_lines(const std::string& path);
+// A file's bytes, exactly (empty if it cannot be read).
+std::string read_file(const std::string& path);
 // How many times `what` occurs in `text` (overlapping occurrences counted).
 std::size_t count_of(const std::string& text, const std::string& what);
 // True when the path exists.

@@ -14,6 +14,10 @@
 
 namespace ddprun::test {
 
+bool torch_available() {
+  return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
+}
+
 DdprunProcess::DdprunProcess(std::vector<std::string> args,
                              std::map<std::string, std::string> env,
                              std::vector<std::string> wrapper) {

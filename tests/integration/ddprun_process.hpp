@@ -38,6 +38,10 @@ class DdprunProcess {
   std::unique_ptr<Child> child_;
 };
 
+// Whether Debian's python3-torch (with torch.distributed) is installed, for the tests that run
+// real PyTorch jobs.
+bool torch_available();
+
 // KEY=VALUE lines of a file into a map.
 std::map<std::string, std::string> read_env_file(const std::string& path);
 

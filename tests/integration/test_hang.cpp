@@ -27,9 +27,6 @@ namespace {
 
 constexpr auto kBound = 120s;
 
-bool torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
-}
 bool gdb_available() { return std::system("gdb --version >/dev/null 2>&1") == 0; }
 
 #define REQUIRE_TORCH_AND_GDB()                                                          \
@@ -89,8 +86,7 @@ TEST_CASE("hang: one rank out of the collective is named, the others grouped, ex
   const auto files = stack_files(dir.file("logs"));
   REQUIRE(files.size() == 3);
   for (const auto& f : files) {
-    std::ifstream in(f);
-    const std::string text(std::istreambuf_iterator<char>(in), {});
+    const std::string text = read_file(f);
     CHECK_THAT(text, Contains("(main) (most recent call first):"));
     CHECK_THAT(text, Contains("hang.py\", line "));
     CHECK_THAT(text, Contains("--- native ---"));
@@ -239,8 +235,7 @@ TEST_CASE("hang: a native worker's stacks (no Python)", "[hang]") {
   CHECK_THAT(p.output(), Contains("ranks 0, 1 (2 of 2): in "));
   const auto files = stack_files(dir.file("logs"));
   REQUIRE(files.size() == 2);
-  std::ifstream in(files[0]);
-  const std::string text(std::istreambuf_iterator<char>(in), {});
+  const std::string text = read_file(files[0]);
   CHECK_THAT(text, Contains("--- native ---"));
   CHECK_THAT(text, !Contains("--- python ---"));
   CHECK_THAT(text, Contains("sleep_ms"));

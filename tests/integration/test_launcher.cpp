@@ -29,10 +29,6 @@ std::vector<std::string> fake(std::vector<std::string> flags) {
   return flags;
 }
 
-bool torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
-}
-
 }  // namespace
 
 TEST_CASE("ddprun: 1 node x 4 workers get torchrun's environment", "[launcher]") {
@@ -381,8 +377,7 @@ TEST_CASE("ddprun: log files hold the worker's bytes exactly, however long its l
   REQUIRE(p.wait() == 0);
   const auto path = find_file(dir.path(), "stdout.log");
   REQUIRE_FALSE(path.empty());
-  std::ifstream in(path, std::ios::binary);
-  const std::string content(std::istreambuf_iterator<char>(in), {});
+  const std::string content = read_file(path);
   // One 200,000-byte line (not cut in pieces) and a last line without a newline (none added).
   CHECK(content.size() == 200'000 + 5);
   CHECK(content == expected_long_line(200'000));

@@ -152,8 +152,7 @@ bool tail_contains(const WorkerExit& e, const std::string& text) {
 
 // Pids from a file that processes append "pid\n" lines to; only newline-terminated lines count.
 std::vector<pid_t> read_pids(const std::string& path) {
-  std::ifstream in(path);
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string content = ddprun::test::read_file(path);
   std::vector<pid_t> pids;
   std::size_t start = 0;
   for (auto nl = content.find('\n'); nl != std::string::npos; nl = content.find('\n', start)) {

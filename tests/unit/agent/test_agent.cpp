@@ -9,7 +9,6 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <future>
 #include <thread>
 
@@ -271,8 +270,7 @@ TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {
 }
 
 std::string stack_fixture(const std::string& name) {
-  std::ifstream in(std::string(STACK_FIXTURES) + "/" + name);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return test::read_file(std::string(STACK_FIXTURES) + "/" + name);
 }
 
 TEST_CASE("agent: a job whose every node is idle hangs, every node agrees, exit 122",

@@ -4,10 +4,9 @@
 
 #include <catch2/catch.hpp>
 
-#include <fstream>
-#include <iterator>
 
 #include "agent/stack_report.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 using Catch::Matchers::Contains;
@@ -16,9 +15,9 @@ using Catch::Matchers::EndsWith;
 namespace {
 
 std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(STACK_FIXTURES) + "/" + name);
-  REQUIRE(in);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  const auto path = std::string(STACK_FIXTURES) + "/" + name;
+  REQUIRE(test::file_exists(path));
+  return test::read_file(path);
 }
 
 RankWhere at(int rank, const std::string& where, bool in_collective) {

@@ -257,6 +257,8 @@ std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
     in.set_omp_threads = r.local_world_size > 1;
     if (timers_ != nullptr) in.timer_file = timers_->path();
     in.flight_recorder_prefix = (dir / "nccl_trace_rank_").string();
+    in.virtual_local_rank = config_.virtual_local_rank;
+    in.mpi_env = config_.mpi_env;
     fs::remove(in.error_file);
 
     WorkerLaunch w;
@@ -264,6 +266,7 @@ std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
     w.rank = r.global_rank(local);
     w.argv = substitute_local_rank(config_.argv, local);
     w.env = to_env_strings(build_worker_env(ctx_.base_env, in));
+    if (local < static_cast<int>(ctx_.placements.size())) w.placement = ctx_.placements[local];
     const auto redirect = config_.redirects.for_rank(local);
     const auto tee = config_.tee.for_rank(local);
     const bool shown = !config_.local_ranks_filter ||

@@ -17,6 +17,7 @@
 #include "agent/worker_progress.hpp"
 #include "common/failure_record.hpp"
 #include "common/launch_config.hpp"
+#include "common/placement.hpp"
 #include "common/progress.hpp"
 #include "process/process_runner.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
@@ -39,6 +40,8 @@ struct AgentContext {
   EnvMap base_env;             // the environment workers inherit
   EventLog* events = nullptr;  // --events-file, optional
   bool hosts_store = false;    // this agent's process serves the store: it leaves last
+  // --numa-binding / --cpu-bind: each local rank's placement, planned at start; empty: none.
+  std::vector<Placement> placements;
 };
 
 struct AttemptOutcome {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "common/strings.hpp"
+
 extern char** environ;
 
 namespace ddprun {
@@ -10,7 +12,19 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
   EnvMap env = base;
   const auto& r = in.ranks;
   const auto rank = std::to_string(r.global_rank(in.local_rank));
-  env["LOCAL_RANK"] = std::to_string(in.local_rank);
+  env["LOCAL_RANK"] = in.virtual_local_rank ? "0" : std::to_string(in.local_rank);
+  if (in.virtual_local_rank) {
+    // Entries pass through as written: indices, GPU-<uuid> and MIG-<uuid> alike. The launcher
+    // refuses a list shorter than the node's workers before any starts.
+    auto visible = base.find("CUDA_VISIBLE_DEVICES");
+    const auto entries = visible == base.end() ? std::vector<std::string>{}
+                                               : split(visible->second, ',');
+    env["CUDA_VISIBLE_DEVICES"] =
+        visible == base.end() ? std::to_string(in.local_rank)
+        : in.local_rank < static_cast<int>(entries.size())
+            ? std::string(trim(entries[in.local_rank]))
+            : "-1";  // none: the short list is refused earlier; never another rank's device
+  }
   env["RANK"] = rank;
   env["GROUP_RANK"] = std::to_string(r.group_rank);
   env["ROLE_RANK"] = rank;  // one role per job: role ranks are the global ranks
@@ -27,6 +41,16 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
   // ddprun's store is not a c10d TCPStore, so rank 0 hosts the workers' own store.
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
+  if (in.mpi_env) {
+    // Open MPI's names, for scripts written for mpirun. OMPI_COMM_WORLD_NODE_RANK is, in Open
+    // MPI's words, the rank on this node across all jobs: for one job, the local rank (not the
+    // node's index, which is GROUP_RANK).
+    env["OMPI_COMM_WORLD_RANK"] = rank;
+    env["OMPI_COMM_WORLD_SIZE"] = std::to_string(r.world_size);
+    env["OMPI_COMM_WORLD_LOCAL_RANK"] = std::to_string(in.local_rank);
+    env["OMPI_COMM_WORLD_LOCAL_SIZE"] = std::to_string(r.local_world_size);
+    env["OMPI_COMM_WORLD_NODE_RANK"] = std::to_string(in.local_rank);
+  }
   if (!env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (in.set_omp_threads && !env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
   if (!in.timer_file.empty()) env["TORCHELASTIC_TIMER_FILE"] = in.timer_file;

@@ -25,6 +25,10 @@ struct WorkerEnvInput {
   // Where torch 2.x's NCCL Flight Recorder dumps a rank's last collectives when one times out
   // (the rank is appended); empty: not set.
   std::string flight_recorder_prefix;
+  // --virtual-local-rank: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming this worker's device
+  // alone, the local_rank-th of the agent's list (or the local rank when the agent has none).
+  bool virtual_local_rank = false;
+  bool mpi_env = false;  // --mpi-env: OMPI_COMM_WORLD_* too
 };
 
 using EnvMap = std::map<std::string, std::string>;

@@ -14,6 +14,28 @@ const char* to_string(RdzvBackend backend) {
   return "?";
 }
 
+const char* to_string(Binding binding) {
+  switch (binding) {
+    case Binding::kNone:
+      return "none";
+    case Binding::kGpuNode:
+      return "--numa-binding=node";
+    case Binding::kGpuSocket:
+      return "--numa-binding=socket";
+    case Binding::kGpuExclusive:
+      return "--numa-binding=exclusive";
+    case Binding::kGpuCoreComplex:
+      return "--numa-binding=core-complex";
+    case Binding::kCpuNuma:
+      return "--cpu-bind=numa";
+    case Binding::kCpuSocket:
+      return "--cpu-bind=socket";
+    case Binding::kCpuCore:
+      return "--cpu-bind=core";
+  }
+  return "?";
+}
+
 Std StdSpec::for_rank(int local_rank) const {
   if (per_rank.empty()) return all;
   auto it = per_rank.find(local_rank);

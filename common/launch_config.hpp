@@ -23,6 +23,25 @@ const char* to_string(RdzvBackend backend);
 // --dry-run: run, or print the plan as a table or as JSON.
 enum class DryRun : std::uint8_t { kOff, kTable, kJson };
 
+// Where each worker may run: by its GPU's place in the machine (--numa-binding, torchrun's
+// modes) or by its local rank alone (--cpu-bind). kNone: wherever the agent may.
+enum class Binding : std::uint8_t {
+  kNone,
+  kGpuNode,         // --numa-binding=node: every CPU of the GPU's NUMA node
+  kGpuSocket,       // --numa-binding=socket: every CPU of the GPU's package
+  kGpuExclusive,    // --numa-binding=exclusive: a share of the node's cores per GPU on it
+  kGpuCoreComplex,  // --numa-binding=core-complex: one last-level cache's CPUs per GPU
+  kCpuNuma,         // --cpu-bind=numa: rank i on NUMA node i mod N
+  kCpuSocket,       // --cpu-bind=socket: rank i on package i mod P
+  kCpuCore,         // --cpu-bind=core: the cores split among the ranks
+};
+// The flag and value that chose it: "--numa-binding=node", "--cpu-bind=core"; "none".
+const char* to_string(Binding binding);
+inline bool by_gpu(Binding b) {
+  return b == Binding::kGpuNode || b == Binding::kGpuSocket || b == Binding::kGpuExclusive ||
+         b == Binding::kGpuCoreComplex;
+}
+
 // torchrun's port for a c10d rendezvous endpoint given without one.
 inline constexpr std::uint16_t kC10dDefaultPort = 29400;
 
@@ -112,6 +131,10 @@ struct LaunchConfig {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
+  // LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming the worker's own GPU alone.
+  bool virtual_local_rank = false;
+  bool mpi_env = false;  // OMPI_COMM_WORLD_* as well
+  Binding binding = Binding::kNone;
 
   // Output.
   std::string log_dir;  // empty: a fresh temp dir, only when some stream is redirected

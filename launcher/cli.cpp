@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
@@ -61,6 +62,16 @@ constexpr OptionSpec kOptions[] = {
      "Pass --local_rank=N to the script, as\ntorch.distributed.launch does without --use-env"},
     {"use-env", "", "", kWorkers,
      "torch.distributed.launch's flag; accepted: the\nworkers always get LOCAL_RANK in the environment"},
+    {"virtual-local-rank", "", "", kWorkers,
+     "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES\nholding only its own GPU (taken from this "
+     "one's)"},
+    {"mpi-env", "", "", kWorkers,
+     "Also give workers Open MPI's OMPI_COMM_WORLD_RANK,\n_SIZE, _LOCAL_RANK, _LOCAL_SIZE and _NODE_RANK"},
+    {"numa-binding", "", "MODE", kWorkers,
+     "Bind each worker to its GPU's CPUs: node, socket,\nexclusive or core-complex (GPU = LOCAL_RANK) [none]"},
+    {"cpu-bind", "", "MODE", kWorkers,
+     "Bind workers without regard to GPUs: numa or socket\n(spread ranks round-robin), core (a share "
+     "of the\ncores each) [none]"},
 
     {"max-restarts", "", "N", kFailures, "Restarts of all workers after a failure [0]"},
     {"signals-to-handle", "", "SIG,...", kFailures,
@@ -91,7 +102,7 @@ constexpr OptionSpec kOptions[] = {
     {"progress-interval", "", "SECONDS", kOutput,
      "A long wait says how far it got after this, then\nat doubling intervals up to a minute; 0: never [10]"},
 
-    {"hosts", "", "HOST[:SLOTS],...", kHosts,
+    {"hosts", "H", "HOST[:SLOTS],...", kHosts,
      "Start an agent on every host over ssh; SLOTS\nworkers there [--nproc-per-node]; the first is the master;\n"
      "slurm: every node of this Slurm allocation, over srun"},
     {"hostfile", "", "FILE", kHosts, "Hosts one per line: host, host slots=N or host:N"},
@@ -130,6 +141,11 @@ std::string env_suffix(std::string_view name) {
   return out;
 }
 
+// torchrun also reads the line prefix's template from its own variable, after PET_*.
+std::string torchelastic_env_name(std::string_view name) {
+  return name == "log-line-prefix-template" ? "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" : "";
+}
+
 // "-r,--redirects". torchrun's underscore spellings are not registered with CLI11: each name
 // costs every later registration and every argument a comparison, so they are rewritten to
 // ours before parsing instead (with_our_spelling).
@@ -147,14 +163,18 @@ const OptionSpec* find_option(std::string_view long_name, std::string_view short
   return nullptr;
 }
 
-// Rewrites --nproc_per_node (torchrun's spelling) to --nproc-per-node in ddprun's own
-// arguments, which end at the program (the first positional) or at "--": the program's own
-// arguments are never touched. Walks the arguments as CLI11 will, so that an option's value
-// is not taken for the program.
-void with_our_spelling(std::vector<std::string>& args) {
+// CLI11's own long options, which an abbreviation may also name (argparse's --he is --help).
+constexpr std::string_view kBuiltinLongNames[] = {"help", "version"};
+
+// Rewrites ddprun's own arguments, which end at the program (the first positional) or at
+// "--", to the names CLI11 knows: torchrun's spelling (--nproc_per_node) and abbreviations
+// (--nproc_per=2) become --nproc-per-node. The program's own arguments are never touched.
+// Walks the arguments as CLI11 will, so that an option's value is not taken for the program.
+// Returns the error for an ambiguous abbreviation.
+std::optional<std::string> with_our_spelling(std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto& arg = args[i];
-    if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') return std::nullopt;
     if (arg[1] != '-') {  // -r 3, -r3, -x NAME
       const auto letter = std::string_view(arg).substr(1, 1);
       const auto* spec = find_option({}, letter);
@@ -166,11 +186,20 @@ void with_our_spelling(std::vector<std::string>& args) {
     const auto end = std::min(arg.find('='), arg.size());
     std::string name = arg.substr(2, end - 2);
     std::replace(name.begin(), name.end(), '_', '-');
-    const auto* spec = find_option(name, {});
-    if (spec == nullptr) continue;  // unknown: CLI11 leaves it, and it is reported below
-    arg.replace(2, name.size(), name);
-    if (end == arg.size() && !spec->value_name.empty()) ++i;  // --nnodes 2
+    auto match = ddprun::match_long_option(name);
+    if (!match.candidates.empty()) {
+      std::vector<std::string> dashed;
+      for (const auto& candidate : match.candidates) dashed.push_back("--" + candidate);
+      return fmt::format("ambiguous option {} could match {} (see ddprun --help)",
+                         arg.substr(0, end), fmt::join(dashed, ", "));
+    }
+    if (match.name.empty()) continue;  // unknown: CLI11 leaves it, and it is reported below
+    const bool inline_value = end < arg.size();
+    arg.replace(2, end - 2, match.name);
+    const auto* spec = find_option(match.name, {});
+    if (spec != nullptr && !inline_value && !spec->value_name.empty()) ++i;  // --nnodes 2
   }
+  return std::nullopt;
 }
 
 // Shows an option's names as "-r, --redirects", and our usage line, which has a positional
@@ -220,7 +249,8 @@ struct Parser {
     app.set_version_flag("--version", fmt::format("ddprun {}", ddprun_version()),
                          "Print the version and exit");
     app.footer(
-        "Every flag also accepts torchrun's underscore spelling (--nproc_per_node) and can be\n"
+        "Every flag also accepts torchrun's underscore spelling (--nproc_per_node) and, as\n"
+        "torchrun does, any unambiguous prefix of its name (--nproc_per=4). It can also be\n"
         "set as PET_<FLAG> in the environment (PET_NPROC_PER_NODE=4, PET_NO_PYTHON=1); the\n"
         "command line wins. Everything after PROGRAM is passed to it untouched.");
     for (const auto& spec : kOptions) {
@@ -251,9 +281,12 @@ struct Parser {
         raw[key] = RawValue{strip_empty_marker(values.at(key)), fmt::format("--{}", key), true};
         continue;
       }
-      std::string env_name = "PET_" + env_suffix(key);
-      auto it = env.find(env_name);
-      if (it != env.end() && !it->second.empty()) raw[key] = RawValue{it->second, env_name, false};
+      for (std::string env_name : {"PET_" + env_suffix(key), torchelastic_env_name(key)}) {
+        auto it = env.find(env_name);
+        if (env_name.empty() || it == env.end() || it->second.empty()) continue;
+        raw[key] = RawValue{it->second, env_name, false};
+        break;
+      }
     }
     return raw;
   }
@@ -268,6 +301,25 @@ CliOutcome usage_error(std::string message) {
 
 }  // namespace
 
+std::vector<std::string_view> long_option_names() {
+  std::vector<std::string_view> names;
+  for (const auto& spec : kOptions) names.push_back(spec.name);
+  names.insert(names.end(), std::begin(kBuiltinLongNames), std::end(kBuiltinLongNames));
+  return names;
+}
+
+LongOptionMatch match_long_option(std::string_view name) {
+  if (name.empty()) return {};
+  std::vector<std::string> candidates;
+  for (auto known : long_option_names()) {
+    if (known == name) return {std::string(name), {}};
+    if (known.starts_with(name)) candidates.emplace_back(known);
+  }
+  if (candidates.size() == 1) return {std::move(candidates.front()), {}};
+  if (candidates.empty()) return {};
+  return {{}, std::move(candidates)};
+}
+
 std::string help_text() {
   Parser parser;
   return parser.app.help();
@@ -278,7 +330,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
   Parser parser;
   try {
     std::vector<std::string> reversed = args;
-    with_our_spelling(reversed);
+    if (auto ambiguous = with_our_spelling(reversed)) return usage_error(*ambiguous);
     // CLI11 consumes a reversed vector from the back.
     std::reverse(reversed.begin(), reversed.end());
     for (auto& arg : reversed) {

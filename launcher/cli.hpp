@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/exit_codes.hpp"
@@ -33,6 +34,19 @@ struct CliOutcome {
 // for bad input.
 CliOutcome parse_command_line(const std::vector<std::string>& args,
                               const std::map<std::string, std::string>& env);
+
+// Every long option's name in our spelling ("nproc-per-node"), --help and --version included.
+std::vector<std::string_view> long_option_names();
+
+// What "--NAME" stands for, by argparse's rules, which torchrun's command line follows: an exact
+// name first; otherwise a prefix of exactly one option's name stands for it, and a prefix of
+// several is an error naming them. `name` is in our spelling (dashes, not underscores), so an
+// option's two spellings count as one.
+struct LongOptionMatch {
+  std::string name;                     // the full name; empty when unknown or ambiguous
+  std::vector<std::string> candidates;  // every name it is a prefix of, when ambiguous
+};
+LongOptionMatch match_long_option(std::string_view name);
 
 // The full --help text.
 std::string help_text();

@@ -210,6 +210,46 @@ void build_program(const OptionReader& options, const std::vector<std::string>& 
   config.argv.insert(config.argv.end(), program_and_args.begin() + 1, program_and_args.end());
 }
 
+// --virtual-local-rank, --mpi-env, --numa-binding and --cpu-bind: what each worker sees of the
+// machine.
+void build_placement(const OptionReader& options, const std::map<std::string, std::string>& env,
+                     LaunchConfig& config) {
+  config.virtual_local_rank = options.flag("virtual-local-rank");
+  config.mpi_env = options.flag("mpi-env");
+  const RawValue* numa = options.find("numa-binding");
+  const RawValue* cpu = options.find("cpu-bind");
+  if (numa != nullptr && cpu != nullptr) {
+    throw ConfigError(fmt::format("{} and {} cannot be used together (one binds by GPU, the "
+                                  "other by local rank)", numa->label, cpu->label));
+  }
+  if (numa != nullptr) {
+    const auto mode = parse_choice(numa->text, numa->label,
+                                   {"node", "socket", "exclusive", "core-complex"});
+    config.binding = mode == "node"        ? Binding::kGpuNode
+                     : mode == "socket"    ? Binding::kGpuSocket
+                     : mode == "exclusive" ? Binding::kGpuExclusive
+                                           : Binding::kGpuCoreComplex;
+  }
+  if (cpu != nullptr) {
+    const auto mode = parse_choice(cpu->text, cpu->label, {"none", "numa", "socket", "core"});
+    config.binding = mode == "numa"     ? Binding::kCpuNuma
+                     : mode == "socket" ? Binding::kCpuSocket
+                     : mode == "core"   ? Binding::kCpuCore
+                                        : Binding::kNone;
+  }
+  // torchrun refuses this only when the workers start; the count is known now.
+  if (config.virtual_local_rank) {
+    auto visible = env.find("CUDA_VISIBLE_DEVICES");
+    if (visible != env.end() && !config.cluster &&
+        static_cast<int>(split(visible->second, ',').size()) < config.nproc_per_node) {
+      throw ConfigError(fmt::format(
+          "{}: CUDA_VISIBLE_DEVICES={} names fewer devices than the {} workers of this node, "
+          "and each worker needs one of its own",
+          options.label("virtual-local-rank"), visible->second, config.nproc_per_node));
+    }
+  }
+}
+
 // --log-line-prefix (ddprun) and --log-line-prefix-template (torchrun) set the same thing:
 // the command line beats the environment, and two from the same source contradict.
 void build_log_line_prefix(const OptionReader& options, LaunchConfig& config) {
@@ -345,6 +385,7 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   // Before the workers: a missing program is reported without probing the CUDA driver.
   build_program(options, program_and_args, env, out);
   build_workers_and_output(options, env, out.config);
+  build_placement(options, env, out.config);
   if (out.config.cluster) {
     auto& c = *out.config.cluster;
     c.program_and_args = program_and_args;

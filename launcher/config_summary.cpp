@@ -63,6 +63,11 @@ std::string describe(const LaunchConfig& config) {
   if (config.hang_timeout.count() > 0) {
     rows.emplace_back("hang timeout", seconds_text(config.hang_timeout));
   }
+  if (config.binding != Binding::kNone) rows.emplace_back("placement", to_string(config.binding));
+  if (config.virtual_local_rank) {
+    rows.emplace_back("local rank", "virtual: LOCAL_RANK=0, one GPU in CUDA_VISIBLE_DEVICES");
+  }
+  if (config.mpi_env) rows.emplace_back("MPI variables", "OMPI_COMM_WORLD_* for every worker");
   rows.emplace_back("log dir", log_dir_text(config));
   rows.emplace_back("program", shell_join(config.argv));
 

@@ -16,27 +16,69 @@ std::optional<int> cuda_devices_from_visible_env(std::string_view value) {
   return std::nullopt;
 }
 
-int visible_cuda_devices() {
+namespace {
+
+// The driver's entry points ddprun uses. CUresult is an enum whose success value is 0 and
+// CUdevice an int; declaring them so avoids cuda.h.
+struct CudaDriver {
+  int (*init)(unsigned int) = nullptr;
+  int (*device_get_count)(int*) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*device_get_pci_bus_id)(char*, int, int) = nullptr;
+};
+
+// The driver, initialised; nullopt when it is absent or cuInit fails. No dlclose once cuInit
+// succeeded: the driver may have started threads and registered exit handlers that live in the
+// library, and unmapping it under them would crash at exit. The handle is deliberately leaked;
+// a second dlopen just bumps its reference count.
+std::optional<CudaDriver> cuda_driver() {
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    if (auto count = cuda_devices_from_visible_env(visible)) return *count;
+    if (cuda_devices_from_visible_env(visible)) return std::nullopt;  // hides every device
   }
   void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (lib == nullptr) return 0;
-  // CUresult is an enum whose success value is 0; declaring it as int avoids cuda.h.
-  using CuInit = int (*)(unsigned int);
-  using CuDeviceGetCount = int (*)(int*);
-  auto cu_init = reinterpret_cast<CuInit>(dlsym(lib, "cuInit"));
-  auto cu_device_get_count = reinterpret_cast<CuDeviceGetCount>(dlsym(lib, "cuDeviceGetCount"));
-  if (cu_init == nullptr || cu_device_get_count == nullptr || cu_init(0) != 0) {
+  if (lib == nullptr) return std::nullopt;
+  CudaDriver d;
+  d.init = reinterpret_cast<decltype(d.init)>(dlsym(lib, "cuInit"));
+  d.device_get_count = reinterpret_cast<decltype(d.device_get_count)>(dlsym(lib, "cuDeviceGetCount"));
+  d.device_get = reinterpret_cast<decltype(d.device_get)>(dlsym(lib, "cuDeviceGet"));
+  d.device_get_pci_bus_id =
+      reinterpret_cast<decltype(d.device_get_pci_bus_id)>(dlsym(lib, "cuDeviceGetPCIBusId"));
+  if (d.init == nullptr || d.device_get_count == nullptr || d.init(0) != 0) {
     dlclose(lib);
-    return 0;
+    return std::nullopt;
   }
+  return d;
+}
+
+int device_count(const CudaDriver& d) {
   int count = 0;
-  if (cu_device_get_count(&count) != 0) count = 0;
-  // No dlclose once cuInit succeeded: the driver may have started threads and registered
-  // exit handlers that live in the library, and unmapping it under them would crash at exit.
-  // The handle is deliberately leaked; a second dlopen just bumps its reference count.
-  return count;
+  return d.device_get_count(&count) == 0 ? count : 0;
+}
+
+}  // namespace
+
+int visible_cuda_devices() {
+  auto driver = cuda_driver();
+  return driver ? device_count(*driver) : 0;
+}
+
+std::vector<std::string> visible_cuda_pci_bus_ids() {
+  std::vector<std::string> ids;
+  auto driver = cuda_driver();
+  if (!driver || driver->device_get == nullptr || driver->device_get_pci_bus_id == nullptr) {
+    return ids;
+  }
+  const int count = device_count(*driver);
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    int device = 0;
+    char bus_id[64] = "";
+    if (driver->device_get(&device, ordinal) != 0 ||
+        driver->device_get_pci_bus_id(bus_id, sizeof(bus_id), device) != 0) {
+      return {};
+    }
+    ids.emplace_back(bus_id);
+  }
+  return ids;
 }
 
 }  // namespace ddprun

@@ -3,7 +3,9 @@
 // machines without a GPU or a CUDA toolkit, so the driver is loaded only when asked for.
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddprun {
 
@@ -12,6 +14,11 @@ namespace ddprun {
 // CUDA_VISIBLE_DEVICES hides every device. Blocks for as long as cuInit takes (up to a
 // second or so on a large machine). Not thread-safe with other CUDA initialisation.
 int visible_cuda_devices();
+
+// The PCI address ("0000:18:00.0") of each CUDA device visible to this process, in the
+// driver's order, which is the workers' device numbering; empty when the driver is absent or
+// lists none. Loads the driver as visible_cuda_devices does.
+std::vector<std::string> visible_cuda_pci_bus_ids();
 
 // Decides from the value of CUDA_VISIBLE_DEVICES alone when it hides every device ("" or a
 // list starting with "-1"): returns 0 then, nullopt when the driver has to be asked.

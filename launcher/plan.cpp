@@ -96,7 +96,8 @@ json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& 
   // What the workers inherit that changes their variables: the agent keeps these when set.
   std::map<std::string, std::string> base;
   const auto inherited = c.cluster ? forwarded_environment(env, c.cluster->forward) : env;
-  for (const char* name : {"OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
+  for (const char* name :
+       {"OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES"}) {
     if (auto it = inherited.find(name); it != inherited.end()) base[name] = it->second;
   }
   auto workers = json::array();
@@ -110,6 +111,8 @@ json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& 
       in.max_restarts = c.max_restarts;
       in.run_id = c.rdzv_id;
       in.set_omp_threads = ranks[g].local_world_size > 1;
+      in.virtual_local_rank = c.virtual_local_rank;
+      in.mpi_env = c.mpi_env;
       auto vars = build_worker_env(base, in);
       vars["MASTER_PORT"] = kPortNote;
       vars["TORCHELASTIC_ERROR_FILE"] = kErrorFileNote;
@@ -173,6 +176,15 @@ std::string format_plan(const json& plan) {
   if (plan.contains("forwarded_env")) {
     out += fmt::format("  forwarded to every host (values not shown): {}\n",
                        fmt::join(plan["forwarded_env"].get<std::vector<std::string>>(), " "));
+  }
+  if (plan.contains("placement")) {
+    const auto& p = plan["placement"];
+    out += fmt::format("  placement ({}; {}):\n", p["binding"].get<std::string>(),
+                       p["machine"].get<std::string>());
+    for (const auto& rank : p["ranks"]) {
+      out += fmt::format("    local rank {}: {}\n", rank["local_rank"].get<int>(),
+                         rank["description"].get<std::string>());
+    }
   }
   if (plan["workers"].empty()) {
     out += "  worker environment: decided at the rendezvous (ranks and world size)\n";

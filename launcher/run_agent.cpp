@@ -14,11 +14,13 @@
 #include "agent/agent.hpp"
 #include "cluster/head_link.hpp"
 #include "cluster/subtree_relay.hpp"
+#include "common/exit_codes.hpp"
 #include "common/limits.hpp"
 #include "launcher/config_summary.hpp"
 #include "launcher/job_report.hpp"
 #include "launcher/log_dir.hpp"
 #include "launcher/modes.hpp"
+#include "launcher/placement.hpp"
 #include "launcher/signal_forwarder.hpp"
 #include "process/orphan_guard.hpp"
 #include "process/posix_process_runner.hpp"
@@ -78,6 +80,22 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     }
   }
 
+  // Before anything starts: a binding this machine cannot honour is the user's to change.
+  NodePlacement placement;
+  try {
+    placement = plan_node_placement(config);
+    if (!placement.this_system && !placement.ranks.empty()) {
+      throw PlacementError(fmt::format("{}: the machine described by HWLOC_XMLFILE or "
+                                       "HWLOC_SYNTHETIC is not this one: its bindings can be "
+                                       "shown (--dry-run), not applied",
+                                       to_string(config.binding)));
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ddprun: %s\n", e.what());
+    return kExitUsage;
+  }
+  if (!placement.ranks.empty()) spdlog::info("{}", describe(placement));
+
   const auto host = this_host(config);
   // Before the store listens: a node that cannot keep its workers' logs or its events says so
   // at once (a usage error).
@@ -101,6 +119,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     ctx.base_env = current_environment();
     ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
     ctx.events = &events;
+    for (const auto& rank : placement.ranks) ctx.placements.push_back(rank.placement);
     Agent agent(config, std::move(ctx));
     signals.attach([&agent](int signo) { agent.on_signal(signo); });
     try {

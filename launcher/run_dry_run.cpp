@@ -7,6 +7,7 @@
 #include "cluster/head.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/modes.hpp"
+#include "launcher/placement.hpp"
 #include "launcher/plan.hpp"
 
 namespace ddprun {
@@ -21,6 +22,15 @@ int run_dry_run(const LaunchConfig& config) {
     }
   }
   auto plan = make_plan(config, current_environment(), commands);
+  // This node's bindings; with --hosts each host plans its own when its agent starts.
+  if (!config.cluster && config.binding != Binding::kNone) {
+    try {
+      plan["placement"] = to_json(plan_node_placement(config));
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ddprun: %s\n", e.what());
+      return kExitUsage;
+    }
+  }
   std::string text = config.dry_run == DryRun::kJson ? plan.dump() + "\n" : format_plan(plan);
   std::fputs(text.c_str(), stdout);
   return kExitOk;

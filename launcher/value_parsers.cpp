@@ -123,7 +123,14 @@ RdzvConf parse_rdzv_conf(std::string_view text, std::string_view label,
   RdzvConf conf;
   std::optional<std::chrono::milliseconds> join_timeout;
   std::optional<std::chrono::milliseconds> timeout_alias;
-  for (const auto& raw_item : split(text, ',')) {
+  // Job templates and YAML often keep the shell's quotes inside the value
+  // (--rdzv-conf='timeout=5,...' reaching us with its quotes); torchrun runs such a line.
+  std::string_view body = trim(text);
+  if (body.size() >= 2 && (body.front() == '\'' || body.front() == '"') &&
+      body.back() == body.front()) {
+    body = body.substr(1, body.size() - 2);
+  }
+  for (const auto& raw_item : split(body, ',')) {
     auto item = trim(raw_item);
     if (item.empty()) continue;
     auto eq = item.find('=');

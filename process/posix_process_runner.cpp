@@ -220,6 +220,7 @@ class PosixProcessRunner::Impl {
     // the guardian about its group itself before exec: spawn_process returns after that.
     worker->guard_slot = guard_ ? guard_->claim_slot() : nullptr;
     request.announce_slot = worker->guard_slot;
+    if (!launch.placement.empty()) request.placement = &launch.placement;
     try {
       worker->pid = spawn_process(request);
     } catch (...) {

@@ -10,6 +10,7 @@
 
 #include "common/deadline.hpp"
 #include "common/error.hpp"
+#include "common/placement.hpp"
 #include "process/stack_capture.hpp"
 
 namespace ddprun {
@@ -36,6 +37,7 @@ struct WorkerLaunch {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH unless it contains a '/'
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
   OutputSpec output;
+  Placement placement;  // --numa-binding / --cpu-bind; empty: none
 };
 
 // How a worker ended. exit_code is the code of a normal exit; signal is non-zero when a signal

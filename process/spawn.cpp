@@ -1,11 +1,14 @@
 #include "process/spawn.hpp"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <utility>
@@ -29,12 +32,36 @@ struct ChildArgs {
   bool own_group;
   pid_t parent;  // > 0: die with it
   pid_t* announce_slot;
+  // The placement, prepared by the parent: a CPU set of cpus_size bytes (null: none) and a
+  // node mask of mem_maxnode bits (null: none).
+  const cpu_set_t* cpus;
+  std::size_t cpus_size;
+  const unsigned long* mem_nodes;
+  unsigned long mem_maxnode;
+  int mem_mode;
   volatile int error;  // errno of the step that failed; 0: the exec happened
+  volatile const char* failed_step;  // what that step was doing, for the parent's message
 };
 
-[[noreturn]] void fail_child(ChildArgs& a) {
+[[noreturn]] void fail_child(ChildArgs& a, const char* step = nullptr) {
   a.error = errno != 0 ? errno : EINVAL;
+  a.failed_step = step;
   _exit(127);
+}
+
+// --numa-binding / --cpu-bind. The memory policy only prefers the nodes: a rank whose node is
+// full takes memory elsewhere rather than being killed. A kernel without NUMA support
+// (ENOSYS), or one older than MPOL_PREFERRED_MANY (EINVAL, Linux < 5.15), keeps its default
+// policy, which already allocates on the node of the CPU that first touches the memory.
+void apply_placement(ChildArgs& a) {
+  if (a.cpus != nullptr && sched_setaffinity(0, a.cpus_size, a.cpus) != 0) {
+    fail_child(a, "setting its CPU affinity");
+  }
+  if (a.mem_nodes != nullptr &&
+      syscall(SYS_set_mempolicy, a.mem_mode, a.mem_nodes, a.mem_maxnode) != 0 &&
+      errno != ENOSYS && !(errno == EINVAL && a.mem_mode == MPOL_PREFERRED_MANY)) {
+    fail_child(a, "setting its memory policy");
+  }
 }
 
 // The child, between clone and exec: system calls only. Every signal is blocked when it
@@ -58,6 +85,7 @@ int child_main(void* arg) {
     die_with(a.parent);
     allow_tracing_by(a.parent);
   }
+  apply_placement(a);
   if ((a.in != STDIN_FILENO && dup2(a.in, STDIN_FILENO) < 0) ||
       (a.out != STDOUT_FILENO && dup2(a.out, STDOUT_FILENO) < 0) ||
       (a.err != STDERR_FILENO && dup2(a.err, STDERR_FILENO) < 0)) {
@@ -68,6 +96,49 @@ int child_main(void* arg) {
   execve(a.path, a.argv, a.envp);
   fail_child(a);
 }
+
+// A Placement in the kernel's forms: a CPU set sized for the highest CPU and a node bit mask.
+class PreparedPlacement {
+ public:
+  explicit PreparedPlacement(const Placement* p) {
+    if (p == nullptr) return;
+    if (!p->cpus.empty()) {
+      const int count = *std::max_element(p->cpus.begin(), p->cpus.end()) + 1;
+      cpus_.reset(CPU_ALLOC(count));
+      if (!cpus_) throw Error("cannot allocate a CPU set of " + std::to_string(count) + " CPUs");
+      cpus_size_ = CPU_ALLOC_SIZE(count);
+      CPU_ZERO_S(cpus_size_, cpus_.get());
+      for (int cpu : p->cpus) CPU_SET_S(cpu, cpus_size_, cpus_.get());
+    }
+    if (!p->mem_nodes.empty()) {
+      constexpr int kBits = 8 * sizeof(unsigned long);
+      const int highest = *std::max_element(p->mem_nodes.begin(), p->mem_nodes.end());
+      nodes_.assign(highest / kBits + 1, 0);
+      for (int node : p->mem_nodes) nodes_[node / kBits] |= 1UL << (node % kBits);
+      // The kernel reads maxnode - 1 bits.
+      maxnode_ = nodes_.size() * kBits + 1;
+      mode_ = p->mem_nodes.size() == 1 ? MPOL_PREFERRED : MPOL_PREFERRED_MANY;
+    }
+  }
+
+  void fill(ChildArgs& a) const {
+    a.cpus = cpus_.get();
+    a.cpus_size = cpus_size_;
+    a.mem_nodes = nodes_.empty() ? nullptr : nodes_.data();
+    a.mem_maxnode = maxnode_;
+    a.mem_mode = mode_;
+  }
+
+ private:
+  struct CpuSetFree {
+    void operator()(cpu_set_t* set) const { CPU_FREE(set); }
+  };
+  std::unique_ptr<cpu_set_t, CpuSetFree> cpus_;
+  std::size_t cpus_size_ = 0;
+  std::vector<unsigned long> nodes_;
+  unsigned long maxnode_ = 0;
+  int mode_ = MPOL_DEFAULT;
+};
 
 std::vector<char*> pointers(const std::vector<std::string>& strings) {
   std::vector<char*> out;
@@ -123,7 +194,11 @@ pid_t spawn_process(const SpawnRequest& r) {
   a.own_group = r.own_group;
   a.parent = r.die_with_parent ? getpid() : 0;
   a.announce_slot = r.announce_slot;
+  // Built here: the child may not allocate.
+  PreparedPlacement placement(r.placement);
+  placement.fill(a);
   a.error = 0;
+  a.failed_step = nullptr;
   // The child's stack: it makes system calls only, a few hundred bytes deep.
   constexpr std::size_t kStackSize = 64 * 1024;
   auto stack = std::make_unique_for_overwrite<char[]>(kStackSize);
@@ -144,6 +219,10 @@ pid_t spawn_process(const SpawnRequest& r) {
   if (a.error != 0) {
     const int err = a.error;
     waitpid(pid, nullptr, 0);
+    if (const char* step = const_cast<const char*>(a.failed_step)) {
+      throw SpawnError(err, fmt::format("cannot start {}: {}: {}", r.path, step,
+                                        errno_message(err)));
+    }
     throw SpawnError(err, fmt::format("cannot run {}: {}", r.path, errno_message(err)));
   }
   return pid;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/placement.hpp"
 
 namespace ddprun {
 
@@ -32,6 +33,9 @@ struct SpawnRequest {
   // Not null: the child stores its pid there (atomically) before exec: its slot in the orphan
   // guard's memory, which the child shares until exec (OrphanGuard::claim_slot).
   pid_t* announce_slot = nullptr;
+  // Not null: the CPUs the child may run on and the NUMA nodes its memory is preferably taken
+  // from, set before exec so that the program's first thread and allocation already obey them.
+  const Placement* placement = nullptr;
 };
 
 // The exec (or the child's setup) failed; `error()` is its errno.

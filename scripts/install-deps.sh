@@ -15,6 +15,7 @@ packages=(
   libgloo-dev               # Gloo headers that c10d's ProcessGroupGloo.hpp includes (workers)
   python3-torch python3-torchvision   # compatibility tests, reference training script
   gdb python3.11-dbg        # stacks of hung workers (--hang-timeout): native frames, and py-bt for Python
+  libhwloc-dev libudev-dev hwloc-nox   # --numa-binding/--cpu-bind: the topology (hwloc, static, calls libudev); lstopo for tests
   iproute2 procps           # network namespaces, ps/pgrep for tests
   openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
   etcd-server etcd-client   # --rdzv-backend=etcd's tests: a real 3-member etcd on loopback

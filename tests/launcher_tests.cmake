@@ -3,6 +3,7 @@
 
 add_executable(launcher_unit_tests
   unit/launcher/test_cli.cpp
+  unit/launcher/test_cli_abbreviations.cpp
   unit/launcher/test_cli_errors.cpp
   unit/launcher/test_cli_hosts.cpp
   unit/launcher/test_config_summary.cpp
@@ -17,15 +18,20 @@ add_executable(launcher_tests
   integration/test_dry_run.cpp
   integration/test_hang.cpp
   integration/test_launcher.cpp
+  integration/test_placement.cpp
   integration/test_progress.cpp
-  integration/test_security.cpp)
+  integration/test_security.cpp
+  integration/test_torchrun_suite.cpp)
 target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support
-  ddprun_store nlohmann_json::nlohmann_json)
+  ddprun_store ddprun_topology ddprun_launcher_lib nlohmann_json::nlohmann_json)
 target_compile_definitions(launcher_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
   TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py"
-  TORCH_HANG_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/hang.py")
+  TORCH_HANG_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/hang.py"
+  LAUNCHER_CASES_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/launcher_cases.py"
+  TOUCH_RANK_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/touch_rank.sh"
+  TOPOLOGY_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/topology/data")
 add_dependencies(launcher_tests ddprun fake_worker)
 catch_discover_tests(launcher_tests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
 

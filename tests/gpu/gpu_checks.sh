@@ -2,6 +2,7 @@
 # ddp_resnet and ddprun on a real GPU: ctest "gpu: ..." when ddp_resnet has the NCCL path, or by
 # hand on a GPU machine:
 #   tests/gpu/gpu_checks.sh DDPRUN DDP_RESNET [PYTHON]
+# DDP_RESNET "-" runs ddprun's own checks alone (placement, device visibility, torch scripts).
 # Exits 77 (ctest: skipped) when no GPU is visible, 1 when a check fails. Each check prints
 # one line, PASS or FAIL; a failing check's output follows it.
 set -uo pipefail
@@ -11,6 +12,7 @@ worker=${2:?usage: gpu_checks.sh DDPRUN DDP_RESNET [PYTHON]}
 python=${3:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 reference=$here/../../scripts/reference_ddp.py
+cases=$here/../python/launcher_cases.py
 
 gpus=0
 if command -v nvidia-smi >/dev/null; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') ; fi
@@ -49,35 +51,40 @@ check() {
 
 echo "gpu_checks: $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 
-check "--nproc-per-node=gpu counts the GPUs; NCCL, resnet152, bf16, channels_last, in sync" 0 \
-  "x $gpus ranks, backend nccl, device cuda:0, bf16" "(in sync across $gpus ranks)" \
-  "num_steps_per_gpu: 4" -- \
-  "$ddprun" --standalone --nproc-per-node=gpu --no-python "$worker" --backend=nccl "${syn[@]}" \
-  --batch_size=32 --arch=resnet152 --precision=bf16 --channels_last --verify_sync \
-  --model_dir="$work/m1"
+if [[ $worker == - ]]; then
+  echo "SKIP ddp_resnet's checks: no worker given"
+else
+  check "--nproc-per-node=gpu counts the GPUs; NCCL, resnet152, bf16, channels_last, in sync" 0 \
+    "x $gpus ranks, backend nccl, device cuda:0, bf16" "(in sync across $gpus ranks)" \
+    "num_steps_per_gpu: 4" -- \
+    "$ddprun" --standalone --nproc-per-node=gpu --no-python "$worker" --backend=nccl "${syn[@]}" \
+    --batch_size=32 --arch=resnet152 --precision=bf16 --channels_last --verify_sync \
+    --model_dir="$work/m1"
 
-check "NCCL at world size 1, fp32" 0 "x 1 ranks, backend nccl, device cuda:0, fp32" \
-  "(in sync across 1 ranks)" -- \
-  "$ddprun" --standalone --nproc-per-node=1 --no-python "$worker" --backend=nccl "${syn[@]}" \
-  --batch_size=16 --arch=resnet50 --image_size=112 --verify_sync --model_dir="$work/m2"
+  check "NCCL at world size 1, fp32" 0 "x 1 ranks, backend nccl, device cuda:0, fp32" \
+    "(in sync across 1 ranks)" -- \
+    "$ddprun" --standalone --nproc-per-node=1 --no-python "$worker" --backend=nccl "${syn[@]}" \
+    --batch_size=16 --arch=resnet50 --image_size=112 --verify_sync --model_dir="$work/m2"
 
-check "Gloo over CUDA tensors, 2 ranks sharing GPU 0" 0 \
-  "x 2 ranks, backend gloo, device cuda:0" "(in sync across 2 ranks)" -- \
-  "$ddprun" --standalone --nproc-per-node=2 --no-python "$worker" --backend=gloo --device=cuda "${syn[@]}" \
-  --batch_size=16 --arch=resnet18 --image_size=64 --verify_sync --model_dir="$work/m3"
+  check "Gloo over CUDA tensors, 2 ranks sharing GPU 0" 0 \
+    "x 2 ranks, backend gloo, device cuda:0" "(in sync across 2 ranks)" -- \
+    "$ddprun" --standalone --nproc-per-node=2 --no-python "$worker" --backend=gloo --device=cuda "${syn[@]}" \
+    --batch_size=16 --arch=resnet18 --image_size=64 --verify_sync --model_dir="$work/m3"
 
-check "NCCL: a rank fails at step 5, ddprun restarts the job, it resumes from step 4" 0 \
-  "injected failure (--fail_at_step 5)" "resumed from $work/m4/resnet_distributed.pth" \
-  "global step 4" "(in sync across $gpus ranks)" -- \
-  "$ddprun" --standalone --nproc-per-node=gpu --max-restarts=1 --no-python "$worker" --backend=nccl \
-  --syn_learnable --num_epochs=3 --steps_syn=4 --batch_size=8 --image_size=32 --arch=resnet18 \
-  --checkpoint_every=2 --fail_at_step=5 --log_every=2 --verify_sync --model_dir="$work/m4"
+  check "NCCL: a rank fails at step 5, ddprun restarts the job, it resumes from step 4" 0 \
+    "injected failure (--fail_at_step 5)" "resumed from $work/m4/resnet_distributed.pth" \
+    "global step 4" "(in sync across $gpus ranks)" -- \
+    "$ddprun" --standalone --nproc-per-node=gpu --max-restarts=1 --no-python "$worker" --backend=nccl \
+    --syn_learnable --num_epochs=3 --steps_syn=4 --batch_size=8 --image_size=32 --arch=resnet18 \
+    --checkpoint_every=2 --fail_at_step=5 --log_every=2 --verify_sync --model_dir="$work/m4"
 
-if [[ $gpus -eq 1 ]]; then
-  check "NCCL refuses two ranks on one GPU, in one clear line (exit 2)" 2 \
-    "NCCL needs a GPU per rank" -- \
-    "$ddprun" --standalone --nproc-per-node=2 --no-python "$worker" --backend=nccl "${syn[@]}" \
-    --batch_size=8 --arch=resnet18 --image_size=32 --model_dir="$work/m5"
+  if [[ $gpus -eq 1 ]]; then
+    check "NCCL refuses two ranks on one GPU, in one clear line (exit 2)" 2 \
+      "NCCL needs a GPU per rank" -- \
+      "$ddprun" --standalone --nproc-per-node=2 --no-python "$worker" --backend=nccl "${syn[@]}" \
+      --batch_size=8 --arch=resnet18 --image_size=32 --model_dir="$work/m5"
+  fi
+
 fi
 
 if "$python" -c 'import torch, torchvision; assert torch.cuda.is_available()' 2>/dev/null; then
@@ -88,6 +95,60 @@ if "$python" -c 'import torch, torchvision; assert torch.cuda.is_available()' 2>
     --model_dir="$work/m6"
 else
   echo "SKIP torch script under ddprun: $python has no torch with CUDA"
+fi
+
+# Placement: local rank 0's GPU is the driver's device 0 (nvidia-smi's bus id), and the CPUs the
+# agent planned for it are the CPUs the worker's process runs on.
+bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-F' 'a-f')
+bus=${bus#0000}  # 00000000:18:00.0 -> 0000:18:00.0
+placement_check() {
+  local mode=$1 log=$work/placement.$RANDOM start=$SECONDS rc planned actual
+  env PYTHON_EXEC="$python" TEST_SENTINEL_PARENT=gpu timeout 120 "$ddprun" --standalone \
+    --nproc-per-node=1 --numa-binding="$mode" "$cases" --print-placement >"$log" 2>&1
+  rc=$?
+  planned=$(sed -n 's/.*local rank 0: GPU 0 (\([^)]*\)), NUMA nodes\{0,1\} [^,]*, CPUs \(.*\)$/\1 \2/p' "$log" | head -1)
+  actual=$(sed -n 's/.*local rank 0: cpus=\([^ ]*\) .*/\1/p' "$log" | head -1)
+  if [[ $rc -eq 0 && -n $planned && ${planned#* } == "$actual" && ${planned%% *} == "$bus" ]]; then
+    echo "PASS --numa-binding=$mode: GPU 0 at $bus, worker on CPUs $actual ($((SECONDS - start)) s)"
+  else
+    echo "FAIL --numa-binding=$mode: exit $rc, planned '$planned', worker on '$actual', nvidia-smi $bus"
+    sed 's/^/    | /' "$log" | tail -40
+    failed=1
+  fi
+}
+for mode in node socket exclusive core-complex; do placement_check "$mode"; done
+check "--numa-binding with more workers than GPUs stops before any starts (exit 2)" 2 \
+  "local rank $gpus has no GPU of its own: $gpus visible here" -- \
+  "$ddprun" --standalone --nproc-per-node=$((gpus + 1)) --numa-binding=node --no-python true
+
+# --virtual-local-rank: every worker is LOCAL_RANK 0 and sees exactly one device, its own; the
+# agent's list may name a GPU by UUID.
+if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+  check "--virtual-local-rank: two workers, each sees one device (by UUID, by index)" 0 \
+    "[default0]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=$uuid device_count=1" \
+    "[default1]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0 device_count=1" -- \
+    env CUDA_VISIBLE_DEVICES="$uuid,0" PRINT_CUDA_DEVICE_COUNT=1 PYTHON_EXEC="$python" \
+    TEST_SENTINEL_PARENT=gpu "$ddprun" --standalone --nproc-per-node=2 --virtual-local-rank \
+    "$cases" --print-devices
+  check "--virtual-local-rank, no CUDA_VISIBLE_DEVICES: device 0 for local rank 0" 0 \
+    "[default0]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0 device_count=1" -- \
+    env -u CUDA_VISIBLE_DEVICES PRINT_CUDA_DEVICE_COUNT=1 PYTHON_EXEC="$python" \
+    TEST_SENTINEL_PARENT=gpu "$ddprun" --standalone --nproc-per-node=1 --virtual-local-rank \
+    "$cases" --print-devices
+  # torchrun's launcher cases that need torch, with this machine's torch.
+  check "init_method env:// under ddprun, 4 ranks, Gloo" 0 "rank 3/4: all_reduce done" -- \
+    env PYTHON_EXEC="$python" TEST_SENTINEL_PARENT=gpu "$ddprun" --standalone \
+    --nproc-per-node=4 "$cases" --init-method=env://
+  check "a script written for mpirun under --mpi-env, 4 ranks, Gloo" 0 \
+    "rank 3/4: all_reduce done" -- \
+    env PYTHON_EXEC="$python" TEST_SENTINEL_PARENT=gpu "$ddprun" --standalone \
+    --nproc-per-node=4 --mpi-env "$cases" --mpi
+  check "is_torchelastic_launched() under ddprun --run-path" 0 "True" -- \
+    bash -c 'PYTHON_EXEC="$1" TEST_SENTINEL_PARENT=gpu "$2" --run-path --nproc-per-node=1 \
+      "$3" --out-file="$4" && cat "$4"' _ "$python" "$ddprun" "$cases" "$work/elastic_out"
+else
+  echo "SKIP device visibility and torch scripts: $python has no torch with CUDA"
 fi
 
 exit $failed

@@ -191,3 +191,51 @@ TEST_CASE("worker env: the FileTimer's FIFO and torch 2.x's Flight Recorder sett
   CHECK(env.count("TORCHELASTIC_TIMER_FILE") == 0);
   CHECK(env.count("TORCH_FR_DUMP_TEMP_FILE") == 0);
 }
+
+TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and one device each, for 4 ranks",
+          "[agent][env]") {
+  WorkerEnvInput in;
+  in.ranks = assign_ranks({4}, 0);
+  in.virtual_local_rank = true;
+  SECTION("the agent has no CUDA_VISIBLE_DEVICES: the local rank names the device") {
+    for (int local = 0; local < 4; ++local) {
+      in.local_rank = local;
+      const EnvMap env = build_worker_env({}, in);
+      CHECK(env.at("LOCAL_RANK") == "0");
+      CHECK(env.at("CUDA_VISIBLE_DEVICES") == std::to_string(local));
+      CHECK(env.at("RANK") == std::to_string(local));  // the real ranks are unchanged
+      CHECK(env.at("LOCAL_WORLD_SIZE") == "4");
+    }
+  }
+  SECTION("the agent's list is mapped: entries pass through as written") {
+    const EnvMap base{{"CUDA_VISIBLE_DEVICES", "3, 1,GPU-8f2e9c1a,MIG-0c4d"}};
+    const std::vector<std::string> expected{"3", "1", "GPU-8f2e9c1a", "MIG-0c4d"};
+    for (int local = 0; local < 4; ++local) {
+      in.local_rank = local;
+      const EnvMap env = build_worker_env(base, in);
+      CHECK(env.at("LOCAL_RANK") == "0");
+      CHECK(env.at("CUDA_VISIBLE_DEVICES") == expected[local]);
+    }
+  }
+  SECTION("without the flag both are left as they are") {
+    in.virtual_local_rank = false;
+    in.local_rank = 2;
+    const EnvMap env = build_worker_env({{"CUDA_VISIBLE_DEVICES", "3,1,2,0"}}, in);
+    CHECK(env.at("LOCAL_RANK") == "2");
+    CHECK(env.at("CUDA_VISIBLE_DEVICES") == "3,1,2,0");
+  }
+}
+
+TEST_CASE("--mpi-env: Open MPI's names for the same ranks", "[agent][env]") {
+  WorkerEnvInput in = node1_of_two_plus_one();
+  in.mpi_env = true;
+  const EnvMap env = build_worker_env({}, in);
+  CHECK(env.at("OMPI_COMM_WORLD_RANK") == "2");
+  CHECK(env.at("OMPI_COMM_WORLD_SIZE") == "3");
+  CHECK(env.at("OMPI_COMM_WORLD_LOCAL_RANK") == "0");
+  CHECK(env.at("OMPI_COMM_WORLD_LOCAL_SIZE") == "1");
+  // Open MPI's node rank is the rank on this node across jobs, not the node's index.
+  CHECK(env.at("OMPI_COMM_WORLD_NODE_RANK") == "0");
+  in.mpi_env = false;
+  CHECK(build_worker_env({}, in).count("OMPI_COMM_WORLD_RANK") == 0);
+}

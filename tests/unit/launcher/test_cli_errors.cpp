@@ -114,7 +114,8 @@ TEST_CASE("signals, local ranks, choices and prefixes", "[launcher][cli][errors]
 }
 
 TEST_CASE("unknown options and missing values", "[launcher][cli][errors]") {
-  expect_usage_error({"--nnode=2", "x.py"}, {"unknown option --nnode=2"});
+  // --nnode is an abbreviation of --nnodes (test_cli_abbreviations.cpp); one letter more is not.
+  expect_usage_error({"--nnodess=2", "x.py"}, {"unknown option --nnodess=2"});
   expect_usage_error({"--bogus", "3", "x.py"}, {"unknown option --bogus"});
   expect_usage_error({"-z", "x.py"}, {"unknown option -z"});
   expect_usage_error({"--bogus", "--", "x.py"}, {"unknown option --bogus"});

@@ -191,3 +191,20 @@ TEST_CASE("topology: CPU lists and PCI addresses", "[topology]") {
   CHECK(normalize_pci_bus_id("GPU-5a1b").empty());
   CHECK(normalize_pci_bus_id("0000:18:00.0x").empty());
 }
+
+TEST_CASE("topology: a real GPU machine as its lstopo exported it", "[topology]") {
+  // h200_vm.xml: lstopo's XML of a virtual machine with one NVIDIA H200, 16 cores, one NUMA
+  // node, recorded as it came. The firmware gives the GPU no node (it hangs from the machine);
+  // with a single node that is still an answer.
+  const auto m = load_machine_from_xml(fixture("h200_vm.xml"));
+  CHECK(m.summary() == "1 package, 1 NUMA node, 16 cores, 16 CPUs, 1 GPU");
+  REQUIRE(m.gpus.size() == 1);
+  CHECK(m.gpus[0].pci_bus_id == "0000:00:06.0");
+  CHECK(m.gpus[0].numa == 0);
+  for (Binding b : {Binding::kGpuNode, Binding::kGpuSocket, Binding::kGpuExclusive,
+                    Binding::kGpuCoreComplex}) {
+    CHECK(cpu_lists(plan_placement(m, b, 1, {"00000000:00:06.0"})) == Lists{"0-15"});
+  }
+  CHECK_THAT(error_of([&] { plan_placement(m, Binding::kGpuExclusive, 2, {}); }),
+             Catch::Contains("local rank 1 has no GPU of its own: 1 visible"));
+}

@@ -192,7 +192,7 @@ TEST_CASE("worker env: the FileTimer's FIFO and torch 2.x's Flight Recorder sett
   CHECK(env.count("TORCH_FR_DUMP_TEMP_FILE") == 0);
 }
 
-TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and one device each, for 4 ranks",
+TEST_CASE("worker env with --virtual-local-rank: LOCAL_RANK 0 and one device each, for 4 ranks",
           "[agent][env]") {
   WorkerEnvInput in;
   in.ranks = assign_ranks({4}, 0);
@@ -226,7 +226,7 @@ TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and one device each, for 4 ranks",
   }
 }
 
-TEST_CASE("--mpi-env: Open MPI's names for the same ranks", "[agent][env]") {
+TEST_CASE("worker env with --mpi-env: Open MPI's names for the same ranks", "[agent][env]") {
   WorkerEnvInput in = node1_of_two_plus_one();
   in.mpi_env = true;
   const EnvMap env = build_worker_env({}, in);

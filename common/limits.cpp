@@ -1,8 +1,12 @@
 #include "common/limits.hpp"
 
-#include <sys/resource.h>
-
 namespace ddprun {
+namespace {
+
+rlimit g_inherited{};
+bool g_raised = false;
+
+}  // namespace
 
 long raise_open_files_limit() {
   rlimit limit{};
@@ -10,9 +14,15 @@ long raise_open_files_limit() {
   if (limit.rlim_cur < limit.rlim_max) {
     rlimit raised = limit;
     raised.rlim_cur = limit.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return static_cast<long>(raised.rlim_cur);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      g_inherited = limit;
+      g_raised = true;
+      return static_cast<long>(raised.rlim_cur);
+    }
   }
   return static_cast<long>(limit.rlim_cur);
 }
+
+const rlimit* inherited_open_files_limit() { return g_raised ? &g_inherited : nullptr; }
 
 }  // namespace ddprun

@@ -296,7 +296,7 @@ CliOutcome usage_error(std::string message) {
   // One line, whatever CLI11 or a parser produced.
   message = strip_empty_marker(std::move(message));
   std::replace(message.begin(), message.end(), '\n', ' ');
-  return CliOutcome{std::nullopt, kExitUsage, "ddprun: " + message, {}};
+  return CliOutcome{std::nullopt, kExitUsage, "ddprun: " + message, {}, {}};
 }
 
 }  // namespace
@@ -338,9 +338,9 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
     }
     parser.app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    return CliOutcome{std::nullopt, kExitOk, parser.app.help(), {}};
+    return CliOutcome{std::nullopt, kExitOk, parser.app.help(), {}, {}};
   } catch (const CLI::CallForVersion& e) {
-    return CliOutcome{std::nullopt, kExitOk, e.what(), {}};
+    return CliOutcome{std::nullopt, kExitOk, e.what(), {}, {}};
   } catch (const CLI::ParseError& e) {
     return usage_error(e.what());
   }
@@ -359,7 +359,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args,
 
   try {
     BuiltConfig built = build_launch_config(parser.collect(env), rest, env, parser.forward);
-    return CliOutcome{std::move(built.config), kExitOk, {}, std::move(built.notes)};
+    return CliOutcome{std::move(built.config), kExitOk, {}, std::move(built.notes),
+                      std::move(built.warnings)};
   } catch (const ConfigError& e) {
     return usage_error(e.what());
   }

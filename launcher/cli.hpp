@@ -24,6 +24,7 @@ struct CliOutcome {
   // With a config: one-line notices for the startup log (what --standalone chose, ignored
   // flags). Never errors.
   std::vector<std::string> notes;
+  std::vector<std::string> warnings;  // the same, for the log's warning level
 };
 
 // `args`: argv without argv[0]. `env`: the process environment; every flag --foo-bar falls

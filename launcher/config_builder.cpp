@@ -381,7 +381,7 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   const RawValue* token_file = options.find("token-file");
   out.config.store_secret =
       store::read_secret(token_file ? std::string(trim(token_file->text)) : std::string(),
-                         options.label("token-file"), env, out.notes);
+                         options.label("token-file"), env, out.warnings);
   // Before the workers: a missing program is reported without probing the CUDA driver.
   build_program(options, program_and_args, env, out);
   build_workers_and_output(options, env, out.config);

@@ -27,6 +27,8 @@ struct BuiltConfig {
   LaunchConfig config;
   // One-line notices for the startup log (e.g. what --standalone chose); not errors.
   std::vector<std::string> notes;
+  // The same at warning level: what the user should fix although the job can run.
+  std::vector<std::string> warnings;
 };
 
 // `program_and_args`: the program and everything after it, untouched. `env`: the process

@@ -1,6 +1,7 @@
 #include "launcher/log_dir.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +32,43 @@ fs::path temp_base(bool scratch) {
 
 }  // namespace
 
+std::string why_not_private(const fs::path& dir) {
+  char resolved[PATH_MAX];
+  if (realpath(dir.c_str(), resolved) == nullptr) return {};  // reported when it is made
+  const uid_t me = geteuid();
+  for (fs::path p = resolved;; p = p.parent_path()) {
+    struct stat st {};
+    if (lstat(p.c_str(), &st) != 0) return {};
+    if (st.st_uid != me && st.st_uid != 0) {
+      return fmt::format("{} belongs to user {}, who could replace what this job writes there",
+                         p.string(), st.st_uid);
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return fmt::format("{} can be written by {} and is not sticky (mode {:o}), so they could "
+                         "replace what this job writes there",
+                         p.string(), (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group",
+                         st.st_mode & 07777);
+    }
+    if (p == p.parent_path()) return {};
+  }
+}
+
+fs::path make_fresh_dir(const fs::path& base, const std::string& prefix,
+                        const std::function<std::string()>& random_suffix) {
+  // A name that exists (someone else's directory or link) is never used: mkdir does not follow
+  // a link and fails on any existing name, and another name is drawn.
+  constexpr int kTries = 16;
+  int error = 0;
+  for (int i = 0; i < kTries; ++i) {
+    fs::path dir = base / (prefix + random_suffix());
+    if (::mkdir(dir.c_str(), 0755) == 0) return dir;
+    error = errno;
+    if (error != EEXIST) break;
+  }
+  throw ConfigError(fmt::format("cannot create a directory {}<random> in {}: {}", prefix,
+                                base.string(), errno_message(error)));
+}
+
 LogDir::LogDir(const LaunchConfig& config) {
   fs::path base = config.log_dir;
   if (base.empty()) {
@@ -46,18 +84,30 @@ LogDir::LogDir(const LaunchConfig& config) {
     base = tmpl;
     if (scratch) temp_ = base;
   }
-  const auto dir = base / fmt::format("{}_{}", config.rdzv_id, random_hex(3));
+  const auto label = config.log_dir.empty() ? base.string() : config.log_dir;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!ec && access(dir.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
+  fs::create_directories(base, ec);
+  if (!ec && access(base.c_str(), W_OK | X_OK) != 0) ec.assign(errno, std::generic_category());
   if (ec) {
     remove_temp();
-    throw ConfigError(
-        fmt::format("--log-dir={}: cannot create a writable directory {} in it: {}",
-                    config.log_dir.empty() ? base.string() : config.log_dir, dir.string(),
-                    ec.message()));
+    throw ConfigError(fmt::format("--log-dir={}: cannot create a writable directory there: {}",
+                                  label, ec.message()));
   }
-  path_ = dir.string();
+  if (auto why = why_not_private(base); !why.empty()) {
+    remove_temp();
+    throw ConfigError(fmt::format("--log-dir={}: {}; use a directory only you (or root) can "
+                                  "write to, or a sticky one such as /tmp",
+                                  label, why));
+  }
+  // The real path: later opens must not go through a link that someone may re-point.
+  char resolved[PATH_MAX];
+  if (realpath(base.c_str(), resolved) != nullptr) base = resolved;
+  try {
+    path_ = make_fresh_dir(base, config.rdzv_id + "_", [] { return random_hex(8); }).string();
+  } catch (const ConfigError& e) {
+    remove_temp();
+    throw ConfigError(fmt::format("--log-dir={}: {}", label, e.what()));
+  }
 }
 
 LogDir::~LogDir() { remove_temp(); }

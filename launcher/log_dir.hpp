@@ -1,6 +1,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "common/launch_config.hpp"
@@ -15,6 +16,17 @@ namespace ddprun {
 // create), and unless TMPDIR says where, it is made in RAM (/dev/shm), so that making and
 // removing its directories costs a launch no disk writes. Any other log directory stays, in
 // TMPDIR or /tmp.
+// Why someone other than this user and root could replace entries of `dir` (or of a directory
+// above it): it, or an ancestor, belongs to another user, or is writable by group or others
+// without the sticky bit. Empty when it is private in that sense (or does not exist).
+std::string why_not_private(const std::filesystem::path& dir);
+
+// Makes `base`/`prefix`<suffix> with a suffix that names nothing yet, drawing suffixes until
+// mkdir succeeds (a few tries): an existing name, someone else's directory or link, is never
+// reused or followed. Throws ConfigError.
+std::filesystem::path make_fresh_dir(const std::filesystem::path& base, const std::string& prefix,
+                                     const std::function<std::string()>& random_suffix);
+
 class LogDir {
  public:
   // Makes the directory. Throws ConfigError when --log-dir has no room for a writable one, and

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   return guarded([&] {
     setup_logging("ddprun", config.log_level);
     if (config.dry_run != DryRun::kOff) return run_dry_run(config);
-    return config.cluster ? run_hosts(config, outcome.notes)
-                          : run_agent(config, outcome.notes, nullptr);
+    return config.cluster ? run_hosts(config, outcome.notes, outcome.warnings)
+                          : run_agent(config, outcome.notes, outcome.warnings, nullptr);
   });
 }

@@ -28,8 +28,10 @@ struct Session {
 
 // `session`: nullptr for an agent started by hand or by srun.
 int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
+              const std::vector<std::string>& warnings,
               const Session* session);
-int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes);
+int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
+              const std::vector<std::string>& warnings);
 // `args`: the command line after the session flag.
 int run_remote(const std::vector<std::string>& args);
 int run_dry_run(const LaunchConfig& config);

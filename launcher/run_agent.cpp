@@ -41,6 +41,7 @@ std::string this_host(const LaunchConfig& config) {
 }  // namespace
 
 int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
+              const std::vector<std::string>& warnings,
               const Session* session) {
   // Before any thread: the guardian is forked from a single-threaded process, and every thread
   // inherits the blocked signal mask.
@@ -57,6 +58,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   }
 
   for (const auto& note : notes) spdlog::info("{}", note);
+  for (const auto& warning : warnings) spdlog::warn("{}", warning);
   // Started by `ddprun --hosts`, which shows the plan for every host once.
   spdlog::log(session != nullptr ? spdlog::level::debug : spdlog::level::info,
               "ddprun configuration:\n{}", describe(config));

@@ -15,11 +15,13 @@
 
 namespace ddprun {
 
-int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes) {
+int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
+              const std::vector<std::string>& warnings) {
   signal(SIGPIPE, SIG_IGN);
   raise_open_files_limit();
   SignalForwarder signals(handled_signals(config));
   for (const auto& note : notes) spdlog::info("{}", note);
+  for (const auto& warning : warnings) spdlog::warn("{}", warning);
   ClusterHead head(config, current_environment(), this_executable(),
                    std::filesystem::current_path().string());
   signals.attach([&head](int signo) { head.on_signal(signo); });

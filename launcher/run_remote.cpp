@@ -107,7 +107,7 @@ int run_remote(const std::vector<std::string>& args) {
   }
   setup_logging("ddprun@" + hello.host, config.log_level);
   Session session{&link, hello, relay ? &*relay : nullptr};
-  const int code = run_agent(config, outcome.notes, &session);
+  const int code = run_agent(config, outcome.notes, outcome.warnings, &session);
   if (relay) wait_for_subtree(*relay, hello);
   return code;
 }

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "common/limits.hpp"
 #include "process/child_setup.hpp"
 
 namespace ddprun {
@@ -34,6 +35,7 @@ struct ChildArgs {
   pid_t* announce_slot;
   // The placement, prepared by the parent: a CPU set of cpus_size bytes (null: none) and a
   // node mask of mem_maxnode bits (null: none).
+  const rlimit* open_files;  // null: keep this process's limit
   const cpu_set_t* cpus;
   std::size_t cpus_size;
   const unsigned long* mem_nodes;
@@ -93,6 +95,10 @@ int child_main(void* arg) {
   }
   reset_signals_for_exec();  // the ignored ones (SIGPIPE, ...) and the mask
   close_on_exec_above_stderr();
+  // After the descriptors are marked: on an old kernel that takes a loop up to the limit.
+  if (a.open_files != nullptr && setrlimit(RLIMIT_NOFILE, a.open_files) != 0) {
+    fail_child(a, "restoring its open-files limit");
+  }
   execve(a.path, a.argv, a.envp);
   fail_child(a);
 }
@@ -194,6 +200,7 @@ pid_t spawn_process(const SpawnRequest& r) {
   a.own_group = r.own_group;
   a.parent = r.die_with_parent ? getpid() : 0;
   a.announce_slot = r.announce_slot;
+  a.open_files = inherited_open_files_limit();
   // Built here: the child may not allocate.
   PreparedPlacement placement(r.placement);
   placement.fill(a);

@@ -70,7 +70,10 @@ std::vector<std::string> lost_output_files() {
 struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   State(asio::readable_pipe p, OutputTarget t) : pipe(std::move(p)), target(std::move(t)) {
     if (!target.file.empty()) {
-      file = ::open(target.file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      // Never through a link: the log directory is the job's own (launcher/log_dir.cpp), so a
+      // link there was put by someone else.
+      file = ::open(target.file.c_str(),
+                    O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
       if (file < 0) report_lost_output(target.file, errno);
     }
   }

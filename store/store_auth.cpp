@@ -30,7 +30,7 @@ std::string proof_message(std::string_view role, std::string_view run_id,
 
 std::string read_secret(const std::string& token_file, const std::string& label,
                         const std::map<std::string, std::string>& env,
-                        std::vector<std::string>& notes) {
+                        std::vector<std::string>& warnings) {
   std::string secret;
   std::string where;
   if (!token_file.empty()) {
@@ -42,8 +42,9 @@ std::string read_secret(const std::string& token_file, const std::string& label,
     if (secret.ends_with('\r')) secret.pop_back();
     struct stat st {};
     if (::stat(token_file.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-      notes.push_back(fmt::format("{} can be read by other users (mode {:o}): chmod 600 it",
-                                  where, st.st_mode & 0777));
+      warnings.push_back(fmt::format("{} can be read by other users (mode {:o}), who could then "
+                                     "join or take over the job's store: chmod 600 it",
+                                     where, st.st_mode & 0777));
     }
   } else if (auto it = env.find(kTokenEnv); it != env.end() && !it->second.empty()) {
     where = kTokenEnv;

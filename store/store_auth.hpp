@@ -25,10 +25,10 @@ inline constexpr const char* kTokenEnv = "DDPRUN_TOKEN";
 // The job's secret: the contents of `token_file` without a final newline, else $DDPRUN_TOKEN
 // from `env`, else empty (none). `label` names the flag in messages. Throws ConfigError for an
 // unreadable file or a secret shorter than kMinSecretSize; a file that other users can read
-// adds a line to `notes`.
+// adds a line to `warnings` (a secret others can read lets them join or take over the store).
 std::string read_secret(const std::string& token_file, const std::string& label,
                         const std::map<std::string, std::string>& env,
-                        std::vector<std::string>& notes);
+                        std::vector<std::string>& warnings);
 
 // A fresh secret for one job, as 64 hex digits (what `ddprun --hosts` hands its agents).
 std::string random_secret();

@@ -57,11 +57,11 @@ int main(int argc, char** argv) {
     options.read_timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(read_timeout_s * 1000));
     options.max_buffered = max_buffered_mib << 20;
-    std::vector<std::string> notes;
+    std::vector<std::string> warnings;
     std::map<std::string, std::string> env;
     if (const char* value = std::getenv(ddprun::store::kTokenEnv)) env[ddprun::store::kTokenEnv] = value;
-    options.secret = ddprun::store::read_secret(token_file, "--token-file", env, notes);
-    for (const auto& note : notes) spdlog::warn("{}", note);
+    options.secret = ddprun::store::read_secret(token_file, "--token-file", env, warnings);
+    for (const auto& warning : warnings) spdlog::warn("{}", warning);
     ddprun::store::TcpStoreServer server(options);
     // The server thread serves; this thread waits for the signal that ends it.
     boost::asio::io_context signals_io;

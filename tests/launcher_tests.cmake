@@ -8,14 +8,17 @@ add_executable(launcher_unit_tests
   unit/launcher/test_cli_hosts.cpp
   unit/launcher/test_config_summary.cpp
   unit/launcher/test_job_report.cpp
+  unit/launcher/test_log_dir.cpp
   unit/launcher/test_slurm.cpp
   unit/launcher/test_value_parsers.cpp)
-target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib)
+target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib
+  ddprun_test_support)
 catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 
 add_executable(launcher_tests
   integration/ddprun_process.cpp
   integration/test_dry_run.cpp
+  integration/test_hard_to_break.cpp
   integration/test_hang.cpp
   integration/test_launcher.cpp
   integration/test_placement.cpp

@@ -1,13 +1,17 @@
 // parse_command_line: spellings, PET_* fallback, the program's arguments, standalone,
 // the worker command line, --help and --version. Bad input is in test_cli_errors.cpp.
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <functional>
 #include <regex>
 
 #include "cli_test_helpers.hpp"
 #include "launcher/cpu_count.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 using namespace ddprun::test;
@@ -371,4 +375,22 @@ TEST_CASE("cli: --version prints ddprun and the version", "[launcher][cli]") {
   CHECK_FALSE(o.config);
   CHECK(o.exit_code == 0);
   CHECK(std::regex_match(o.message, std::regex(R"(ddprun \d+\.\d+\.\d+)")));
+}
+
+TEST_CASE("cli: a token file other users can read is a warning, not a note", "[launcher][cli]") {
+  ddprun::test::TempDir dir;
+  const auto path = dir.file("token");
+  {
+    std::ofstream out(path);
+    out << "0123456789abcdef0123456789abcdef\n";
+  }
+  ::chmod(path.c_str(), 0644);
+  CliOutcome o = parse_command_line({"--token-file=" + path, "x.py"}, {});
+  REQUIRE(o.config.has_value());
+  REQUIRE(o.warnings.size() == 1);
+  CHECK_THAT(o.warnings[0], Catch::Contains("can be read by other users (mode 644)"));
+  CHECK_THAT(o.warnings[0], Catch::Contains("chmod 600"));
+  ::chmod(path.c_str(), 0600);
+  o = parse_command_line({"--token-file=" + path, "x.py"}, {});
+  CHECK(o.warnings.empty());
 }

@@ -157,6 +157,7 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
     o.self = NodeInfo{host, config.nproc_per_node, static_cast<int>(getpid())};
     o.join_timeout = config.rdzv_conf.join_timeout;
     o.progress_interval = config.progress_interval;
+    o.settings = agreed_settings(config);
     return std::make_unique<StaticRendezvous>(store, std::move(open_store), o, config.master_addr,
                                               timing);
   }
@@ -167,6 +168,7 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
   o.last_call_timeout = config.rdzv_conf.last_call_timeout;
   o.read_timeout = config.rdzv_conf.read_timeout;
   o.progress_interval = config.progress_interval;
+  o.settings = agreed_settings(config);
   ElasticNode self;
   self.id = fmt::format("{}:{}", host, getpid());
   self.host = host;

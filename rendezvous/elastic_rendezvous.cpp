@@ -4,6 +4,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
@@ -233,8 +234,27 @@ ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener ope
       max_restarts_(max_restarts),
       keep_alive_factory_(std::move(keep_alive_factory)) {}
 
+void ElasticRendezvous::check_settings() {
+  const auto mine = nlohmann::json{{"host", self_.host},
+                                   {"settings", encode_settings(options_.settings)}}
+                        .dump();
+  const auto stand = nlohmann::json::parse(store_.compare_set("settings", "", mine, op()));
+  const auto them = fmt::format("the job (first started on {})",
+                                stand.value("host", std::string("?")));
+  const auto difference =
+      describe_difference(options_.settings, decode_settings(stand.value("settings", "[]")), them);
+  if (!difference.empty()) {
+    throw RendezvousError(fmt::format(
+        "this node ({}) was started with settings the job does not share, so it cannot join: {}",
+        self_.host, difference));
+  }
+}
+
 NextRound ElasticRendezvous::next_round(int restart_count) {
-  if (round_ < 0) round_ = current_round(store_, op());
+  if (round_ < 0) {
+    check_settings();
+    round_ = current_round(store_, op());
+  }
   self_.failures = restart_count;
   while (true) {
     emit("rendezvous_started", {{"round", round_}, {"min_nodes", options_.min_nodes},

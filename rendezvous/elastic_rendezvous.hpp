@@ -27,6 +27,7 @@
 
 #include "common/deadline.hpp"
 #include "rendezvous/heartbeat.hpp"
+#include "rendezvous/job_settings.hpp"
 #include "rendezvous/rank_assignment.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/round_records.hpp"
@@ -41,6 +42,10 @@ struct ElasticRendezvousOptions {
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds read_timeout{60'000};
   std::chrono::milliseconds progress_interval{10'000};  // see common/progress.hpp
+  // What every node must share with the job (see agreed_settings): the first node's stand. A
+  // node that differs is refused, and the job goes on without it: elastic membership lets a
+  // job continue when a node cannot join.
+  JobSettings settings;
 };
 
 struct RoundResult {
@@ -114,6 +119,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   // Returns the job's final outcome when the job is over, nullopt to join the next round.
   std::optional<std::string> outsider(const RoundResult& result);
   Deadline op() const { return Deadline::after(options_.read_timeout); }
+  // Refuses this node when the job was started with other settings (options_.settings).
+  void check_settings();
 
   store::Store& store_;
   store::StoreOpener open_store_;

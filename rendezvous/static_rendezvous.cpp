@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -20,6 +23,44 @@ namespace {
 
 std::string info_key(int g) { return fmt::format("static/node/{}/info", g); }
 
+constexpr const char* kAbortKey = "static/abort";
+constexpr const char* kSettingsKey = "static/settings";
+
+// Ends the rendezvous for every node of the job: the first reason given stands, and every
+// node's record is filled with a marker, so that a node waiting for the others wakes now and
+// reads the reason instead of waiting out its join timeout.
+[[noreturn]] void abort_for_all(store::Store& store, int nodes, const std::string& why,
+                                Deadline deadline) {
+  const auto reason = store.compare_set(kAbortKey, "", why, deadline);
+  const auto marker = json{{"abort", true}}.dump();
+  for (int g = 0; g < nodes; ++g) store.compare_set(info_key(g), "", marker, deadline);
+  throw RendezvousError(reason);
+}
+
+std::string node_name(int rank, const std::string& host) {
+  return fmt::format("node {} ({})", rank, host);
+}
+
+// Compares this node's settings with the job's (the first node's to arrive), which it sets when
+// it is that node.
+void agree_on_settings(store::Store& store, const StaticRendezvousOptions& o, int nodes,
+                       Deadline deadline) {
+  const auto mine =
+      json{{"node", o.node_rank}, {"host", o.self.host}, {"settings", encode_settings(o.settings)}}
+          .dump();
+  const auto stand = json::parse(store.compare_set(kSettingsKey, "", mine, deadline));
+  const auto theirs = decode_settings(stand.value("settings", "[]"));
+  const auto difference = describe_difference(
+      o.settings, theirs,
+      node_name(stand.value("node", -1), stand.value("host", std::string("?"))));
+  if (!difference.empty()) {
+    abort_for_all(store, nodes,
+                  fmt::format("the nodes were started with different settings: {} has {}",
+                              node_name(o.node_rank, o.self.host), difference),
+                  deadline);
+  }
+}
+
 }  // namespace
 
 std::string make_claim_token(const NodeInfo& self) {
@@ -31,13 +72,19 @@ std::string owner_key(int node_rank) { return fmt::format("static/node/{}/owner"
 RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOptions& o) {
   const auto start = Clock::now();
   const auto deadline = Deadline::after(o.join_timeout);
+  if (auto reason = store.try_get(kAbortKey, deadline)) throw RendezvousError(*reason);
   const std::string nnodes = std::to_string(o.nnodes);
   auto agreed = store.compare_set("static/nnodes", "", nnodes, deadline);
   if (agreed != nnodes) {
-    throw RendezvousError(fmt::format(
-        "this node was started with --nnodes={} but another node used --nnodes={} "
-        "(store at {})", o.nnodes, agreed, store.describe()));
+    const int theirs = std::atoi(agreed.c_str());
+    abort_for_all(store, std::max(o.nnodes, theirs),
+                  fmt::format("the nodes were started with different node counts: {} has "
+                              "--nnodes={}, the first node to arrive --nnodes={} (store at {})",
+                              node_name(o.node_rank, o.self.host), o.nnodes, agreed,
+                              store.describe()),
+                  deadline);
   }
+  agree_on_settings(store, o, o.nnodes, deadline);
 
   const auto token = o.token.empty() ? make_claim_token(o.self) : o.token;
   auto owner = store.compare_set(owner_key(o.node_rank), "", token, deadline);
@@ -89,6 +136,10 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   for (const auto& text : store.multi_get(keys, deadline)) {
     try {
       auto j = json::parse(text);
+      if (j.value("abort", false)) {
+        throw RendezvousError(store.try_get(kAbortKey, deadline).value_or(
+            "another node ended the rendezvous"));
+      }
       NodeInfo n{j.at("host").get<std::string>(), j.at("nproc").get<int>(),
                  j.at("pid").get<int>()};
       sizes.push_back(n.local_world_size);

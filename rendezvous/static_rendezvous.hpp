@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rendezvous/heartbeat.hpp"
+#include "rendezvous/job_settings.hpp"
 #include "rendezvous/rank_assignment.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "store/store.hpp"
@@ -36,6 +37,9 @@ struct StaticRendezvousOptions {
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds progress_interval{10'000};  // see common/progress.hpp
   std::string token;  // claims the node rank; unique per agent (see make_claim_token)
+  // What every node of the job must have been started with (see agreed_settings): the first
+  // node's stand, and a node that differs ends the rendezvous for all.
+  JobSettings settings;
 };
 
 // A token unique to this agent, for claiming its node rank.
@@ -43,8 +47,9 @@ std::string make_claim_token(const NodeInfo& self);
 // The key holding the claim on a node rank.
 std::string owner_key(int node_rank);
 
-// Throws RendezvousError (duplicate rank, mismatched node counts), TimeoutError naming the
-// missing node ranks, or the store's ConnectionError / InterruptedError.
+// Throws RendezvousError (duplicate rank, mismatched node counts or settings: every node then
+// fails at once with the same line), TimeoutError naming the missing node ranks, or the store's
+// ConnectionError / InterruptedError.
 RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOptions& options);
 
 class StaticRendezvous final : public RendezvousHandler {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
+#include "rendezvous/job_settings.hpp"
 #include "rendezvous/round_records.hpp"
 
 using namespace ddprun;
@@ -38,4 +39,16 @@ TEST_CASE("round records: a value that is not the record is a rendezvous error n
   CHECK_THROWS_WITH(decode_closed("{\"members\":\"three\",\"world_size\":1,\"failures\":0,"
                                   "\"master_host\":\"h\"}"),
                     Catch::StartsWith("malformed round record"));
+}
+
+TEST_CASE("job settings: the differences are named, both values shown", "[rendezvous]") {
+  using ddprun::JobSettings;
+  const JobSettings mine{{"--max-restarts", "0"}, {"--hang-timeout", "0s"}, {"the program", "a.py"}};
+  const JobSettings theirs{{"--max-restarts", "3"}, {"--hang-timeout", "0s"}, {"the program", "b.py"}};
+  CHECK(ddprun::describe_difference(mine, theirs, "node 0 (a)") ==
+        "--max-restarts=0 where node 0 (a) has --max-restarts=3; the program a.py where node 0 "
+        "(a) has the program b.py");
+  CHECK(ddprun::describe_difference(mine, mine, "node 0 (a)").empty());
+  CHECK(ddprun::decode_settings(ddprun::encode_settings(mine)) == mine);
+  CHECK_THROWS_AS(ddprun::decode_settings("{not json"), ddprun::RendezvousError);
 }

@@ -131,9 +131,12 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     });
   }
 
-  void deliver(const std::vector<std::string>& lines, bool is_err) {
+  // The remote agent already turned its workers' redraws into lines; a '\r' of the remote
+  // shell's own is shown as a line end too.
+  void deliver(const std::vector<SplitLine>& pieces, bool is_err) {
     std::string batch;
-    for (const auto& line : lines) {
+    for (const auto& piece : pieces) {
+      const std::string& line = piece.text;
       if (!is_err) {
         if (auto report = decode_report(token, line)) {
           write_all(STDOUT_FILENO, batch);

@@ -2,8 +2,13 @@
 
 namespace ddprun {
 
-std::vector<std::string> LineSplitter::feed(std::string_view bytes) {
-  std::vector<std::string> lines;
+void LineSplitter::end_piece(std::vector<SplitLine>& out, bool redraw) {
+  if (!(redraw && pending_.empty())) out.push_back(SplitLine{std::move(pending_), redraw});
+  pending_.clear();
+}
+
+std::vector<SplitLine> LineSplitter::feed(std::string_view bytes) {
+  std::vector<SplitLine> lines;
   // Pieces leave only while more than max_line_ bytes are pending: a piece of exactly
   // max_line_ waits, since the next byte may end the line (no spurious empty line), and the
   // pieces are the same however the pipe chunked the stream.
@@ -16,29 +21,42 @@ std::vector<std::string> LineSplitter::feed(std::string_view bytes) {
            ++back) {
         --cut;
       }
-      lines.push_back(pending_.substr(0, cut));
+      lines.push_back(SplitLine{pending_.substr(0, cut), false});
       pending_.erase(0, cut);
     }
   };
   while (!bytes.empty()) {
-    auto nl = bytes.find('\n');
-    if (nl == std::string_view::npos) {
+    if (after_cr_) {
+      after_cr_ = false;
+      if (bytes.front() == '\n') {  // "\r\n": one line end
+        end_piece(lines, false);
+        bytes.remove_prefix(1);
+        continue;
+      }
+      end_piece(lines, true);
+    }
+    const auto end = bytes.find_first_of("\r\n");
+    if (end == std::string_view::npos) {
       pending_.append(bytes);
       break;
     }
-    pending_.append(bytes.substr(0, nl));
+    pending_.append(bytes.substr(0, end));
     emit_long_pieces();
-    lines.push_back(std::move(pending_));
-    pending_.clear();
-    bytes.remove_prefix(nl + 1);
+    if (bytes[end] == '\r') {
+      after_cr_ = true;
+    } else {
+      end_piece(lines, false);
+    }
+    bytes.remove_prefix(end + 1);
   }
   emit_long_pieces();
   return lines;
 }
 
-std::vector<std::string> LineSplitter::finish() {
-  std::vector<std::string> lines;
-  if (!pending_.empty()) lines.push_back(std::move(pending_));
+std::vector<SplitLine> LineSplitter::finish() {
+  std::vector<SplitLine> lines;
+  after_cr_ = false;
+  if (!pending_.empty()) lines.push_back(SplitLine{std::move(pending_), false});
   pending_.clear();
   return lines;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <optional>
 #include <cerrno>
 #include <chrono>
 
@@ -67,8 +68,13 @@ std::vector<std::string> lost_output_files() {
   return lost;
 }
 
+// A progress bar redraws itself many times a second; the console shows it live, as a line per
+// redraw, at most this often (the latest state wins; the log file keeps every byte).
+constexpr auto kRedrawInterval = std::chrono::milliseconds(500);
+
 struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
-  State(asio::readable_pipe p, OutputTarget t) : pipe(std::move(p)), target(std::move(t)) {
+  State(asio::readable_pipe p, OutputTarget t)
+      : pipe(std::move(p)), target(std::move(t)), redraw_timer(pipe.get_executor()) {
     if (!target.file.empty()) {
       // Never through a link: the log directory is the job's own (launcher/log_dir.cpp), so a
       // link there was put by someone else.
@@ -113,6 +119,7 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
       return;
     }
     emit(splitter.finish());
+    show_pending_redraw();
     if (on_closed) {
       auto done = std::move(on_closed);
       on_closed = nullptr;
@@ -120,24 +127,60 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
     }
   }
 
-  void emit(const std::vector<std::string>& lines) {
-    if (lines.empty()) return;
-    if (target.console_fd >= 0) {
-      // One write per batch of whole lines: lines from different workers never interleave.
-      std::string batch;
-      const auto prefix = render_time_prefix(target.prefix);
-      for (const auto& line : lines) {
-        batch += prefix;
-        batch += line;
-        batch += '\n';
+  void emit(const std::vector<SplitLine>& pieces) {
+    if (pieces.empty()) return;
+    std::vector<const std::string*> shown;
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& piece : pieces) {
+      if (!piece.redraw) {
+        pending_redraw.reset();  // a line supersedes the bar state before it
+        shown.push_back(&piece.text);
+      } else if (now - last_redraw >= kRedrawInterval) {
+        pending_redraw.reset();
+        last_redraw = now;
+        shown.push_back(&piece.text);
+      } else {
+        pending_redraw = piece.text;
       }
-      write_all(target.console_fd, batch);
     }
-    for (const auto& line : lines) {
+    // The latest redraw held back: shown when its interval is up, unless a newer piece takes
+    // its place first.
+    if (pending_redraw && !redraw_timer_armed) {
+      redraw_timer_armed = true;
+      redraw_timer.expires_at(last_redraw + kRedrawInterval);
+      redraw_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+        self->redraw_timer_armed = false;
+        if (!ec && !self->detached) self->show_pending_redraw();
+      });
+    }
+    write_console(shown);
+    for (const auto& piece : pieces) {
       if (target.keep_tail == 0) break;
-      tail.push_back(line);
+      if (piece.redraw) continue;  // a failure report wants what was printed, not bar states
+      tail.push_back(piece.text);
       if (tail.size() > target.keep_tail) tail.pop_front();
     }
+  }
+
+  void show_pending_redraw() {
+    if (!pending_redraw) return;
+    const std::string text = std::move(*pending_redraw);
+    pending_redraw.reset();
+    last_redraw = std::chrono::steady_clock::now();
+    write_console({&text});
+  }
+
+  // One write per batch of whole lines: lines from different workers never interleave.
+  void write_console(const std::vector<const std::string*>& lines) {
+    if (target.console_fd < 0 || lines.empty()) return;
+    std::string batch;
+    const auto prefix = render_time_prefix(target.prefix);
+    for (const auto* line : lines) {
+      batch += prefix;
+      batch += *line;
+      batch += '\n';
+    }
+    write_all(target.console_fd, batch);
   }
 
   asio::readable_pipe pipe;
@@ -148,6 +191,10 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   std::deque<std::string> tail;
   std::function<void()> on_closed;
   bool detached = false;
+  asio::steady_timer redraw_timer;
+  bool redraw_timer_armed = false;
+  std::optional<std::string> pending_redraw;
+  std::chrono::steady_clock::time_point last_redraw{};
 };
 
 WorkerOutput::WorkerOutput(asio::readable_pipe pipe, OutputTarget target)
@@ -156,6 +203,7 @@ WorkerOutput::WorkerOutput(asio::readable_pipe pipe, OutputTarget target)
 WorkerOutput::~WorkerOutput() {
   state_->detached = true;
   state_->on_closed = nullptr;
+  state_->redraw_timer.cancel();
   boost::system::error_code ignored;
   state_->pipe.close(ignored);
 }

@@ -1,7 +1,8 @@
 #pragma once
 // One captured output stream of one worker: reads the pipe on the runner's thread; the log file
 // gets the bytes exactly as the worker wrote them, the console whole lines (with their prefix,
-// in one write; a very long line in pieces), and the last lines are kept for failure reports.
+// in one write; a very long line in pieces; a progress bar's redraws as lines, at most two a
+// second), and the last lines are kept for failure reports.
 
 #include <cstdio>
 #include <deque>

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "integration/ddprun_process.hpp"
 #include "testing/test_util.hpp"
@@ -112,4 +114,56 @@ TEST_CASE("hard to break: an elastic node with other settings is refused, the jo
   CHECK(node_a.wait(60s) == 0);
   CHECK(file_exists(dir.file("ran_0")));
   CHECK_FALSE(file_exists(dir.file("ran_1")));
+}
+
+TEST_CASE("hard to break: a progress bar drawn with carriage returns is shown live, prefixed, "
+          "and its bytes are kept",
+          "[launcher][robust]") {
+  TempDir dir;
+  const auto go = dir.file("go");
+  // tqdm's way: each update starts with '\r'. The worker waits for the test between updates,
+  // so what the console shows before then was shown live.
+  const std::string script = "printf '\\rstep 1'; printf '\\rstep 2'; printf '\\rstep 3'; "
+                             "while [ ! -e " + go + " ]; do sleep 0.05; done; "
+                             "i=0; while [ $i -lt 2000 ]; do printf '\\r%d' $i; i=$((i+1)); done; "
+                             "printf '\\rdone\\n'";
+  for (bool pty : {false, true}) {
+    INFO((pty ? "console is a terminal" : "console is a pipe"));
+    std::filesystem::remove(go);
+    const auto logs = dir.file(pty ? "logs_pty" : "logs_pipe");
+    std::vector<std::string> wrapper;
+    // Python's pty module gives ddprun a pseudo-terminal for its output, as an interactive
+    // user has, and copies what it shows to the test.
+    if (pty) {
+      wrapper = {"/usr/bin/python3", "-c",
+                 "import os, pty, sys; sys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))"};
+    }
+    DdprunProcess p({"--tee=3", "--log-dir=" + logs, "--master-port=0", "--no-python", "sh", "-c",
+                     script},
+                    {}, wrapper);
+    // Shown while the worker still runs, with the prefix each time.
+    REQUIRE(p.wait_for_output("[default0]:step 2", 30s));
+    std::ofstream(go).put('\n');
+    REQUIRE(p.wait(60s) == 0);
+    const auto out = p.output();
+    CHECK_THAT(out, Catch::Contains("[default0]:done"));
+    CHECK((pty || out.find('\r') == std::string::npos));  // a pipe gets no carriage return
+    // 2000 redraws in a burst are coalesced: the console gets a few of them, not 2000 lines.
+    std::size_t redraws = 0;
+    for (std::size_t pos = out.find("[default0]:"); pos != std::string::npos;
+         pos = out.find("[default0]:", pos + 1)) {
+      ++redraws;
+    }
+    CHECK(redraws < 100);
+    // The log keeps every byte.
+    std::string expected = "\rstep 1\rstep 2\rstep 3";
+    for (int i = 0; i < 2000; ++i) expected += "\r" + std::to_string(i);
+    expected += "\rdone\n";
+    const auto stdout_log = std::filesystem::recursive_directory_iterator(logs);
+    std::string log_text;
+    for (const auto& entry : stdout_log) {
+      if (entry.path().filename() == "stdout.log") log_text = read_file(entry.path().string());
+    }
+    CHECK(log_text == expected);
+  }
 }

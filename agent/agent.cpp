@@ -133,7 +133,8 @@ RunResult Agent::run_rounds() {
       ++membership_changes_;
       spdlog::warn("round {} ends: {}; re-forming without spending a restart", round_->id,
                    f.message);
-    } else if ((f.kind == Failure::Kind::kWorker || f.kind == Failure::Kind::kHang) &&
+    } else if ((f.kind == Failure::Kind::kWorker || f.kind == Failure::Kind::kHang ||
+                (f.kind == Failure::Kind::kAgent && f.exit_code == kExitNoResources)) &&
                restarts_ < config_.max_restarts &&
                signal_ == 0) {
       log_restart(f);
@@ -200,9 +201,9 @@ RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
 }
 
 void Agent::log_restart(const Failure& f) const {
-  const auto what = f.kind == Failure::Kind::kHang
-                        ? f.message
-                        : fmt::format("rank {} on {}: exit code {}", f.rank, f.host, f.exit_code);
+  const auto what = f.kind == Failure::Kind::kWorker
+                        ? fmt::format("rank {} on {}: exit code {}", f.rank, f.host, f.exit_code)
+                        : f.message;
   spdlog::warn("attempt {} failed ({}); restarting all workers ({} of {} restarts left)",
                round_->id, what, config_.max_restarts - restarts_ - 1, config_.max_restarts);
 }

@@ -9,6 +9,9 @@ namespace ddprun {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;         // invalid flag, value or combination
+// A worker could not be started because the node had no room for another process (fork
+// failed: a pids limit, a process limit, memory); the job restarts while restarts are left.
+inline constexpr int kExitNoResources = 121;
 inline constexpr int kExitHang = 122;       // the job hung (--hang-timeout, a FileTimer) and no restart was left
 inline constexpr int kExitHosts = 123;       // --hosts: a host unreachable, failed its checks, or lost
 inline constexpr int kExitRendezvous = 124;  // rendezvous timed out or failed, store lost

@@ -184,7 +184,12 @@ class PosixProcessRunner::Impl {
           if (!w->exited) kill(-w->pid, SIGKILL);
         }
         const auto* cannot = dynamic_cast<const CannotStartError*>(&e);
-        throw CannotStartError(cannot ? cannot->exit_code() : kExitCannotStart,
+        const auto* spawn = dynamic_cast<const SpawnError*>(&e);
+        // Not the program's fault: the node was out of processes or memory for a moment.
+        const bool no_room = spawn != nullptr && (spawn->error() == EAGAIN || spawn->error() == ENOMEM);
+        throw CannotStartError(cannot ? cannot->exit_code()
+                               : no_room ? kExitNoResources
+                                         : kExitCannotStart,
                                fmt::format("worker local rank {}: {}", launch.local_rank,
                                            cannot ? e.what() : plain_reason(launch, e)));
       }

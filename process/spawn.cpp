@@ -220,6 +220,13 @@ pid_t spawn_process(const SpawnRequest& r) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (devnull >= 0) close(devnull);
   if (pid < 0) {
+    if (clone_error == EAGAIN || clone_error == ENOMEM) {
+      throw SpawnError(clone_error,
+                       fmt::format("cannot start {}: this node could not start another process "
+                                   "({}: a limit on processes, ulimit -u or the cgroup's "
+                                   "pids.max, or memory)",
+                                   r.path, errno_message(clone_error)));
+    }
     throw SpawnError(clone_error,
                      fmt::format("cannot start {}: {}", r.path, errno_message(clone_error)));
   }

@@ -167,3 +167,23 @@ TEST_CASE("hard to break: a progress bar drawn with carriage returns is shown li
     CHECK(log_text == expected);
   }
 }
+
+TEST_CASE("hard to break: a node out of processes is said so, and the job restarts",
+          "[launcher][robust]") {
+  if (geteuid() != 0) {
+    WARN("not root: cannot run ddprun as another user with a process limit: skipped");
+    return;
+  }
+  // RLIMIT_NPROC counts every thread and process of the user: as uid 65534 with a limit of 24,
+  // the agent and its threads start, and some of 64 workers cannot.
+  DdprunProcess p({"--nproc-per-node=64", "--max-restarts=1", "--master-port=0", "--no-python",
+                   "sleep", "30"},
+                  {}, {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "prlimit",
+                       "--nproc=24"});
+  CHECK(p.wait(120s) == 121);
+  const auto out = p.output();
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("this node could not start another process"));
+  CHECK_THAT(out, Catch::Contains("1 of 1 restarts left") || Catch::Contains("restarting all workers"));
+  CHECK_THAT(out, !Catch::Contains("cannot be executed"));
+}

@@ -153,7 +153,7 @@ std::string Agent::how_it_ended(const AttemptOutcome& outcome) {
   switch (f.kind) {
     case Failure::Kind::kWorker:
       return fmt::format("failed: rank {} on {} {}", f.rank, f.host,
-                         f.signal ? "killed by " + signal_name(f.signal)
+                         f.signal ? killed_by(f.signal, f.out_of_memory)
                                   : fmt::format("exited with {}", f.exit_code));
     case Failure::Kind::kMembership:
       return "re-formed: " + f.message;

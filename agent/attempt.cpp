@@ -350,7 +350,7 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
   }
   spdlog::error("rank {} (local rank {}, pid {}) on {} {}", exit.rank, exit.local_rank, exit.pid,
                 ctx_.host,
-                exit.signal ? "was killed by " + signal_name(exit.signal)
+                exit.signal ? "was " + killed_by(exit.signal, exit.out_of_memory)
                             : fmt::format("exited with code {}", exit.exit_code));
   auto f = record_worker_failure(exit);
   if (published_) return std::nullopt;
@@ -607,7 +607,7 @@ void Attempt::take_stacks(const Failure& decided) {
     r.local_rank = static_cast<int>(l);
     r.rank = f.rank;
     r.pid = f.pid;
-    r.note = f.signal ? fmt::format("killed by {}", signal_name(f.signal))
+    r.note = f.signal ? killed_by(f.signal, f.out_of_memory)
                       : fmt::format("exited with code {}", f.exit_code);
     // Its traceback when it wrote one; else its last stderr lines (where Python prints it).
     std::string text = f.traceback;
@@ -652,7 +652,7 @@ void Attempt::explain(Failure& f) {
   if (f.kind == Failure::Kind::kWorker) {
     // The first failure's own details go; the message keeps it.
     const auto first = fmt::format("rank {} on {} {}", f.rank, f.host,
-                                   f.signal ? "killed by " + signal_name(f.signal)
+                                   f.signal ? killed_by(f.signal, f.out_of_memory)
                                             : fmt::format("exited with code {}", f.exit_code));
     f.kind = Failure::Kind::kHang;
     f.exit_code = kExitHang;

@@ -57,6 +57,7 @@ Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
   f.pid = exit.pid;
   f.exit_code = exit.shell_code();
   f.signal = exit.signal;
+  f.out_of_memory = exit.out_of_memory;
   f.attempt = attempt;
   f.unix_time = unix_seconds() - std::chrono::duration<double>(Clock::now() - exit.when).count();
   f.stderr_tail = exit.stderr_tail;
@@ -93,7 +94,7 @@ std::string format_root_cause(const Failure& f, int world_size) {
     case Failure::Kind::kWorker:
       rank_rows();
       row("pid", std::to_string(f.pid));
-      row("exit", f.signal ? fmt::format("killed by {} (exit code {})", signal_name(f.signal),
+      row("exit", f.signal ? fmt::format("{} (exit code {})", killed_by(f.signal, f.out_of_memory),
                                          f.exit_code)
                            : fmt::format("exit code {}", f.exit_code));
       break;

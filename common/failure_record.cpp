@@ -38,13 +38,20 @@ Failure agent_failure(const std::string& host, int node, int attempt, Failure::K
   return f;
 }
 
+std::string killed_by(int signal, bool out_of_memory) {
+  return out_of_memory ? fmt::format("killed by {}: out of memory (the kernel's OOM killer)",
+                                     signal_name(signal))
+                       : "killed by " + signal_name(signal);
+}
+
 std::string Failure::to_json() const {
   json j = {{"kind", static_cast<int>(kind)}, {"host", host},       {"node", node},
             {"rank", rank},                   {"local_rank", local_rank}, {"pid", pid},
             {"exit_code", exit_code},         {"signal", signal},   {"attempt", attempt},
             {"time", unix_time},              {"message", message}, {"traceback", traceback},
             {"stderr_tail", stderr_tail}, {"lost_node", lost_node},
-            {"where", where},             {"stacks", stacks}};
+            {"where", where},             {"stacks", stacks},
+            {"out_of_memory", out_of_memory}};
   // Worker output is not always valid UTF-8 (binary junk, a line cut mid-character): replace
   // what cannot be encoded rather than fail to report the failure.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -74,6 +81,7 @@ Failure Failure::from_json(const std::string& text) {
     f.lost_node = j.value("lost_node", -1);
     f.where = j.value("where", std::vector<std::string>{});
     f.stacks = j.value("stacks", std::string());
+    f.out_of_memory = j.value("out_of_memory", false);
     return f;
   } catch (const json::exception& e) {
     throw Error(fmt::format("malformed failure record in the store: {}", e.what()));

@@ -26,6 +26,7 @@ struct Failure {
   int pid = 0;
   int exit_code = 0;   // shell-style: 128+N for signal N
   int signal = 0;
+  bool out_of_memory = false;  // the kernel's OOM killer sent the signal
   int attempt = 0;
   double unix_time = 0;
   std::string message;     // error file message, or the agent's reason
@@ -52,5 +53,8 @@ double unix_seconds();
 
 // "SIGSEGV" for 11; "signal 64" for unknown numbers.
 std::string signal_name(int signal);
+
+// "killed by SIGKILL", and why when the kernel's OOM killer did it.
+std::string killed_by(int signal, bool out_of_memory);
 
 }  // namespace ddprun

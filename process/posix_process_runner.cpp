@@ -24,6 +24,7 @@
 #include "process/line_splitter.hpp"
 #include "process/orphan_guard.hpp"
 #include "process/program_check.hpp"
+#include "process/oom.hpp"
 #include "process/spawn.hpp"
 #include "process/worker_output.hpp"
 
@@ -176,6 +177,7 @@ class PosixProcessRunner::Impl {
     workers_.clear();
     std::vector<int> pids;
     ProgramResolver programs;
+    oom_kills_ = oom_kill_count();
     for (const auto& launch : launches) {
       try {
         pids.push_back(launch_one(launch, on_exit, programs));
@@ -310,6 +312,14 @@ class PosixProcessRunner::Impl {
     e.when = w->exit_time;
     if (WIFSIGNALED(w->status)) {
       e.signal = WTERMSIG(w->status);
+      // One more OOM kill in the cgroup than when the workers started: this SIGKILL was the
+      // kernel's (each kill is attributed once).
+      if (e.signal == SIGKILL && oom_kills_) {
+        if (auto now = oom_kill_count(); now && *now > *oom_kills_) {
+          e.out_of_memory = true;
+          ++*oom_kills_;
+        }
+      }
     } else {
       e.exit_code = WEXITSTATUS(w->status);
     }
@@ -375,6 +385,9 @@ class PosixProcessRunner::Impl {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
   std::vector<std::unique_ptr<Worker>> retired_;  // unreported workers of an earlier start()
+  // The memory cgroup's OOM kills when the workers started, less those already attributed to
+  // one; nullopt: not readable here. Runner thread only.
+  std::optional<long> oom_kills_;
   // Set by the runner's thread when a stop completed with every worker reported and every
   // group ended; cleared by start(). Read by stop() on the caller's thread.
   std::atomic<bool> quiet_{true};

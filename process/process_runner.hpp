@@ -50,6 +50,7 @@ struct WorkerExit {
   int signal = 0;
   Clock::time_point when;
   std::vector<std::string> stderr_tail;  // the last lines it wrote to stderr, when captured
+  bool out_of_memory = false;  // the kernel's OOM killer sent its SIGKILL (process/oom.hpp)
 
   bool succeeded() const { return signal == 0 && exit_code == 0; }
   // What a shell would report: the code, or 128+N for signal N.

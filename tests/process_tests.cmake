@@ -2,6 +2,7 @@
 # orphan guard with real processes (integration).
 add_executable(process_unit_tests
   unit/process/test_line_splitter.cpp
+  unit/process/test_oom.cpp
   unit/process/test_program_check.cpp)
 target_link_libraries(process_unit_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_process)

@@ -120,9 +120,9 @@ struct ClusterHead::Impl {
                                "ServerAliveCountMax=3"});
     }
     argv.push_back(cluster.hosts.at(i).host);
-    std::vector<std::string> args{std::string(kSessionFlag)};
-    auto rest = agent_args(i);
-    args.insert(args.end(), rest.begin(), rest.end());
+    // The agent's arguments go in its hello (agent_args, hello_for): bytes of any kind and
+    // any length, and nothing a `ps` on the host shows.
+    const std::vector<std::string> args{std::string(kSessionFlag)};
     if (cluster.via_srun) {
       // srun runs a program: the same command line, through a shell as ssh's would be.
       argv.insert(argv.end(), {"/bin/sh", "-c"});
@@ -141,6 +141,7 @@ struct ClusterHead::Impl {
     hello.remote_ddprun = remote_ddprun;
     hello.cwd = cwd;
     hello.env = forwarded;
+    hello.args = entry.args;
     hello.hangup_timeout = cluster.hangup_timeout;
     hello.connect_timeout = cluster.connect_timeout;
     return hello;
@@ -357,7 +358,7 @@ struct ClusterHead::Impl {
     started_at = Clock::now();
     std::vector<TreeEntry> all;
     for (std::size_t i = 0; i < cluster.hosts.size(); ++i) {
-      all.push_back({static_cast<int>(i), cluster.hosts[i].host, command_for(i), {}});
+      all.push_back({static_cast<int>(i), cluster.hosts[i].host, command_for(i), agent_args(i), {}});
     }
     const bool tree = static_cast<int>(all.size()) > cluster.tree_threshold;
     top = tree ? plan_tree(std::move(all), cluster.fanout) : std::move(all);

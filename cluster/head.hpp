@@ -55,7 +55,7 @@ class ClusterHead {
 
   // The remote shell's command line for host `index` (for tests and --dry-run).
   std::vector<std::string> command_for(std::size_t index) const;
-  // The agent's arguments on host `index`, after the session flag.
+  // The arguments that host's agent gets in its session hello.
   std::vector<std::string> agent_args(std::size_t index) const;
 
  private:

@@ -41,10 +41,14 @@ bool valid_env_name(std::string_view name) {
 }  // namespace
 
 std::string encode_hello(const SessionHello& h) {
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : h.env) env[bytes_to_utf8(name)] = bytes_to_utf8(value);
+  std::vector<std::string> args;
+  for (const auto& arg : h.args) args.push_back(bytes_to_utf8(arg));
   return json{{"protocol", h.protocol}, {"version", h.version},   {"token", h.token},
               {"host", h.host},         {"node", h.node},         {"subtree", h.subtree},
               {"remote_ddprun", h.remote_ddprun},
-              {"cwd", h.cwd},           {"env", h.env},
+              {"cwd", bytes_to_utf8(h.cwd)}, {"env", env}, {"args", args},
               {"hangup_timeout_ms", h.hangup_timeout.count()},
               {"connect_timeout_ms", h.connect_timeout.count()}}
       .dump();
@@ -66,8 +70,13 @@ SessionHello decode_hello(std::string_view line) {
     h.subtree = j.at("subtree");
     h.remote_ddprun = j.at("remote_ddprun").get<std::string>();
     if (!h.subtree.is_array()) throw Error("malformed session hello: the subtree is not a list");
-    h.cwd = j.at("cwd").get<std::string>();
-    h.env = j.at("env").get<std::map<std::string, std::string>>();
+    h.cwd = bytes_from_utf8(j.at("cwd").get<std::string>());
+    for (const auto& [name, value] : j.at("env").get<std::map<std::string, std::string>>()) {
+      h.env[bytes_from_utf8(name)] = bytes_from_utf8(value);
+    }
+    for (const auto& arg : j.at("args").get<std::vector<std::string>>()) {
+      h.args.push_back(bytes_from_utf8(arg));
+    }
     h.hangup_timeout = std::chrono::milliseconds(j.at("hangup_timeout_ms").get<long long>());
     h.connect_timeout = std::chrono::milliseconds(j.at("connect_timeout_ms").get<long long>());
   } catch (const json::exception& e) {

@@ -4,7 +4,10 @@
 //
 //   head -> agent, on the agent's stdin (never on a command line that `ps` shows):
 //     one hello line (JSON: protocol, version, token, host, working directory, environment,
-//     hangup timeout), then control lines: "go", "ping", "signal N".
+//     the agent's arguments, hangup timeout), then control lines: "go", "ping", "signal N".
+//     The working directory, the environment and the arguments are bytes, not necessarily
+//     UTF-8: the hello carries them as text (bytes_to_utf8), exactly, and however long (an
+//     argument on the remote shell's command line could not exceed 128 KiB).
 //   agent -> head, on the agent's stdout among its workers' lines:
 //     "<marker><token> <kind> <JSON>": kind "ready" (checks passed), "refused" (a check failed:
 //     reason), "result" (the agent's end: summary, root cause, exit code).
@@ -23,7 +26,7 @@
 
 namespace ddprun {
 
-inline constexpr int kSessionProtocol = 1;
+inline constexpr int kSessionProtocol = 2;
 // The remote command's first argument: the agent reads a hello from stdin before parsing the
 // rest of its arguments as usual.
 inline constexpr std::string_view kSessionFlag = "--ddprun-session";
@@ -39,6 +42,7 @@ struct SessionHello {
   std::string remote_ddprun;  // ddprun's path on the hosts, for messages about them
   std::string cwd;      // the head's working directory, the workers' too
   std::map<std::string, std::string> env;  // set before the arguments are parsed
+  std::vector<std::string> args;  // the agent's command line after its program name
   std::chrono::milliseconds hangup_timeout{10'000};
   // Until "go" the agent waits this long in silence: the command may be busy opening other
   // hosts' connections (and not pinging) for up to its --connect-timeout.

@@ -68,6 +68,7 @@ struct SubtreeRelay::Impl {
       child.host = entries[i].host;
       child.node = entries[i].node;
       child.subtree = tree_to_json(entries[i].subtree);
+      child.args = entries[i].args;
       try {
         sessions[i]->start(encode_hello(child));
       } catch (const Error& e) {

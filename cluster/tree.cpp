@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/strings.hpp"
 
 namespace ddprun {
 
@@ -41,8 +42,14 @@ std::size_t tree_size(const std::vector<TreeEntry>& entries) {
 nlohmann::json tree_to_json(const std::vector<TreeEntry>& entries) {
   auto out = nlohmann::json::array();
   for (const auto& e : entries) {
-    out.push_back({{"node", e.node}, {"host", e.host}, {"argv", e.argv},
-                   {"subtree", tree_to_json(e.subtree)}});
+    // Bytes, as the hello carries them (session_protocol.hpp).
+    auto as_text = [](const std::vector<std::string>& bytes) {
+      std::vector<std::string> text;
+      for (const auto& b : bytes) text.push_back(bytes_to_utf8(b));
+      return text;
+    };
+    out.push_back({{"node", e.node}, {"host", e.host}, {"argv", as_text(e.argv)},
+                   {"args", as_text(e.args)}, {"subtree", tree_to_json(e.subtree)}});
   }
   return out;
 }
@@ -54,7 +61,12 @@ std::vector<TreeEntry> tree_from_json(const nlohmann::json& json) {
       TreeEntry e;
       e.node = j.at("node").get<int>();
       e.host = j.at("host").get<std::string>();
-      e.argv = j.at("argv").get<std::vector<std::string>>();
+      for (const auto& arg : j.at("argv").get<std::vector<std::string>>()) {
+        e.argv.push_back(bytes_from_utf8(arg));
+      }
+      for (const auto& arg : j.at("args").get<std::vector<std::string>>()) {
+        e.args.push_back(bytes_from_utf8(arg));
+      }
       if (e.argv.empty()) throw Error("an empty command line");
       e.subtree = tree_from_json(j.at("subtree"));
       out.push_back(std::move(e));

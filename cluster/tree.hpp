@@ -16,6 +16,7 @@ struct TreeEntry {
   int node = 0;                   // node rank
   std::string host;
   std::vector<std::string> argv;  // the remote shell's command line that starts this host's agent
+  std::vector<std::string> args;  // the agent's own arguments, sent in its hello
   std::vector<TreeEntry> subtree; // hosts this host's agent starts
 
   bool operator==(const TreeEntry&) const = default;

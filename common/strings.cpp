@@ -10,6 +10,41 @@
 
 namespace ddprun {
 
+std::string bytes_to_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (unsigned char c : bytes) {
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+std::string bytes_from_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+      continue;
+    }
+    // Only the two-byte forms of U+0080..U+00FF.
+    if ((c != 0xC2 && c != 0xC3) || i + 1 == text.size() ||
+        (static_cast<unsigned char>(text[i + 1]) & 0xC0) != 0x80) {
+      throw Error(fmt::format("not bytes written as text: byte {} of {} is 0x{:02x}", i,
+                              text.size(), c));
+    }
+    out += static_cast<char>(((c & 0x03) << 6) | (static_cast<unsigned char>(text[++i]) & 0x3F));
+  }
+  return out;
+}
+
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;
   std::size_t start = 0;

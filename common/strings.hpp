@@ -21,6 +21,12 @@ std::string shell_join(const std::vector<std::string>& argv);
 // an unterminated quote.
 std::vector<std::string> split_words(std::string_view text, std::string_view what);
 
+// Bytes (a path, an environment value, an argument: not necessarily UTF-8) as UTF-8 text that
+// JSON can carry, each byte one character (its Latin-1 reading: ASCII stays as it is), and back.
+// bytes_from_utf8 throws Error for text that bytes_to_utf8 cannot have written.
+std::string bytes_to_utf8(std::string_view bytes);
+std::string bytes_from_utf8(std::string_view text);
+
 // Strict integer parsing: the whole text must be a number in range, else nullopt.
 std::optional<std::int64_t> parse_int(std::string_view text);
 // Strict floating-point parsing.

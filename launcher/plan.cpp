@@ -172,6 +172,10 @@ std::string format_plan(const json& plan) {
     if (!n.contains("command")) continue;
     out += fmt::format("  command for node {}: {}\n", n["node"].get<int>(),
                        shell_join(n["command"].get<std::vector<std::string>>()));
+    if (n.contains("args")) {
+      out += fmt::format("    its agent's arguments (in the session's hello): {}\n",
+                         shell_join(n["args"].get<std::vector<std::string>>()));
+    }
   }
   if (plan.contains("forwarded_env")) {
     out += fmt::format("  forwarded to every host (values not shown): {}\n",

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "agent/worker_env.hpp"
 #include "cluster/head.hpp"
@@ -14,14 +15,18 @@ namespace ddprun {
 
 int run_dry_run(const LaunchConfig& config) {
   std::vector<std::vector<std::string>> commands;
+  std::optional<ClusterHead> head;
   if (config.cluster) {
-    ClusterHead head(config, current_environment(), this_executable(),
-                     std::filesystem::current_path().string());
+    head.emplace(config, current_environment(), this_executable(),
+                 std::filesystem::current_path().string());
     for (std::size_t i = 0; i < config.cluster->hosts.size(); ++i) {
-      commands.push_back(head.command_for(i));
+      commands.push_back(head->command_for(i));
     }
   }
   auto plan = make_plan(config, current_environment(), commands);
+  for (std::size_t i = 0; head && i < config.cluster->hosts.size(); ++i) {
+    plan["nodes"][i]["args"] = head->agent_args(i);
+  }
   // This node's bindings; with --hosts each host plans its own when its agent starts.
   if (!config.cluster && config.binding != Binding::kNone) {
     try {

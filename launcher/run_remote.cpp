@@ -89,7 +89,13 @@ int run_remote(const std::vector<std::string>& args) {
                               errno_message(errno)),
                   kExitHosts);
   }
-  auto outcome = parse_command_line(args, current_environment());
+  // The arguments come in the hello; on the command line there is only the session flag.
+  if (!args.empty()) {
+    return refuse(fmt::format("unexpected arguments after {} (the command sends them in the "
+                              "session's hello)", kSessionFlag),
+                  kExitUsage);
+  }
+  auto outcome = parse_command_line(hello.args, current_environment());
   if (!outcome.config) return refuse(outcome.message, outcome.exit_code);
   const LaunchConfig& config = *outcome.config;
   auto check = check_worker_program(config);

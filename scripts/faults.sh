@@ -12,6 +12,8 @@
 # inherits (FAULTS_RUN=<id>); they are counted, then killed. Only processes of this script's own
 # runs are ever signalled. Polls here are bounded waits for files and exits, 50 ms apart.
 set -euo pipefail
+# The caller's ddprun settings must not change what runs here: every flag it needs is given.
+unset PYTHON_EXEC DDPRUN_TOKEN $(compgen -v | grep -E '^(PET|TORCHELASTIC)_' || true)
 cd "$(dirname "$0")/.."
 
 runs=5

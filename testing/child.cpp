@@ -37,7 +37,13 @@ Child::Child(const SpawnSpec& spec) : name_(spec.argv.empty() ? "?" : spec.argv.
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
     auto eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    if (eq == std::string::npos) continue;
+    const auto name = entry.substr(0, eq);
+    if (name == "PYTHON_EXEC" || name == "DDPRUN_TOKEN" || name.starts_with("PET_") ||
+        name.starts_with("TORCHELASTIC_")) {
+      continue;
+    }
+    env[name] = entry.substr(eq + 1);
   }
   for (const auto& [k, v] : spec.env) env[k] = v;
   std::vector<std::string> env_strings;

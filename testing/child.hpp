@@ -19,7 +19,10 @@ double mono_now();
 
 struct SpawnSpec {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH
-  // Set (or replace) in the child's environment, on top of this process's environment.
+  // Set (or replace) in the child's environment, on top of this process's environment, less
+  // the variables that change what ddprun does (PYTHON_EXEC, PET_*, TORCHELASTIC_*,
+  // DDPRUN_TOKEN): a test gives those it depends on here, so that the caller's shell cannot
+  // change its outcome.
   std::vector<std::pair<std::string, std::string>> env;
   // stdout and stderr are appended here; empty: /dev/null. No other descriptor is inherited.
   std::string output;

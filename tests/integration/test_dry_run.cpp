@@ -79,7 +79,11 @@ TEST_CASE("dry run: several hosts, their ranks and commands, nothing contacted",
   const auto command = plan["nodes"][1]["command"];
   CHECK(command[0] == "/nonexistent/ssh");
   CHECK(command[2] == "2222");
-  CHECK_THAT(command.back().get<std::string>(), Contains("--node-rank=1"));
+  // The agent's arguments travel in its hello, not on the remote shell's command line.
+  CHECK_THAT(command.back().get<std::string>(), Contains("--ddprun-session"));
+  CHECK_THAT(command.back().get<std::string>(), !Contains("--node-rank"));
+  const auto agent_args = plan["nodes"][1]["args"].get<std::vector<std::string>>();
+  CHECK(std::count(agent_args.begin(), agent_args.end(), "--node-rank=1") == 1);
   CHECK_THAT(command.back().get<std::string>(), !Contains("secret"));
   CHECK(plan["workers"].size() == 4);
   CHECK(plan["workers"][3]["env"]["GROUP_RANK"] == "2");

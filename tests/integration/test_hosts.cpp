@@ -259,3 +259,31 @@ TEST_CASE("tree fan-out: SIGINT and SIGKILL of the command leave nothing", "[hos
     CHECK(wait_until_dead(pids, kHang));
   }
 }
+
+TEST_CASE("bytes that are not UTF-8 and arguments over 128 KiB reach every host exactly",
+          "[hosts]") {
+  TempDir dir;
+  // A working directory whose name is Latin-1, not UTF-8, and a variable of control characters
+  // and high bytes, forwarded: each must arrive byte for byte.
+  const std::string cwd = dir.file("caf\xe9-\xff");
+  std::filesystem::create_directory(cwd);
+  const std::string value = std::string("\x01\x02\t\x1b[0m ") + "\xe9\xff\x80 end";
+  // Arguments of 300 KiB in all: more than the remote shell's one command argument may hold
+  // (128 KiB), as much as a local start allows (no one argument may exceed 128 KiB there).
+  const std::string big(100 << 10, 'a');
+  std::vector<std::string> args{"--hosts=127.0.0.1,127.0.0.2", "--ssh-command=" LOCAL_SSH,
+                                "--master-port=" + std::to_string(free_port()), "-x",
+                                "ODD_BYTES", "--no-python", "sh", "-c",
+                                "printf %s \"$ODD_BYTES\" > \"$0/value_$RANK\"; "
+                                "pwd > \"$0/cwd_$RANK\"; printf %s \"$1$2$3\" | wc -c > \"$0/arg_$RANK\"",
+                                dir.path(), big, big, big};
+  DdprunProcess p(args, {{"ODD_BYTES", value}},
+                  {"sh", "-c", "cd \"$0\" && exec \"$@\"", cwd});
+  REQUIRE(p.wait(kHang) == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    CHECK(read_file(dir.file("value_" + std::to_string(rank))) == value);
+    CHECK(read_file(dir.file("cwd_" + std::to_string(rank))) == cwd + "\n");
+    CHECK(std::stoul(read_file(dir.file("arg_" + std::to_string(rank)))) == 3 * big.size());
+  }
+}

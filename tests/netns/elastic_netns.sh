@@ -4,6 +4,8 @@
 # and the other two re-form with 2 and finish. Skips (exit 77) where namespaces cannot be made.
 # Usage: elastic_netns.sh DDPRUN_BINARY
 set -euo pipefail
+# The caller's ddprun settings must not change what runs here: every flag it needs is given.
+unset PYTHON_EXEC DDPRUN_TOKEN $(compgen -v | grep -E '^(PET|TORCHELASTIC)_' || true)
 ddprun=$1
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cluster="$here/scripts/netns-cluster.sh"

@@ -5,6 +5,8 @@
 # Skips (exit 77) where namespaces cannot be made or Slurm and munge are not installed.
 # Usage: slurm.sh DDPRUN_BINARY   (SLURM_CHECKS="srun_no_flags scancel" runs only those)
 set -euo pipefail
+# The caller's ddprun settings must not change what runs here: every flag it needs is given.
+unset PYTHON_EXEC DDPRUN_TOKEN $(compgen -v | grep -E '^(PET|TORCHELASTIC)_' || true)
 here=$(cd "$(dirname "$0")/../.." && pwd)
 slurm="$here/scripts/slurm-cluster.sh"
 checks=(srun_no_flags heterogeneous_nodes exit_code_through_srun one_task_per_node

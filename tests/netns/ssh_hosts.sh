@@ -10,6 +10,8 @@
 # The script calls itself: once inside `netns-cluster.sh run` (--in-cluster: start sshd, run the
 # checks), and once per check (--check NAME), so that each check runs under `set -e` on its own.
 set -euo pipefail
+# The caller's ddprun settings must not change what runs here: every flag it needs is given.
+unset PYTHON_EXEC DDPRUN_TOKEN $(compgen -v | grep -E '^(PET|TORCHELASTIC)_' || true)
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cluster="$here/scripts/netns-cluster.sh"
 self="$here/tests/netns/ssh_hosts.sh"

@@ -32,6 +32,32 @@ TEST_CASE("session: a hello survives its encoding as one line", "[cluster][sessi
   CHECK_THROWS_WITH(decode_hello(R"({"protocol":99})"), Catch::Contains("session protocol 99"));
 }
 
+TEST_CASE("session: bytes that are not UTF-8, control characters and a 1 MiB value travel exactly",
+          "[cluster][session]") {
+  SessionHello hello;
+  hello.version = "0.1.0";
+  hello.token = random_token();
+  hello.host = "gpu01";
+  hello.cwd = "/data/r\xe9sum\xe9/\xff\xfe";  // Latin-1 bytes, invalid as UTF-8
+  std::string control;
+  for (int c = 1; c < 32; ++c) control += static_cast<char>(c);  // NUL-free control characters
+  hello.env = {{"LATIN1", "caf\xe9"}, {"CONTROL", control}, {"BIG", std::string(1 << 20, 'v')},
+               {"UTF8", "\xe2\x9c\x93 ok"}};
+  hello.args = {"--tee=3", "--", "train.py", "--name=\x80\x81", std::string(200 << 10, 'a')};
+  const auto line = encode_hello(hello);
+  CHECK(line.find('\n') == std::string::npos);
+  const auto back = decode_hello(line);
+  CHECK(back.cwd == hello.cwd);
+  CHECK(back.env == hello.env);
+  CHECK(back.args == hello.args);
+  // The text form is an exact inverse, and refuses what it cannot have written.
+  for (const auto& bytes : {std::string("\x00\x7f\x80\xff", 4), hello.cwd, control}) {
+    CHECK(bytes_from_utf8(bytes_to_utf8(bytes)) == bytes);
+  }
+  CHECK_THROWS_AS(bytes_from_utf8("\xe2\x9c\x93"), Error);
+  CHECK_THROWS_AS(bytes_from_utf8("\xc3"), Error);
+}
+
 TEST_CASE("session: control lines", "[cluster][session]") {
   for (Control c : {Control{Control::Kind::kGo, 0}, Control{Control::Kind::kPing, 0},
                     Control{Control::Kind::kSignal, 15}}) {

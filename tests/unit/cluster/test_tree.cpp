@@ -14,7 +14,10 @@ namespace {
 
 std::vector<TreeEntry> hosts(int n) {
   std::vector<TreeEntry> out;
-  for (int i = 0; i < n; ++i) out.push_back({i, "h" + std::to_string(i), {"ssh", "h"}, {}});
+  for (int i = 0; i < n; ++i) {
+    out.push_back(
+        {i, "h" + std::to_string(i), {"ssh", "h"}, {"--node-rank=" + std::to_string(i)}, {}});
+  }
   return out;
 }
 
@@ -61,6 +64,7 @@ TEST_CASE("tree: the plan survives its JSON form", "[cluster][tree]") {
   CHECK(tree_from_json(tree_to_json(tree)) == tree);
   CHECK_THROWS_AS(tree_from_json(nlohmann::json::parse(R"([{"node":1}])")), Error);
   CHECK_THROWS_AS(
-      tree_from_json(nlohmann::json::parse(R"([{"node":1,"host":"a","argv":[],"subtree":[]}])")),
+      tree_from_json(
+          nlohmann::json::parse(R"([{"node":1,"host":"a","argv":[],"args":[],"subtree":[]}])")),
       Error);
 }

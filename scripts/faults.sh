@@ -344,15 +344,21 @@ for s in held:
 EOF
 }
 
-# A job whose worker waits for $dir/go while `abuse_store KIND` works on its store; the agent's
-# RSS before, at its peak and after in rss_before/rss_peak/rss_after (KiB), the abuser's output
-# in $dir/abuse.out; met when the job outlived the abuse and then ends as its worker does
-# (exit 0). Extra arguments go to ddprun.
+# A two-node job whose workers wait for $dir/go while `abuse_store KIND` works on the store that
+# node 0's agent serves (one node alone keeps its store in memory and listens nowhere); that
+# agent's RSS before, at its peak and after in rss_before/rss_peak/rss_after (KiB), the abuser's
+# output in $dir/abuse.out; met when the job outlived the abuse and then ends as its workers do
+# (exit 0 on both nodes). Extra arguments go to both agents.
 abused_job() {
   local kind=$1; shift
   local port; port=$(free_port)
-  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --master-port="$port" "$@" $(fake)
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start b --nnodes=2 --node-rank=1 \
+    --master-port="$port" "$@" $(fake)
+  local other=$agent
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --nnodes=2 --node-rank=0 \
+    --master-port="$port" "$@" $(fake)
   wait_file "$dir/started_0_0"
+  wait_file "$dir/started_1_0"
   rss_before=$(rss_kib "$agent"); rss_peak=$rss_before
   abuse_store "$port" "$kind" >"$dir/abuse.out" &
   local abuser=$! i r
@@ -361,13 +367,17 @@ abused_job() {
     kill -0 "$abuser" 2>/dev/null || break
     sleep 0.05
   done
-  wait "$abuser" || true
+  # The abuser must have reached the store: a refused connection fails the fault.
+  local abused=0
+  wait "$abuser" && abused=1
   rss_after=$(rss_kib "$agent")
   local alive=0
-  kill -0 "$agent" 2>/dev/null && alive=1  # not ended (nor told it succeeded) by the abuse
+  # Neither node ended (nor was told the job succeeded) by the abuse.
+  kill -0 "$agent" 2>/dev/null && kill -0 "$other" 2>/dev/null && alive=1
   touch "$dir/go"
+  wait_pid "$other"; local other_status=$status
   wait_pid "$agent"
-  [[ $status == 0 && $alive == 1 ]] && met=1
+  [[ $status == 0 && $other_status == 0 && $alive == 1 && $abused == 1 ]] && met=1
 }
 mib() { echo $(( ($1 - rss_before) / 1024 )); }
 
@@ -427,6 +437,125 @@ fault_lines_under_crash() {
 }
 expect_lines_under_crash="every line before the crash on the console, exit 134"
 
+fault_log_dir_other_user() {
+  # A --log-dir that belongs to another user, who could swap what the job writes there for
+  # links to files only root may write.
+  mkdir -p "$dir/theirs"; chown 65534:65534 "$dir/theirs"
+  start a --log-dir="$dir/theirs" --tee=3 --master-port="$(free_port)" --no-python touch "$dir/started"
+  wait_pid "$agent"
+  [[ $status == 2 && ! -e $dir/started ]] && grep -q "belongs to user 65534" "$dir/a.out" &&
+    [[ -z $(ls -A "$dir/theirs") ]] && met=1
+  note="refused before anything starts; nothing written there"
+}
+expect_log_dir_other_user="exit 2 at once, naming the owner; no worker, no file"
+
+fault_settings_mismatch() {
+  local port; port=$(free_port)
+  local t0; t0=$(now_ms)
+  start a --nnodes=2 --node-rank=0 --max-restarts=3 --master-port="$port" $(fake)
+  local a=$agent
+  start b --nnodes=2 --node-rank=1 --max-restarts=0 --master-port="$port" $(fake)
+  wait_pid "$agent" 60; local sb=$status
+  wait_pid "$a" 60; local sa=$status
+  detect=$(( $(now_ms) - t0 ))
+  [[ $sa == 124 && $sb == 124 ]] && grep -q "different settings" "$dir/a.out" &&
+    grep -q "different settings" "$dir/b.out" && met=1
+  note="--max-restarts=3 and 0; detect: start to the last exit"
+}
+expect_settings_mismatch="both nodes exit 124 at once, naming both values"
+
+fault_nnodes_mismatch() {
+  local port; port=$(free_port)
+  start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
+  local a=$agent
+  wait_text "$dir/a.out" "waiting for the others"
+  local t0; t0=$(now_ms)
+  start b --nnodes=3 --node-rank=1 --master-port="$port" $(fake)
+  wait_pid "$a" 60; local sa=$status
+  detect=$(( $(now_ms) - t0 ))
+  wait_pid "$agent" 60; local sb=$status
+  [[ $sa == 124 && $sb == 124 ]] && grep -q "different node counts" "$dir/a.out" && met=1
+  note="node 0 waiting with --nnodes=2 when a node with 3 comes; detect: to node 0's exit"
+}
+expect_nnodes_mismatch="both exit 124 at once (node 0 no longer waits out its join timeout)"
+
+fault_progress_bar() {
+  # tqdm's way of drawing: '\r' before every state. The worker waits for $dir/go after three
+  # states, so a state on the console before then was shown live.
+  local script="printf '\rstep 1'; printf '\rstep 2'; printf '\rstep 3';
+    while [ ! -e $dir/go ]; do sleep 0.05; done; i=0;
+    while [ \$i -lt 2000 ]; do printf '\r%d' \$i; i=\$((i+1)); done; printf '\rdone\n'"
+  local t0; t0=$(now_ms)
+  start a --tee=3 --log-dir="$dir/logs" --master-port="$(free_port)" --no-python sh -c "$script"
+  wait_text "$dir/a.out" "[default0]:step 2" 30 && detect=$(( $(now_ms) - t0 ))
+  touch "$dir/go"
+  wait_pid "$agent"
+  local shown; shown=$(grep -c '^\[default0\]:' "$dir/a.out" || true)
+  local bytes; bytes=$(cat "$dir"/logs/*/attempt_0/0/stdout.log | tr -cd '\r' | wc -c)
+  [[ $status == 0 && $detect != - && $shown -lt 100 && $bytes == 2004 ]] &&
+    grep -q '^\[default0\]:done' "$dir/a.out" && met=1
+  note="2,003 redraws: shown live, $shown console lines; the log keeps every \\r"
+}
+expect_progress_bar="live and prefixed on the console, coalesced; the log byte-exact"
+
+fault_hosts_odd_bytes() {
+  # A working directory and a forwarded value that are not UTF-8, and 300 KiB of arguments,
+  # over --hosts (the local ssh stand-in).
+  local cwd=$dir/$'caf\xe9-\xff'; mkdir -p "$cwd"
+  local big; big=$(head -c 102400 /dev/zero | tr '\0' a)
+  local ddprun_path ssh; ddprun_path=$(realpath "$ddprun"); ssh=$PWD/tests/support/local_ssh.sh
+  (cd "$cwd" && ODD_BYTES=$'\x01\t\xe9\xff end' FAULTS_RUN=$run_id exec "$ddprun_path" \
+      --hosts=127.0.0.1,127.0.0.2 --ssh-command="$ssh" -x ODD_BYTES \
+      --master-port="$(free_port)" --no-python sh -c \
+      'printf %s "$ODD_BYTES" > "$0/value_$RANK"; printf %s "$1$2$3" | wc -c > "$0/arg_$RANK"' \
+      "$dir" "$big" "$big" "$big") >"$dir/a.out" 2>&1 &
+  agent=$!
+  wait_pid "$agent"
+  [[ $status == 0 && $(cat "$dir/value_1") == $'\x01\t\xe9\xff end' && $(cat "$dir/arg_1") == 307200 ]] && met=1
+}
+expect_hosts_odd_bytes="exit 0; bytes and 300 KiB of arguments exact on every host"
+
+fault_process_limit() {
+  # As user 65534 with at most 24 processes and threads, 64 workers cannot all start.
+  ( FAULTS_RUN=$run_id exec setpriv --reuid=65534 --regid=65534 --clear-groups prlimit --nproc=24 \
+      "$ddprun" --nproc-per-node=64 --max-restarts=1 --master-port="$(free_port)" --no-python \
+      sleep 30 ) >"$dir/a.out" 2>&1 &
+  agent=$!
+  wait_pid "$agent"
+  [[ $status == 121 ]] && grep -q "could not start another process" "$dir/a.out" &&
+    grep -q "restarts 1 of 1" "$dir/a.out" && met=1
+  note="the one restart spent, then 121"
+}
+expect_process_limit="exit 121 naming the limit, after a restart; not 126"
+
+fault_oom_kill() {
+  # A memory cgroup (v1) of 96 MiB for the job; the worker takes 512 MiB.
+  local mine; mine=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
+  local cg=/sys/fs/cgroup/memory$mine/ddprun-faults-$$-$r
+  mkdir "$cg" 2>/dev/null || { note="no writable cgroup v1 memory hierarchy"; return; }
+  echo $((96 << 20)) >"$cg/memory.limit_in_bytes"
+  echo $((96 << 20)) >"$cg/memory.memsw.limit_in_bytes" 2>/dev/null || true
+  ( echo $BASHPID >"$cg/cgroup.procs"; FAULTS_RUN=$run_id exec "$ddprun" \
+      --master-port="$(free_port)" --no-python "$python" -c "b = b'x' * (512 << 20)" ) \
+    >"$dir/a.out" 2>&1 &
+  agent=$!
+  wait_pid "$agent"
+  rmdir "$cg" 2>/dev/null || true
+  [[ $status == 137 ]] && grep -q "out of memory (the kernel's OOM killer)" "$dir/a.out" && met=1
+}
+expect_oom_kill="exit 137, called out of memory"
+
+fault_worker_limits() {
+  ( ulimit -Sn 256; FAULTS_RUN=$run_id exec "$ddprun" --nproc-per-node=2 \
+      --master-port="$(free_port)" --no-python sh -c 'echo "limit=$(ulimit -n)"' ) \
+    >"$dir/a.out" 2>&1 &
+  agent=$!
+  wait_pid "$agent"
+  [[ $status == 0 && $(grep -c ':limit=256$' "$dir/a.out") == 2 ]] && met=1
+  note="the agent raises its own limit for its connections"
+}
+expect_worker_limits="every worker sees the open-files limit ddprun was started with"
+
 # Two static nodes in network namespaces of their own (scripts/netns-cluster.sh: veths on a
 # bridge kept in another namespace), keep-alive 1 s x 3, workers waiting for $dir/go; then node
 # 2's link goes down. Sets $a and $b (the agents), $t0 (the cut), $cut_tag (the cluster).
@@ -485,7 +614,9 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restar
         join_and_leave setsid_daemons_end setsid_daemons_sigterm setsid_daemons_sigkill
         log_dir_full port_taken foreign_program malformed_frames idle_flood huge_frames slowloris
         wrong_secret
-        missing_secret lines_under_crash)
+        missing_secret lines_under_crash
+        log_dir_other_user settings_mismatch nnodes_mismatch progress_bar hosts_odd_bytes
+        process_limit oom_kill worker_limits)
 if ((smoke)); then
   faults=(worker_exit agent_sigkill setsid_daemons_end foreign_program missing_secret)
 fi

@@ -250,7 +250,8 @@ TEST_CASE("hang: stacks taken by an agent that is not root", "[hang]") {
   // to descendants (ptrace_scope 1), the workers' PR_SET_PTRACER naming the agent is what
   // lets the agent's debugger in; this machine may not have Yama at all.
   TempDir dir;
-  ::chmod(dir.path().c_str(), 0777);
+  // Writable by nobody, and sticky as /tmp is, as a log directory must be (launcher/log_dir.cpp).
+  ::chmod(dir.path().c_str(), 01777);
   DdprunProcess p({"--nproc-per-node=2", "--hang-timeout=1", "--log-dir=" + dir.file("logs"),
                    "--no-python", FAKE_WORKER_BINARY},
                   {{"FAKE_MODE", "sleep:600000"}},

@@ -13,7 +13,9 @@
 namespace ddprun {
 
 namespace {
-constexpr std::size_t kMaxControlLine = 1 << 20;  // a hello carries the forwarded environment
+// A hello carries the forwarded environment and the arguments (as many as a local start allows,
+// up to twice their size in its text form) for this host and the hosts it relays.
+constexpr std::size_t kMaxControlLine = 64 << 20;
 }
 
 HeadLink::HeadLink(int in_fd, int out_fd) : in_fd_(in_fd), out_fd_(out_fd) {

@@ -81,6 +81,8 @@ SessionHello decode_hello(std::string_view line) {
     h.connect_timeout = std::chrono::milliseconds(j.at("connect_timeout_ms").get<long long>());
   } catch (const json::exception& e) {
     throw Error(fmt::format("malformed session hello ({} bytes): {}", line.size(), e.what()));
+  } catch (const Error& e) {
+    throw Error(fmt::format("malformed session hello ({} bytes): {}", line.size(), e.what()));
   }
   if (h.token.empty()) throw Error("malformed session hello: empty token");
   return h;

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <fstream>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -32,14 +34,30 @@ fs::path temp_base(bool scratch) {
 
 }  // namespace
 
+namespace {
+
+// Inside a user namespace (a rootless container) files of users it does not map, the host's
+// root among them, show as the overflow uid; that owner is no user of the namespace.
+bool unmapped_owner(uid_t uid) {
+  std::ifstream map("/proc/self/uid_map");
+  long inside = -1, outside = -1, count = -1;
+  map >> inside >> outside >> count;
+  const bool identity = inside == 0 && outside == 0 && count == 4294967295L;
+  if (identity) return false;
+  std::ifstream overflow("/proc/sys/kernel/overflowuid");
+  long overflow_uid = 65534;
+  overflow >> overflow_uid;
+  return static_cast<long>(uid) == overflow_uid;
+}
+
+}  // namespace
+
 std::string why_not_private(const fs::path& dir) {
-  char resolved[PATH_MAX];
-  if (realpath(dir.c_str(), resolved) == nullptr) return {};  // reported when it is made
   const uid_t me = geteuid();
-  for (fs::path p = resolved;; p = p.parent_path()) {
+  for (fs::path p = dir;; p = p.parent_path()) {
     struct stat st {};
     if (lstat(p.c_str(), &st) != 0) return {};
-    if (st.st_uid != me && st.st_uid != 0) {
+    if (st.st_uid != me && st.st_uid != 0 && !unmapped_owner(st.st_uid)) {
       return fmt::format("{} belongs to user {}, who could replace what this job writes there",
                          p.string(), st.st_uid);
     }
@@ -93,17 +111,23 @@ LogDir::LogDir(const LaunchConfig& config) {
     throw ConfigError(fmt::format("--log-dir={}: cannot create a writable directory there: {}",
                                   label, ec.message()));
   }
-  if (auto why = why_not_private(base); !why.empty()) {
-    remove_temp();
-    throw ConfigError(fmt::format("--log-dir={}: {}; use a directory only you (or root) can "
-                                  "write to, or a sticky one such as /tmp",
-                                  label, why));
-  }
-  // The real path: later opens must not go through a link that someone may re-point.
+  // The real path, resolved once: what is checked is what is used, and later opens do not go
+  // through a link that someone may re-point.
   char resolved[PATH_MAX];
   if (realpath(base.c_str(), resolved) != nullptr) base = resolved;
+  // A --log-dir is the user's choice to check; a temp directory is new and this job's own.
+  if (!config.log_dir.empty()) {
+    if (auto why = why_not_private(base); !why.empty()) {
+      throw ConfigError(fmt::format("--log-dir={}: {}; use a directory only you (or root) can "
+                                    "write to, or a sticky one such as /tmp",
+                                    label, why));
+    }
+  }
   try {
-    path_ = make_fresh_dir(base, config.rdzv_id + "_", [] { return random_hex(8); }).string();
+    // A run id is the user's text: a '/' in it must not make a path of it.
+    std::string prefix = config.rdzv_id + "_";
+    std::replace(prefix.begin(), prefix.end(), '/', '_');
+    path_ = make_fresh_dir(base, prefix, [] { return random_hex(8); }).string();
   } catch (const ConfigError& e) {
     remove_temp();
     throw ConfigError(fmt::format("--log-dir={}: {}", label, e.what()));

@@ -16,9 +16,10 @@ namespace ddprun {
 // create), and unless TMPDIR says where, it is made in RAM (/dev/shm), so that making and
 // removing its directories costs a launch no disk writes. Any other log directory stays, in
 // TMPDIR or /tmp.
-// Why someone other than this user and root could replace entries of `dir` (or of a directory
-// above it): it, or an ancestor, belongs to another user, or is writable by group or others
-// without the sticky bit. Empty when it is private in that sense (or does not exist).
+// Why someone other than this user and root could replace entries of `dir` (a real path) or of
+// a directory above it: it, or an ancestor, belongs to another user (not one a user namespace
+// leaves unmapped), or is writable by group or others without the sticky bit. Empty when it is
+// private in that sense (or does not exist).
 std::string why_not_private(const std::filesystem::path& dir);
 
 // Makes `base`/`prefix`<suffix> with a suffix that names nothing yet, drawing suffixes until

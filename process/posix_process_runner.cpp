@@ -152,6 +152,7 @@ class PosixProcessRunner::Impl {
     bool exited = false;
     bool reported = false;
     bool group_killed = false;
+    bool signalled = false;  // this runner sent it a signal: its SIGKILL is not the OOM killer's
     ExitCallback on_exit;
     int status = 0;
     Clock::time_point exit_time;
@@ -314,7 +315,7 @@ class PosixProcessRunner::Impl {
       e.signal = WTERMSIG(w->status);
       // One more OOM kill in the cgroup than when the workers started: this SIGKILL was the
       // kernel's (each kill is attributed once).
-      if (e.signal == SIGKILL && oom_kills_) {
+      if (e.signal == SIGKILL && !w->signalled && oom_kills_) {
         if (auto now = oom_kill_count(); now && *now > *oom_kills_) {
           e.out_of_memory = true;
           ++*oom_kills_;
@@ -339,6 +340,7 @@ class PosixProcessRunner::Impl {
                      format_duration(grace));
         continue;
       }
+      w->signalled = true;
       kill(-w->pid, signal);
     }
     if (!check_stopped()) {
@@ -350,7 +352,10 @@ class PosixProcessRunner::Impl {
             spdlog::warn("worker local rank {} (pid {}) still running after the grace period: "
                          "sending SIGKILL", w->launch.local_rank, w->pid);
           }
-          if (!w->exited) kill(-w->pid, SIGKILL);
+          if (!w->exited) {
+            w->signalled = true;
+            kill(-w->pid, SIGKILL);
+          }
         }
       });
     }

@@ -45,24 +45,26 @@ struct ChildArgs {
   volatile const char* failed_step;  // what that step was doing, for the parent's message
 };
 
+// MPOL_PREFERRED_MANY (Linux 5.15): named here, since older kernel headers lack it.
+constexpr int kMpolPreferredMany = 5;
+
 [[noreturn]] void fail_child(ChildArgs& a, const char* step = nullptr) {
   a.error = errno != 0 ? errno : EINVAL;
   a.failed_step = step;
   _exit(127);
 }
 
-// --numa-binding / --cpu-bind. The memory policy only prefers the nodes: a rank whose node is
-// full takes memory elsewhere rather than being killed. A kernel without NUMA support
-// (ENOSYS), or one older than MPOL_PREFERRED_MANY (EINVAL, Linux < 5.15), keeps its default
-// policy, which already allocates on the node of the CPU that first touches the memory.
+// --numa-binding / --cpu-bind. The CPU affinity is the binding; the memory policy only prefers
+// its nodes (a rank whose node is full takes memory elsewhere rather than being killed), so a
+// kernel that refuses it (no NUMA support, no MPOL_PREFERRED_MANY before Linux 5.15, a seccomp
+// profile, a node without memory) leaves the default policy, which already allocates on the
+// node of the CPU that first touches the memory.
 void apply_placement(ChildArgs& a) {
   if (a.cpus != nullptr && sched_setaffinity(0, a.cpus_size, a.cpus) != 0) {
     fail_child(a, "setting its CPU affinity");
   }
-  if (a.mem_nodes != nullptr &&
-      syscall(SYS_set_mempolicy, a.mem_mode, a.mem_nodes, a.mem_maxnode) != 0 &&
-      errno != ENOSYS && !(errno == EINVAL && a.mem_mode == MPOL_PREFERRED_MANY)) {
-    fail_child(a, "setting its memory policy");
+  if (a.mem_nodes != nullptr) {
+    syscall(SYS_set_mempolicy, a.mem_mode, a.mem_nodes, a.mem_maxnode);
   }
 }
 
@@ -123,7 +125,7 @@ class PreparedPlacement {
       for (int node : p->mem_nodes) nodes_[node / kBits] |= 1UL << (node % kBits);
       // The kernel reads maxnode - 1 bits.
       maxnode_ = nodes_.size() * kBits + 1;
-      mode_ = p->mem_nodes.size() == 1 ? MPOL_PREFERRED : MPOL_PREFERRED_MANY;
+      mode_ = p->mem_nodes.size() == 1 ? MPOL_PREFERRED : kMpolPreferredMany;
     }
   }
 

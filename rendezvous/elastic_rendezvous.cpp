@@ -238,7 +238,13 @@ void ElasticRendezvous::check_settings() {
   const auto mine = nlohmann::json{{"host", self_.host},
                                    {"settings", encode_settings(options_.settings)}}
                         .dump();
-  const auto stand = nlohmann::json::parse(store_.compare_set("settings", "", mine, op()));
+  nlohmann::json stand;
+  try {
+    stand = nlohmann::json::parse(store_.compare_set("settings", "", mine, op()));
+    if (!stand.is_object()) throw RendezvousError("the job's settings in the store are not a record");
+  } catch (const nlohmann::json::exception& e) {
+    throw RendezvousError(fmt::format("malformed job settings in the store: {}", e.what()));
+  }
   const auto them = fmt::format("the job (first started on {})",
                                 stand.value("host", std::string("?")));
   const auto difference =

@@ -1,5 +1,7 @@
 #include "rendezvous/job_settings.hpp"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -24,7 +26,8 @@ JobSettings agreed_settings(const LaunchConfig& c) {
       {"--rdzv-conf last_call_timeout", seconds(c.rdzv_conf.last_call_timeout)},
       {"--rdzv-conf keep_alive_interval", seconds(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
-      {"the program", c.program},
+      // By its file name: ./train.py and /home/me/train.py are one program to the user.
+      {"the program", std::filesystem::path(c.program).filename().string()},
   };
 }
 

@@ -33,7 +33,18 @@ constexpr const char* kSettingsKey = "static/settings";
                                 Deadline deadline) {
   const auto reason = store.compare_set(kAbortKey, "", why, deadline);
   const auto marker = json{{"abort", true}}.dump();
-  for (int g = 0; g < nodes; ++g) store.compare_set(info_key(g), "", marker, deadline);
+  // A node count from another node's command line: bounded, and one key the store refuses
+  // does not keep the others from being marked.
+  for (int g = 0; g < std::min(nodes, 1 << 16); ++g) {
+    try {
+      store.compare_set(info_key(g), "", marker, deadline);
+    } catch (const RendezvousError&) {
+      throw;
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous: could not mark node {}'s record to end the rendezvous: {}", g,
+                   e.what());
+    }
+  }
   throw RendezvousError(reason);
 }
 
@@ -48,7 +59,13 @@ void agree_on_settings(store::Store& store, const StaticRendezvousOptions& o, in
   const auto mine =
       json{{"node", o.node_rank}, {"host", o.self.host}, {"settings", encode_settings(o.settings)}}
           .dump();
-  const auto stand = json::parse(store.compare_set(kSettingsKey, "", mine, deadline));
+  json stand;
+  try {
+    stand = json::parse(store.compare_set(kSettingsKey, "", mine, deadline));
+    if (!stand.is_object()) throw RendezvousError("the job's settings in the store are not a record");
+  } catch (const json::exception& e) {
+    throw RendezvousError(fmt::format("malformed job settings in the store: {}", e.what()));
+  }
   const auto theirs = decode_settings(stand.value("settings", "[]"));
   const auto difference = describe_difference(
       o.settings, theirs,
@@ -95,7 +112,11 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   }
 
   json info = {{"host", o.self.host}, {"nproc", o.self.local_world_size}, {"pid", o.self.pid}};
-  store.set(info_key(o.node_rank), info.dump(), deadline);
+  // Not over an abort's marker: a node that ended the rendezvous in between has the last word.
+  if (store.compare_set(info_key(o.node_rank), "", info.dump(), deadline) != info.dump()) {
+    throw RendezvousError(
+        store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
+  }
   std::vector<std::string> keys;
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
   spdlog::info("rendezvous: node {} of {} joined; waiting for the others (store at {})",

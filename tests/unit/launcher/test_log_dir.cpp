@@ -69,3 +69,16 @@ TEST_CASE("log dir: an existing name is never reused or followed", "[launcher][l
                   ConfigError);
   CHECK(next == 16);
 }
+
+TEST_CASE("log dir: a run id with slashes names one directory, inside --log-dir",
+          "[launcher][log_dir]") {
+  ddprun::test::TempDir dir;
+  LaunchConfig config;
+  config.log_dir = dir.path();
+  config.rdzv_id = "team/../job";
+  LogDir log(config);
+  const fs::path made = log.path();
+  CHECK(made.parent_path() == fs::path(dir.path()));
+  CHECK(made.filename().string().rfind("team_.._job_", 0) == 0);
+  CHECK(fs::is_directory(made));
+}

@@ -6,25 +6,18 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/deadline.hpp"
 #include "common/error.hpp"
 
 namespace ddprun {
 
-namespace {
-
-std::string seconds(std::chrono::milliseconds d) {
-  return fmt::format("{:g}s", static_cast<double>(d.count()) / 1000.0);
-}
-
-}  // namespace
-
 JobSettings agreed_settings(const LaunchConfig& c) {
   return {
       {"--max-restarts", std::to_string(c.max_restarts)},
-      {"--hang-timeout", seconds(c.hang_timeout)},
-      {"--rdzv-conf join_timeout", seconds(c.rdzv_conf.join_timeout)},
-      {"--rdzv-conf last_call_timeout", seconds(c.rdzv_conf.last_call_timeout)},
-      {"--rdzv-conf keep_alive_interval", seconds(c.rdzv_conf.keep_alive_interval)},
+      {"--hang-timeout", format_duration(c.hang_timeout)},
+      {"--rdzv-conf join_timeout", format_duration(c.rdzv_conf.join_timeout)},
+      {"--rdzv-conf last_call_timeout", format_duration(c.rdzv_conf.last_call_timeout)},
+      {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
       // By its file name: ./train.py and /home/me/train.py are one program to the user.
       {"the program", std::filesystem::path(c.program).filename().string()},

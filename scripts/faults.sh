@@ -480,15 +480,16 @@ fault_nnodes_mismatch() {
 expect_nnodes_mismatch="both exit 124 at once (node 0 no longer waits out its join timeout)"
 
 fault_progress_bar() {
-  # tqdm's way of drawing: '\r' before every state. The worker waits for $dir/go after three
-  # states, so a state on the console before then was shown live.
+  # tqdm's way of drawing: '\r' before every state. After three states the worker blocks reading
+  # the FIFO $dir/go, written once the console showed one, so that state was shown live.
+  mkfifo "$dir/go"
   local script="printf '\rstep 1'; printf '\rstep 2'; printf '\rstep 3';
-    while [ ! -e $dir/go ]; do sleep 0.05; done; i=0;
+    read line < $dir/go; i=0;
     while [ \$i -lt 2000 ]; do printf '\r%d' \$i; i=\$((i+1)); done; printf '\rdone\n'"
   local t0; t0=$(now_ms)
   start a --tee=3 --log-dir="$dir/logs" --master-port="$(free_port)" --no-python sh -c "$script"
   wait_text "$dir/a.out" "[default0]:step 2" 30 && detect=$(( $(now_ms) - t0 ))
-  touch "$dir/go"
+  timeout 30 sh -c 'echo > "$1"' _ "$dir/go" || true  # bounded: a worker that died reads nothing
   wait_pid "$agent"
   local shown; shown=$(grep -c '^\[default0\]:' "$dir/a.out" || true)
   local bytes; bytes=$(cat "$dir"/logs/*/attempt_0/0/stdout.log | tr -cd '\r' | wc -c)

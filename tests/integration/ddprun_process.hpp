@@ -42,6 +42,13 @@ class DdprunProcess {
 // real PyTorch jobs.
 bool torch_available();
 
+// `a` then `b`: command lines built from common parts.
+inline std::vector<std::string> operator+(std::vector<std::string> a,
+                                          const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 // KEY=VALUE lines of a file into a map.
 std::map<std::string, std::string> read_env_file(const std::string& path);
 

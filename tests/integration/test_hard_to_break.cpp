@@ -121,15 +121,16 @@ TEST_CASE("hard to break: a progress bar drawn with carriage returns is shown li
           "[launcher][robust]") {
   TempDir dir;
   const auto go = dir.file("go");
-  // tqdm's way: each update starts with '\r'. The worker waits for the test between updates,
-  // so what the console shows before then was shown live.
+  // tqdm's way: each update starts with '\r'. The worker then blocks reading a FIFO the test
+  // writes only after it saw the console line, so that line was shown live.
   const std::string script = "printf '\\rstep 1'; printf '\\rstep 2'; printf '\\rstep 3'; "
-                             "while [ ! -e " + go + " ]; do sleep 0.05; done; "
+                             "read line < " + go + "; "
                              "i=0; while [ $i -lt 2000 ]; do printf '\\r%d' $i; i=$((i+1)); done; "
                              "printf '\\rdone\\n'";
   for (bool pty : {false, true}) {
     INFO((pty ? "console is a terminal" : "console is a pipe"));
     std::filesystem::remove(go);
+    REQUIRE(::mkfifo(go.c_str(), 0600) == 0);
     const auto logs = dir.file(pty ? "logs_pty" : "logs_pipe");
     std::vector<std::string> wrapper;
     // Python's pty module gives ddprun a pseudo-terminal for its output, as an interactive
@@ -143,6 +144,7 @@ TEST_CASE("hard to break: a progress bar drawn with carriage returns is shown li
                     {}, wrapper);
     // Shown while the worker still runs, with the prefix each time.
     REQUIRE(p.wait_for_output("[default0]:step 2", 30s));
+    // Opening the FIFO waits for the worker's read, which follows the line just seen.
     std::ofstream(go).put('\n');
     REQUIRE(p.wait(60s) == 0);
     const auto out = p.output();

@@ -34,11 +34,6 @@ std::map<std::string, std::string> python_env(std::map<std::string, std::string>
   return extra;
 }
 
-std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 constexpr int kPreferred = 1;      // MPOL_PREFERRED
 constexpr int kPreferredMany = 5;  // MPOL_PREFERRED_MANY
 

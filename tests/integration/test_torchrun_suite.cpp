@@ -49,11 +49,6 @@ std::set<std::string> ranks(int world_size) {
 
 using Args = std::vector<std::string>;
 
-Args operator+(Args a, const Args& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 int run(const Args& args, std::map<std::string, std::string> env = {},
         std::string* output = nullptr) {
   DdprunProcess p(args, case_env(std::move(env)));

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/status_board.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 
@@ -31,6 +32,7 @@ Agent::~Agent() {
 }
 
 void Agent::emit(const std::string& name, nlohmann::json fields) {
+  if (ctx_.status != nullptr) ctx_.status->on_event(name, fields);
   if (!ctx_.events) return;
   fields["node"] = round_ ? round_->ranks.group_rank : 0;
   ctx_.events->write(name, std::move(fields));
@@ -116,6 +118,7 @@ RunResult Agent::run_rounds() {
     if (!next.round) return finished_without_this_node(next.job_outcome);
     round_ = std::move(next.round);
     restarts_ = round_->restart_count;
+    if (ctx_.status != nullptr) ctx_.status->on_round(*round_);
     const auto started = Clock::now();
     const auto outcome =
         Attempt(config_, ctx_, *round_, events_, signal_,

@@ -14,6 +14,7 @@
 #include "agent/failure.hpp"
 #include "agent/file_timer.hpp"
 #include "agent/stack_report.hpp"
+#include "agent/status_board.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 
@@ -281,6 +282,7 @@ std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
                              config_.role);
     o.raw = config_.raw_output;
     if (config_.hang_timeout.count() > 0) o.on_output = progress_.sink();
+    if (ctx_.status != nullptr) o.on_line = ctx_.status->line_hook(local);
     launches.push_back(std::move(w));
   }
   return launches;

@@ -25,6 +25,7 @@
 namespace ddprun {
 
 class EventLog;
+class StatusBoard;
 class FileTimerServer;
 
 // What the agent runs on: the store, the rendezvous, the runner, and where things go.
@@ -39,6 +40,7 @@ struct AgentContext {
   std::string log_dir;         // this run's log directory (attempt_<round>/<local_rank>/...)
   EnvMap base_env;             // the environment workers inherit
   EventLog* events = nullptr;  // --events-file, optional
+  StatusBoard* status = nullptr;  // what `ddprun status` and the metrics show, optional
   bool hosts_store = false;    // this agent's process serves the store: it leaves last
   // --numa-binding / --cpu-bind: each local rank's placement, planned at start; empty: none.
   std::vector<Placement> placements;

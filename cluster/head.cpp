@@ -410,6 +410,10 @@ std::vector<std::string> ClusterHead::command_for(std::size_t index) const {
   return impl_->command_for(index);
 }
 
+std::string ClusterHead::store_secret() const {
+  return impl_->forwarded.at(store::kTokenEnv);
+}
+
 std::vector<std::string> ClusterHead::agent_args(std::size_t index) const {
   return impl_->agent_args(index);
 }

@@ -57,6 +57,8 @@ class ClusterHead {
   std::vector<std::string> command_for(std::size_t index) const;
   // The arguments that host's agent gets in its session hello.
   std::vector<std::string> agent_args(std::size_t index) const;
+  // The job's store secret, as every agent gets it.
+  std::string store_secret() const;
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@ namespace ddprun {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;         // invalid flag, value or combination
+inline constexpr int kExitNoJob = 3;         // `ddprun status`: no such running job (unknown, ended, unreachable)
 // A worker could not be started because the node had no room for another process (fork
 // failed: a pids limit, a process limit, memory); the job restarts while restarts are left.
 inline constexpr int kExitNoResources = 121;

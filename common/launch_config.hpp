@@ -123,6 +123,9 @@ struct LaunchConfig {
   std::chrono::milliseconds exit_barrier_timeout{300'000};
   // No progress from any worker of the job for this long is a hang; zero: not watched.
   std::chrono::milliseconds hang_timeout{0};
+  // --metrics-port (-1: off) and --metrics-addr: where the agent serves Prometheus metrics.
+  int metrics_port = -1;
+  std::string metrics_addr = "127.0.0.1";
   std::vector<int> signals_to_handle;  // signal numbers
 
   // The program.

@@ -22,6 +22,7 @@ constexpr std::string_view kWorkers = "Workers";
 constexpr std::string_view kFailures = "Failures and restarts";
 constexpr std::string_view kOutput = "Output and logs";
 constexpr std::string_view kHosts = "Several hosts from one command";
+constexpr std::string_view kWatch = "Watching a running job (see also: ddprun status --help)";
 
 struct OptionSpec {
   std::string_view name;        // long name with dashes, without "--"
@@ -97,6 +98,10 @@ constexpr OptionSpec kOptions[] = {
     {"raw-output", "", "", kOutput, "Workers write straight to the console, no prefix"},
     {"events-file", "", "PATH", kOutput, "Append agent events as JSON lines (monotonic times)"},
     {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
+    {"metrics-port", "", "PORT", kWatch,
+     "Serve Prometheus metrics on /metrics at this port;\n0: one the kernel picks [off]"},
+    {"metrics-addr", "", "ADDR", kWatch,
+     "The address metrics are served on; another host\nreaches them only if you say so [127.0.0.1]"},
     {"dry-run", "", "", kOutput,
      "Print the plan (hosts, ranks, commands, worker\nenvironment) and exit; --dry-run=json for tools"},
     {"progress-interval", "", "SECONDS", kOutput,

@@ -317,6 +317,13 @@ void build_workers_and_output(const OptionReader& options,
                       "the agent: use one or the other");
   }
   if (auto* v = options.find("events-file")) config.events_file = std::string(trim(v->text));
+  if (auto* v = options.find("metrics-port")) config.metrics_port = parse_port(v->text, v->label);
+  if (auto* v = options.find("metrics-addr")) {
+    if (config.metrics_port < 0) {
+      throw ConfigError(fmt::format("{} needs --metrics-port", v->label));
+    }
+    config.metrics_addr = parse_ip_address(v->text, v->label);
+  }
   if (auto* v = options.find("dry-run")) {
     if (trim(v->text) == "json") {
       config.dry_run = DryRun::kJson;

@@ -13,6 +13,7 @@
 #include "common/logging.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/modes.hpp"
+#include "launcher/status_command.hpp"
 
 namespace ddprun {
 namespace {
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
   if (!args.empty() && args.front() == kSessionFlag) {
     args.erase(args.begin());
     return guarded([&] { return run_remote(args); });
+  }
+  // `ddprun status` watches a job; a program named status runs as ./status.
+  if (!args.empty() && args.front() == "status") {
+    return guarded([&] { return run_status({args.begin() + 1, args.end()}); });
   }
   auto outcome = parse_command_line(args, current_environment());
   if (!outcome.config) {

@@ -12,16 +12,19 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.hpp"
+#include "agent/status_board.hpp"
 #include "cluster/head_link.hpp"
 #include "cluster/subtree_relay.hpp"
 #include "common/exit_codes.hpp"
 #include "common/limits.hpp"
+#include "common/strings.hpp"
 #include "launcher/config_summary.hpp"
 #include "launcher/job_report.hpp"
 #include "launcher/log_dir.hpp"
 #include "launcher/modes.hpp"
 #include "launcher/placement.hpp"
 #include "launcher/signal_forwarder.hpp"
+#include "monitor/job_monitor.hpp"
 #include "process/orphan_guard.hpp"
 #include "process/posix_process_runner.hpp"
 #include "process/worker_output.hpp"
@@ -30,6 +33,10 @@
 
 namespace ddprun {
 namespace {
+
+const char* backend_name(const LaunchConfig& config) {
+  return config.is_static() ? "static" : config.is_etcd() ? "etcd" : "c10d";
+}
 
 std::string this_host(const LaunchConfig& config) {
   if (!config.local_addr.empty()) return config.local_addr;
@@ -106,6 +113,32 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
+  StatusBoard board(config.rdzv_id, backend_name(config), host, config.max_restarts);
+  std::unique_ptr<JobMonitor> monitor;
+  try {
+    JobMonitorOptions options;
+    options.metrics_addr = config.metrics_addr;
+    options.metrics_port = config.metrics_port;
+    options.stacks_dir = log_dir.path();
+    monitor = std::make_unique<JobMonitor>(
+        board, backend.opener(), [&backend] { return backend.store_requests_served(); }, options);
+  } catch (const ConnectionError& e) {
+    // Under --hosts the command serves the job's metrics itself, possibly on this host's port.
+    if (session == nullptr) {
+      std::fprintf(stderr, "ddprun: %s\n", e.what());
+      return kExitUsage;
+    }
+    spdlog::warn("{}; this agent serves no metrics", e.what());
+    JobMonitorOptions options;
+    options.stacks_dir = log_dir.path();
+    monitor = std::make_unique<JobMonitor>(
+        board, backend.opener(), [&backend] { return backend.store_requests_served(); }, options);
+  }
+  if (config.metrics_port >= 0 && monitor->metrics_port() >= 0) {
+    spdlog::info("metrics: http://{}/metrics",
+                 format_host_port(config.metrics_addr,
+                                  static_cast<std::uint16_t>(monitor->metrics_port())));
+  }
   RunResult result;
   {
     PosixProcessRunner runner(&guard, config.progress_interval);
@@ -121,6 +154,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     ctx.base_env = current_environment();
     ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
     ctx.events = &events;
+    ctx.status = &board;
     for (const auto& rank : placement.ranks) ctx.placements.push_back(rank.placement);
     Agent agent(config, std::move(ctx));
     signals.attach([&agent](int signo) { agent.on_signal(signo); });
@@ -136,6 +170,11 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   // agent reports; the guard's destructor reaps it).
   guard.finish();
   const int code = exit_code_of(result);
+  board.finish(result.end == RunResult::End::kSucceeded ? "succeeded"
+               : result.end == RunResult::End::kStopped ? "stopped"
+                                                        : "failed",
+               result.reason, code);
+  monitor->finish();
   events.write("job_finished", {{"exit_code", code}, {"restarts", result.restarts},
                                 {"reason", result.reason},
                                 {"node", std::max(0, result.group_rank)},

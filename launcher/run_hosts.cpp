@@ -12,8 +12,44 @@
 #include "common/limits.hpp"
 #include "launcher/modes.hpp"
 #include "launcher/signal_forwarder.hpp"
+#include "monitor/job_monitor.hpp"
+#include "common/exit_codes.hpp"
+#include "common/strings.hpp"
+#include "etcd/etcd_client.hpp"
+#include "etcd/etcd_store.hpp"
+#include "store/tcp_store_client.hpp"
 
 namespace ddprun {
+namespace {
+
+// The job's store, as `ddprun status` and the metrics read it from this command.
+store::StoreOpener job_store(const LaunchConfig& config, const std::string& secret) {
+  if (config.is_etcd()) {
+    EtcdStoreOptions etcd;
+    etcd.endpoints = parse_etcd_endpoints(config.rdzv_endpoint, "--rdzv-endpoint");
+    etcd.prefix = config.rdzv_conf.etcd_prefix;
+    etcd.run_id = config.rdzv_id;
+    return [etcd](Deadline deadline) -> std::unique_ptr<store::Store> {
+      return std::make_unique<EtcdStore>(etcd, deadline);
+    };
+  }
+  store::StoreClientOptions options;
+  if (config.is_static()) {
+    options.host = config.master_addr;
+    options.port = config.master_port;
+  } else {
+    const auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
+    options.host = endpoint.host;
+    options.port = endpoint.port.value_or(kC10dDefaultPort);
+  }
+  options.run_id = config.rdzv_id;
+  options.secret = secret;
+  return [options](Deadline deadline) -> std::unique_ptr<store::Store> {
+    return std::make_unique<store::TcpStoreClient>(options, deadline);
+  };
+}
+
+}  // namespace
 
 int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
               const std::vector<std::string>& warnings) {
@@ -24,6 +60,21 @@ int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
   for (const auto& warning : warnings) spdlog::warn("{}", warning);
   ClusterHead head(config, current_environment(), this_executable(),
                    std::filesystem::current_path().string());
+  std::unique_ptr<JobMonitor> monitor;
+  try {
+    JobMonitorOptions options;
+    options.metrics_addr = config.metrics_addr;
+    options.metrics_port = config.metrics_port;
+    monitor = std::make_unique<JobMonitor>(job_store(config, head.store_secret()), options);
+  } catch (const ConnectionError& e) {
+    std::fprintf(stderr, "ddprun: %s\n", e.what());
+    return kExitUsage;
+  }
+  if (config.metrics_port >= 0) {
+    spdlog::info("metrics of the whole job: http://{}/metrics",
+                 format_host_port(config.metrics_addr,
+                                  static_cast<std::uint16_t>(monitor->metrics_port())));
+  }
   signals.attach([&head](int signo) { head.on_signal(signo); });
   ClusterResult result = head.run();
   signals.detach();

@@ -1,5 +1,7 @@
 #include "launcher/value_parsers.hpp"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -68,6 +70,19 @@ int parse_int_at_least(std::string_view text, std::string_view label, int min_va
   if (*value < min_value) fail(label, text, fmt::format("must be >= {}", min_value));
   if (*value > INT_MAX) fail(label, text, "too large");
   return static_cast<int>(*value);
+}
+
+std::string parse_ip_address(std::string_view text, std::string_view label) {
+  std::string address(trim(text));
+  if (address.size() > 2 && address.front() == '[' && address.back() == ']') {
+    address = address.substr(1, address.size() - 2);
+  }
+  in6_addr scratch{};
+  if (inet_pton(AF_INET, address.c_str(), &scratch) != 1 &&
+      inet_pton(AF_INET6, address.c_str(), &scratch) != 1) {
+    fail(label, text, "expected an IP address such as 127.0.0.1, 0.0.0.0 or ::1");
+  }
+  return address;
 }
 
 std::uint16_t parse_port(std::string_view text, std::string_view label) {

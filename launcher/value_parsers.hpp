@@ -21,6 +21,9 @@ std::pair<int, int> parse_nnodes(std::string_view text, std::string_view label);
 // An integer in [min_value, INT_MAX].
 int parse_int_at_least(std::string_view text, std::string_view label, int min_value);
 
+// An IPv4 or IPv6 address as digits ("[::1]" taken without its brackets).
+std::string parse_ip_address(std::string_view text, std::string_view label);
+
 // A TCP port, 0..65535.
 std::uint16_t parse_port(std::string_view text, std::string_view label);
 

@@ -277,6 +277,7 @@ class PosixProcessRunner::Impl {
     t.prefix = o.prefix;
     t.keep_tail = is_err ? 20 : 0;
     t.on_output = o.on_output;
+    t.on_line = o.on_line;
     return t;
   }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/deadline.hpp"
@@ -29,6 +30,9 @@ struct OutputSpec {
   // Called on the runner's thread whenever the worker writes to a captured stream: a sign of
   // progress for hang detection. Cheap and non-blocking, or the worker's output stalls.
   std::function<void()> on_output;
+  // Called on the runner's thread with each whole line (or progress-bar state) of a captured
+  // stream, without its newline: the last line `ddprun status` shows. Cheap, like on_output.
+  std::function<void(std::string_view)> on_line;
 };
 
 struct WorkerLaunch {

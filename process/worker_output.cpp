@@ -154,6 +154,7 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
       });
     }
     write_console(shown);
+    if (target.on_line) target.on_line(pieces.back().text);
     for (const auto& piece : pieces) {
       if (target.keep_tail == 0) break;
       if (piece.redraw) continue;  // a failure report wants what was printed, not bar states

@@ -24,6 +24,7 @@ struct OutputTarget {
   std::string prefix;     // console prefix; "{time}" replaced per line
   std::size_t keep_tail = 0;
   std::function<void()> on_output;  // called per chunk read (OutputSpec::on_output)
+  std::function<void(std::string_view)> on_line;  // OutputSpec::on_line
 };
 
 class WorkerOutput {

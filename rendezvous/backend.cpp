@@ -185,6 +185,11 @@ RendezvousBackend::~RendezvousBackend() {
   local_.reset();
 }
 
+std::optional<std::uint64_t> RendezvousBackend::store_requests_served() const {
+  if (!server_) return std::nullopt;
+  return server_->requests_served();
+}
+
 store::StoreOpener RendezvousBackend::opener() const {
   if (etcd_) {
     return [options = *etcd_](Deadline deadline) -> std::unique_ptr<store::Store> {

@@ -42,6 +42,8 @@ class RendezvousBackend {
   store::StoreOpener opener() const;
   RendezvousHandler& handler() { return *handler_; }
   bool serves_store() const { return server_ != nullptr || local_ != nullptr; }
+  // Requests the store this agent serves over TCP has answered; nullopt when it serves none.
+  std::optional<std::uint64_t> store_requests_served() const;
   // "store 127.0.0.1:29500, served by this agent", for the startup log.
   std::string describe() const;
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -57,6 +58,8 @@ struct ConnectionContext {
   // Where every connection reads into before keeping what it got: one buffer for the server,
   // not one per connection (an idle connection costs no read buffer).
   std::vector<char> chunk = std::vector<char>(64 * 1024);
+  // Requests answered after the handshake, read by other threads for the metrics.
+  std::atomic<std::uint64_t> requests_served{0};
 };
 
 class Connection final : public std::enable_shared_from_this<Connection> {

@@ -59,6 +59,10 @@ class TcpStoreServer::Impl {
     accept();
   }
 
+  std::uint64_t requests_served() const {
+    return context_.requests_served.load(std::memory_order_relaxed);
+  }
+
   ~Impl() {
     stop();
     if (thread_.joinable()) thread_.join();
@@ -175,5 +179,6 @@ void TcpStoreServer::stop() { impl_->stop(); }
 std::unique_ptr<Store> TcpStoreServer::local_client(const std::string& run_id) const {
   return impl_->local_client(run_id);
 }
+std::uint64_t TcpStoreServer::requests_served() const { return impl_->requests_served(); }
 
 }  // namespace ddprun::store

@@ -61,6 +61,9 @@ class TcpStoreServer {
   // in-process MemoryStore handle; thread-safe to create). It stays usable after stop().
   std::unique_ptr<Store> local_client(const std::string& run_id) const;
 
+  // Requests its TCP clients have made since it started (handshakes not counted). Thread-safe.
+  std::uint64_t requests_served() const;
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

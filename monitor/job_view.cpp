@@ -1,0 +1,325 @@
+#include "monitor/job_view.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+std::string status_record_key(std::int64_t slot) { return fmt::format("status/node/{}", slot); }
+
+std::vector<NodeStatus> read_status_records(store::Store& store, Deadline deadline) {
+  const auto slots = store.add(kStatusSlotsKey, 0, deadline);
+  std::vector<std::string> keys;
+  for (std::int64_t i = 0; i < slots; ++i) keys.push_back(status_record_key(i));
+  std::vector<std::optional<std::string>> values;
+  if (!keys.empty() && store.check(keys, deadline)) {
+    for (auto& v : store.multi_get(keys, deadline)) values.emplace_back(std::move(v));
+  } else {
+    // A slot taken a moment ago may not hold its record yet: never wait for it.
+    for (const auto& key : keys) values.push_back(store.try_get(key, deadline));
+  }
+  std::vector<NodeStatus> records;
+  for (const auto& value : values) {
+    if (!value) continue;
+    try {
+      records.push_back(NodeStatus::from_json(nlohmann::json::parse(*value)));
+    } catch (const std::exception&) {
+      // One agent's malformed record must not hide every other node.
+    }
+  }
+  return records;
+}
+
+int JobView::round() const {
+  int r = -1;
+  for (const auto& n : nodes) r = std::max(r, n.round);
+  return r;
+}
+int JobView::restarts() const {
+  int r = 0;
+  for (const auto& n : nodes) r = std::max(r, n.restarts);
+  return r;
+}
+int JobView::max_restarts() const { return nodes.empty() ? 0 : nodes.front().max_restarts; }
+int JobView::membership_changes() const {
+  int r = 0;
+  for (const auto& n : nodes) r = std::max(r, n.membership_changes);
+  return r;
+}
+double JobView::started() const {
+  double s = 0;
+  for (const auto& n : nodes) s = s == 0 ? n.started : std::min(s, n.started);
+  return s;
+}
+bool JobView::ended() const {
+  return !nodes.empty() &&
+         std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n.has_ended(); });
+}
+int JobView::exit_code() const {
+  for (const auto& n : nodes) {
+    if (n.exit_code > 0) return n.exit_code;
+  }
+  return 0;
+}
+std::string JobView::state() const {
+  if (ended()) {
+    for (const auto& n : nodes) {
+      if (n.exit_code != 0) return n.state;
+    }
+    return nodes.front().state;
+  }
+  // The state that explains the most: a stop or restart anywhere is the job's.
+  for (const char* s : {"stopping", "restarting", "rendezvous", "starting"}) {
+    for (const auto& n : nodes) {
+      if (n.state == s) return s;
+    }
+  }
+  return "running";
+}
+
+std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records) {
+  std::vector<JobView> jobs;
+  for (const auto& record : records) {
+    auto job = std::find_if(jobs.begin(), jobs.end(),
+                            [&](const auto& j) { return j.run_id == record.run_id; });
+    if (job == jobs.end()) {
+      jobs.push_back(JobView{record.run_id, {}});
+      job = std::prev(jobs.end());
+    }
+    auto same = std::find_if(job->nodes.begin(), job->nodes.end(), [&](const auto& n) {
+      return n.host == record.host && n.agent_pid == record.agent_pid;
+    });
+    if (same == job->nodes.end()) {
+      job->nodes.push_back(record);
+    } else if (record.updated >= same->updated) {
+      *same = record;
+    }
+  }
+  for (auto& job : jobs) {
+    std::stable_sort(job.nodes.begin(), job.nodes.end(), [](const auto& a, const auto& b) {
+      // Nodes without a rank yet (-1) after the ranked ones.
+      const auto key = [](const NodeStatus& n) { return n.node < 0 ? 1 << 30 : n.node; };
+      return key(a) < key(b);
+    });
+  }
+  return jobs;
+}
+
+std::string format_age(double seconds) {
+  if (seconds < 0) return "-";
+  if (seconds < 60) return fmt::format("{:.1f}s", seconds);
+  const auto s = static_cast<long>(seconds);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  if (s < 86400) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  return fmt::format("{}d{:02}h", s / 86400, (s % 86400) / 3600);
+}
+
+namespace {
+
+// Cut to `width` characters (UTF-8 code points; tabs and control characters shown as spaces).
+std::string fit(const std::string& text, int width) {
+  std::string out;
+  int shown = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool continuation = (c & 0xC0) == 0x80;
+    if (!continuation) {
+      if (shown == width) break;
+      ++shown;
+    }
+    out += c < 0x20 || c == 0x7F ? ' ' : text[i];
+  }
+  return out;
+}
+
+std::string memory_text(std::int64_t bytes) {
+  if (bytes < 0) return "-";
+  if (bytes < (1 << 20)) return fmt::format("{} KiB", bytes >> 10);
+  if (bytes < (std::int64_t{1} << 30)) return fmt::format("{} MiB", bytes >> 20);
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+// How long ago a record's age was, now: ages are as of the record's time.
+double aged(double age, const NodeStatus& n, double now) {
+  return age < 0 ? age : age + std::max(0.0, now - n.updated);
+}
+
+}  // namespace
+
+std::string render_jobs(const std::vector<JobView>& jobs, int width, double now) {
+  std::string out;
+  const auto line = [&](const std::string& text) { out += fit(text, width) + "\n"; };
+  for (const auto& job : jobs) {
+    if (!out.empty()) out += "\n";
+    const auto& first = job.nodes.front();
+    line(fmt::format("job {}  {}  {}  round {}  restarts {}/{}  membership changes {}  age {}",
+                     job.run_id, first.backend, job.state(), std::max(0, job.round()),
+                     job.restarts(), job.max_restarts(), job.membership_changes(),
+                     format_age(now - job.started())));
+    if (job.ended()) {
+      for (const auto& n : job.nodes) {
+        line(fmt::format("  node {} ({}): {} (exit code {})", n.node, n.host, n.ended,
+                         n.exit_code));
+      }
+    }
+    line(fmt::format("{:<5} {:<20} {:<11} {:>7} {:>9}  {}", "NODE", "HOST", "STATE", "WORKERS",
+                     "UPTIME", "STATUS AGE"));
+    for (const auto& n : job.nodes) {
+      const auto running = std::count_if(n.ranks.begin(), n.ranks.end(),
+                                         [](const auto& r) { return r.state == "running"; });
+      line(fmt::format("{:<5} {:<20} {:<11} {:>7} {:>9}  {}",
+                       n.node < 0 ? std::string("-") : std::to_string(n.node), fit(n.host, 20),
+                       n.state, fmt::format("{}/{}", running, n.ranks.size()),
+                       format_age((n.has_ended() ? n.updated : now) - n.started),
+                       format_age(std::max(0.0, now - n.updated))));
+    }
+    std::vector<std::pair<const NodeStatus*, const RankStatus*>> ranks;
+    for (const auto& n : job.nodes) {
+      for (const auto& r : n.ranks) ranks.emplace_back(&n, &r);
+    }
+    std::stable_sort(ranks.begin(), ranks.end(),
+                     [](const auto& a, const auto& b) { return a.second->rank < b.second->rank; });
+    line(fmt::format("{:<5} {:<5} {:<4} {:<8} {:<13} {:>6} {:>9} {:>7}  {}", "RANK", "LOCAL",
+                     "NODE", "PID", "STATE", "CPU%", "RSS", "QUIET", "LAST LINE"));
+    for (const auto& [n, r] : ranks) {
+      line(fmt::format("{:<5} {:<5} {:<4} {:<8} {:<13} {:>6} {:>9} {:>7}  {}", r->rank,
+                       r->local_rank, n->node, r->pid > 0 ? std::to_string(r->pid) : "-",
+                       fit(r->state, 13),
+                       r->cpu_percent < 0 ? "-" : fmt::format("{:.1f}", r->cpu_percent),
+                       memory_text(r->rss_bytes),
+                       format_age(aged(r->last_output_age, *n, now)), r->last_line));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+struct Exposition {
+  std::string text;
+  void family(const char* name, const char* type, const char* help) {
+    text += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(const std::string& name, const std::string& labels, double value) {
+    text += name;
+    if (!labels.empty()) text += "{" + labels + "}";
+    text += fmt::format(" {}\n", value);
+  }
+};
+
+std::string node_labels(const NodeStatus& n) {
+  return fmt::format("node=\"{}\",host=\"{}\"", n.node, label_value(n.host));
+}
+
+std::string worker_bucket(const std::string& state) {
+  if (state == "running" || state == "succeeded" || state == "stopped") return state;
+  return "failed";
+}
+
+}  // namespace
+
+std::string metrics_text(const std::vector<NodeStatus>& nodes,
+                         std::optional<std::uint64_t> store_requests, double now) {
+  Exposition e;
+  e.family("ddprun_info", "gauge", "ddprun's version and the job this agent runs.");
+  for (const auto& n : nodes) {
+    e.sample("ddprun_info",
+             fmt::format("version=\"{}\",run_id=\"{}\",backend=\"{}\",{}", label_value(n.version),
+                         label_value(n.run_id), n.backend, node_labels(n)),
+             1);
+  }
+  e.family("ddprun_workers", "gauge", "This node's workers of the current attempt, by state.");
+  for (const auto& n : nodes) {
+    std::map<std::string, int> by_state{{"running", 0}, {"succeeded", 0}, {"failed", 0},
+                                        {"stopped", 0}};
+    for (const auto& r : n.ranks) ++by_state[worker_bucket(r.state)];
+    for (const auto& [state, count] : by_state) {
+      e.sample("ddprun_workers", fmt::format("{},state=\"{}\"", node_labels(n), state), count);
+    }
+  }
+  e.family("ddprun_world_size", "gauge", "Workers in the whole job in the current round.");
+  for (const auto& n : nodes) e.sample("ddprun_world_size", node_labels(n), n.world_size);
+  e.family("ddprun_restarts_total", "counter", "Restarts of the job's workers after a failure.");
+  for (const auto& n : nodes) e.sample("ddprun_restarts_total", node_labels(n), n.restarts);
+  e.family("ddprun_restarts_allowed", "gauge", "Restarts the job may spend (--max-restarts).");
+  for (const auto& n : nodes) e.sample("ddprun_restarts_allowed", node_labels(n), n.max_restarts);
+  e.family("ddprun_failures_total", "counter",
+           "Attempts that ended in a failure, by kind (exit_code, signal, hang, node_lost, "
+           "stopped, agent).");
+  for (const auto& n : nodes) {
+    std::map<std::string, int> kinds{{"exit_code", 0}, {"signal", 0}, {"hang", 0},
+                                     {"node_lost", 0}, {"stopped", 0}, {"agent", 0}};
+    for (const auto& [kind, count] : n.failures) kinds[kind] = count;
+    for (const auto& [kind, count] : kinds) {
+      e.sample("ddprun_failures_total", fmt::format("{},kind=\"{}\"", node_labels(n), kind),
+               count);
+    }
+  }
+  e.family("ddprun_membership_changes_total", "counter",
+           "Rounds that ended because a node joined, left or died.");
+  for (const auto& n : nodes) {
+    e.sample("ddprun_membership_changes_total", node_labels(n), n.membership_changes);
+  }
+  e.family("ddprun_rendezvous_duration_seconds", "summary",
+           "Rendezvous rounds this agent completed, and the time they took.");
+  for (const auto& n : nodes) {
+    e.sample("ddprun_rendezvous_duration_seconds_sum", node_labels(n), n.rendezvous_seconds);
+    e.sample("ddprun_rendezvous_duration_seconds_count", node_labels(n), n.rounds);
+  }
+  e.family("ddprun_agent_start_time_seconds", "gauge",
+           "When this node's agent started, in seconds since the epoch.");
+  for (const auto& n : nodes) e.sample("ddprun_agent_start_time_seconds", node_labels(n), n.started);
+
+  const auto rank_labels = [](const NodeStatus& n, const RankStatus& r) {
+    return fmt::format("{},rank=\"{}\",local_rank=\"{}\"", node_labels(n), r.rank, r.local_rank);
+  };
+  e.family("ddprun_rank_last_output_age_seconds", "gauge",
+           "Seconds since the rank last wrote a line (absent before its first).");
+  for (const auto& n : nodes) {
+    for (const auto& r : n.ranks) {
+      if (r.state == "running" && r.last_output_age >= 0) {
+        e.sample("ddprun_rank_last_output_age_seconds", rank_labels(n, r),
+                 aged(r.last_output_age, n, now));
+      }
+    }
+  }
+  e.family("ddprun_rank_resident_memory_bytes", "gauge", "The rank's resident memory.");
+  for (const auto& n : nodes) {
+    for (const auto& r : n.ranks) {
+      if (r.rss_bytes >= 0) e.sample("ddprun_rank_resident_memory_bytes", rank_labels(n, r), r.rss_bytes);
+    }
+  }
+  e.family("ddprun_rank_cpu_seconds_total", "counter",
+           "CPU time the rank's process has used (user and system).");
+  for (const auto& n : nodes) {
+    for (const auto& r : n.ranks) {
+      if (r.cpu_seconds >= 0) e.sample("ddprun_rank_cpu_seconds_total", rank_labels(n, r), r.cpu_seconds);
+    }
+  }
+  if (store_requests) {
+    e.family("ddprun_store_requests_total", "counter",
+             "Requests the job's store, served by this agent, answered over TCP.");
+    e.sample("ddprun_store_requests_total", "", static_cast<double>(*store_requests));
+  }
+  return e.text;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,34 @@
+#pragma once
+// `ddprun status`'s side: the agents and --hosts commands this user runs on this machine,
+// found through their control sockets (monitor/status_server.hpp), and asked over HTTP.
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/status_board.hpp"
+#include "common/deadline.hpp"
+
+namespace ddprun {
+
+// GET `target` from the control socket at `path`; returns the body of a 200 answer. Throws
+// ConnectionError when it cannot connect (nobody listens: the process is gone), TimeoutError
+// by `deadline`, or Error for a broken exchange or any other answer (with the body's "error").
+std::string control_get(const std::string& path, const std::string& target, Deadline deadline);
+
+struct LocalProcess {
+  std::string socket;           // its control socket
+  std::vector<NodeStatus> nodes;  // what it answered (an agent: itself and what it read of its job)
+};
+
+// Asks every control socket in this user's control directory, in parallel, within `deadline`.
+// A socket nobody listens on any more (its process was killed) is removed; one that does not
+// answer in time is named in `unanswered`.
+struct LocalScan {
+  std::vector<LocalProcess> processes;
+  std::vector<std::string> unanswered;
+};
+LocalScan scan_local(Deadline deadline);
+
+}  // namespace ddprun

@@ -1,0 +1,94 @@
+#include "monitor/status_publisher.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "monitor/job_monitor.hpp"
+#include "monitor/job_view.hpp"
+
+namespace ddprun {
+
+using namespace std::chrono_literals;
+
+StatusPublisher::StatusPublisher(StatusBoard& board, store::StoreOpener open_store,
+                                 std::function<void(NodeStatus&)> augment,
+                                 std::chrono::milliseconds period)
+    : board_(board),
+      open_store_(std::move(open_store)),
+      augment_(std::move(augment)),
+      period_(period),
+      thread_([this] { run(); }) {}
+
+StatusPublisher::~StatusPublisher() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    if (interruptible_ != nullptr) interruptible_->interrupt();
+  }
+  cv_.notify_all();
+  board_.close();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StatusPublisher::finish(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  final_ = true;
+  cv_.notify_all();
+  if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    stopping_ = true;
+    if (interruptible_ != nullptr) interruptible_->interrupt();
+  }
+}
+
+bool StatusPublisher::publish(Deadline deadline) {
+  try {
+    if (!store_) {
+      auto store = open_store_(deadline);
+      std::lock_guard lock(mutex_);
+      if (stopping_) return false;
+      store_ = std::move(store);
+      interruptible_ = store_.get();
+    }
+    if (slot_ < 0) slot_ = store_->add(kStatusSlotsKey, 1, deadline) - 1;
+    auto status = board_.snapshot();
+    if (augment_) augment_(status);
+    store_->set(status_record_key(slot_), dump_json(status.to_json()), deadline);
+    return true;
+  } catch (const std::exception& e) {
+    // The store may be gone for good (the job ended) or for a moment: try again next time on a
+    // fresh connection, and say so once.
+    if (!warned_) {
+      spdlog::debug("status: cannot write this node's record to the store: {}", e.what());
+      warned_ = true;
+    }
+    std::lock_guard lock(mutex_);
+    interruptible_ = nullptr;
+    store_.reset();
+    return false;
+  }
+}
+
+void StatusPublisher::run() {
+  while (true) {
+    const auto seen = board_.version();
+    bool last = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      last = final_;
+    }
+    publish(Deadline::after(last ? 3s : 5s));
+    if (last) break;
+    const auto written = Clock::now();
+    board_.wait_for_change(seen, written + period_);
+    // At most one write a second, whatever happens.
+    std::unique_lock lock(mutex_);
+    cv_.wait_until(lock, written + 1s, [&] { return stopping_ || final_; });
+  }
+  std::lock_guard lock(mutex_);
+  interruptible_ = nullptr;
+  done_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace ddprun

@@ -1,0 +1,57 @@
+#pragma once
+// Keeps this agent's record (agent/status_board.hpp) current in the job's store, where
+// `ddprun status --rdzv-endpoint` and a --hosts command read every node's: one set of one key
+// per agent when its state changes (at most one a second) and every `period` otherwise (for
+// the ranks' ages and last lines). The store's load is therefore at most one write per agent
+// per second, and one per `period` while nothing happens. It runs on a thread and a store
+// connection of its own; a store it cannot reach costs it a retry at the next period, never
+// the agent's work.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "agent/status_board.hpp"
+#include "store/store.hpp"
+
+namespace ddprun {
+
+class StatusPublisher {
+ public:
+  static constexpr std::chrono::seconds kDefaultPeriod{5};
+
+  // `augment` adds what the board does not know (CPU and memory from /proc).
+  StatusPublisher(StatusBoard& board, store::StoreOpener open_store,
+                  std::function<void(NodeStatus&)> augment,
+                  std::chrono::milliseconds period = kDefaultPeriod);
+  ~StatusPublisher();
+  StatusPublisher(const StatusPublisher&) = delete;
+  StatusPublisher& operator=(const StatusPublisher&) = delete;
+
+  // The run has ended (the board says how): writes the last record, within `timeout`, and stops.
+  void finish(std::chrono::milliseconds timeout);
+
+ private:
+  void run();
+  bool publish(Deadline deadline);
+
+  StatusBoard& board_;
+  store::StoreOpener open_store_;
+  std::function<void(NodeStatus&)> augment_;
+  std::chrono::milliseconds period_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool final_ = false;
+  bool done_ = false;
+  std::unique_ptr<store::Store> store_;  // the thread's; interrupt() from others is safe
+  store::Store* interruptible_ = nullptr;  // guarded by mutex_
+  std::int64_t slot_ = -1;
+  bool warned_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddprun

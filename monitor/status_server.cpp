@@ -1,0 +1,227 @@
+#include "monitor/status_server.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/strings.hpp"
+
+namespace ddprun {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using unix_socket = asio::local::stream_protocol;
+
+std::string control_dir() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const std::string dir = runtime != nullptr && *runtime != '\0'
+                              ? std::string(runtime) + "/ddprun"
+                              : fmt::format("/tmp/ddprun-{}", geteuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw Error(fmt::format("control directory {}: cannot make it: {}", dir, errno_message(errno)));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    throw Error(fmt::format("control directory {}: {}", dir, errno_message(errno)));
+  }
+  // Anyone who could write here could put a socket of theirs where `ddprun status` looks.
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    throw Error(fmt::format("control directory {} is not a directory that only user {} can "
+                            "enter (mode {:o}, owner {}): no control socket",
+                            dir, geteuid(), st.st_mode & 07777, st.st_uid));
+  }
+  return dir;
+}
+
+std::string control_socket_path() { return fmt::format("{}/{}.sock", control_dir(), getpid()); }
+
+class StatusServer::Impl {
+ public:
+  Impl(StatusServerOptions options, StatusHandlers handlers)
+      : options_(std::move(options)), handlers_(std::move(handlers)) {
+    if (!options_.control_path.empty()) {
+      ::unlink(options_.control_path.c_str());  // our own pid's: a socket left by a dead one
+      control_.emplace(io_);
+      boost::system::error_code ec;
+      control_->open(unix_socket(), ec);
+      if (!ec) control_->bind(unix_socket::endpoint(options_.control_path), ec);
+      if (!ec) control_->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        throw ConnectionError(fmt::format("control socket {}: cannot listen: {}",
+                                          options_.control_path, ec.message()));
+      }
+      ::chmod(options_.control_path.c_str(), 0600);
+    }
+    if (options_.metrics_port >= 0) {
+      boost::system::error_code ec;
+      const auto address = asio::ip::make_address(options_.metrics_addr, ec);
+      if (ec) {
+        throw ConnectionError(fmt::format("--metrics-addr {}: not an IP address",
+                                          options_.metrics_addr));
+      }
+      metrics_.emplace(io_);
+      const tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.metrics_port));
+      metrics_->open(endpoint.protocol(), ec);
+      if (!ec) metrics_->set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) metrics_->bind(endpoint, ec);
+      if (!ec) metrics_->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        throw ConnectionError(fmt::format(
+            "metrics: cannot listen on {}: {}",
+            format_host_port(options_.metrics_addr, static_cast<std::uint16_t>(options_.metrics_port)),
+            ec.message()));
+      }
+      bound_port_ = metrics_->local_endpoint().port();
+    }
+    if (control_) accept(*control_, true);
+    if (metrics_) accept(*metrics_, false);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+
+  ~Impl() {
+    asio::post(io_, [this] {
+      if (control_) control_->close();
+      if (metrics_) metrics_->close();
+    });
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+    pool_.join();
+    if (!options_.control_path.empty()) ::unlink(options_.control_path.c_str());
+  }
+
+  int metrics_port() const { return bound_port_; }
+  const std::string& control_path() const { return options_.control_path; }
+
+ private:
+  template <typename Protocol>
+  class Session : public std::enable_shared_from_this<Session<Protocol>> {
+   public:
+    Session(typename Protocol::socket socket, Impl& server, bool control)
+        : stream_(std::move(socket)), server_(server), control_(control) {}
+
+    void start() {
+      parser_.header_limit(8 * 1024);
+      parser_.body_limit(0);
+      stream_.expires_after(server_.options_.request_timeout);
+      http::async_read(stream_, buffer_, parser_,
+                       [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                         self->on_request(ec);
+                       });
+    }
+
+    ~Session() { --server_.open_; }
+
+   private:
+    void on_request(beast::error_code ec) {
+      if (ec) return;  // timed out, malformed or closed: the connection just ends
+      const auto& req = parser_.get();
+      const auto target = std::string(req.target());
+      if (req.method() != http::verb::get) return respond(http::status::method_not_allowed, "text/plain", "GET only\n");
+      std::function<std::string()> handler;
+      const char* type = "application/json";
+      if (target == "/metrics") {
+        handler = server_.handlers_.metrics;
+        type = "text/plain; version=0.0.4; charset=utf-8";
+      } else if (control_ && target == "/status") {
+        handler = server_.handlers_.status;
+      } else if (control_ && target == "/stacks") {
+        handler = server_.handlers_.stacks;
+      }
+      if (!handler) return respond(http::status::not_found, "text/plain", "not found\n");
+      // Answers may read the store or /proc, or take stacks: never on the I/O thread.
+      asio::post(server_.pool_, [self = this->shared_from_this(), handler, type] {
+        std::string body;
+        auto status = http::status::ok;
+        try {
+          body = handler();
+        } catch (const std::exception& e) {
+          status = http::status::internal_server_error;
+          body = json_error(e.what());
+        }
+        asio::post(self->stream_.get_executor(), [self, status, type, body = std::move(body)]() mutable {
+          self->respond(status, type, std::move(body));
+        });
+      });
+    }
+
+    static std::string json_error(const std::string& what) {
+      std::string escaped;
+      for (char c : what) {
+        if (c == '"' || c == '\\') escaped += '\\';
+        escaped += c == '\n' ? ' ' : c;
+      }
+      return "{\"error\": \"" + escaped + "\"}\n";
+    }
+
+    void respond(http::status status, const char* type, std::string body) {
+      res_.result(status);
+      res_.version(11);
+      res_.set(http::field::content_type, type);
+      res_.set(http::field::connection, "close");
+      res_.body() = std::move(body);
+      res_.prepare_payload();
+      stream_.expires_after(server_.options_.request_timeout);
+      http::async_write(stream_, res_, [self = this->shared_from_this()](beast::error_code, std::size_t) {
+        beast::error_code ignored;
+        self->stream_.socket().shutdown(asio::socket_base::shutdown_send, ignored);
+      });
+    }
+
+    beast::basic_stream<Protocol> stream_;
+    Impl& server_;
+    bool control_;
+    beast::flat_buffer buffer_{8 * 1024};
+    http::request_parser<http::empty_body> parser_;
+    http::response<http::string_body> res_;
+  };
+
+  template <typename Acceptor>
+  void accept(Acceptor& acceptor, bool control) {
+    using Protocol = typename Acceptor::protocol_type;
+    acceptor.async_accept([this, &acceptor, control](beast::error_code ec,
+                                                     typename Protocol::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      if (!ec) {
+        if (open_ >= options_.max_connections) {
+          socket.close();  // at the limit: the newcomer is the one turned away
+        } else {
+          ++open_;
+          std::make_shared<Session<Protocol>>(std::move(socket), *this, control)->start();
+        }
+      }
+      accept(acceptor, control);
+    });
+  }
+
+  StatusServerOptions options_;
+  StatusHandlers handlers_;
+  std::atomic<std::size_t> open_{0};  // sessions alive; outlives io_, whose end frees the last
+  asio::io_context io_;
+  asio::thread_pool pool_{2};
+  std::optional<unix_socket::acceptor> control_;
+  std::optional<tcp::acceptor> metrics_;
+  int bound_port_ = -1;
+  std::thread thread_;
+};
+
+StatusServer::StatusServer(StatusServerOptions options, StatusHandlers handlers)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handlers))) {}
+StatusServer::~StatusServer() = default;
+int StatusServer::metrics_port() const { return impl_->metrics_port(); }
+const std::string& StatusServer::control_path() const { return impl_->control_path(); }
+
+}  // namespace ddprun

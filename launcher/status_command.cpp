@@ -117,8 +117,9 @@ Lookup look_in_store(const StatusOptions& o) {
   }
   auto jobs = group_jobs(records);
   if (jobs.empty()) {
-    out.nothing = fmt::format("no status for {}: the store answers, but no agent of that job has "
-                              "written one (a wrong --rdzv-id, or agents older than this ddprun)",
+    out.nothing = fmt::format("no status for {}: the store answers but holds no record of that "
+                              "job: it has ended (its keys go with it) or never ran with this "
+                              "--rdzv-id",
                               where);
   } else if (jobs.front().ended()) {
     const auto& job = jobs.front();

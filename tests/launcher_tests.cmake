@@ -89,3 +89,14 @@ add_test(NAME "netns: Slurm: srun ddprun, --hosts=slurm, exit codes, scancel"
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/slurm.sh $<TARGET_FILE:ddprun>)
 set_tests_properties("netns: Slurm: srun ddprun, --hosts=slurm, exit codes, scancel"
   PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# `ddprun status` and the metrics against real agents, a real etcd (skipped without it), a real
+# Prometheus server and tmux (tests/netns/status_prometheus.sh, skipped without them).
+add_executable(status_tests
+  integration/ddprun_process.cpp
+  integration/test_status.cpp)
+target_link_libraries(status_tests PRIVATE ddprun_test_main ddprun_test_support
+  ddprun_testing_etcd nlohmann_json::nlohmann_json)
+target_compile_definitions(status_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddprun>")
+add_dependencies(status_tests ddprun)
+catch_discover_tests(status_tests TEST_PREFIX "status: " PROPERTIES TIMEOUT 300)

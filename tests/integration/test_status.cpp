@@ -1,0 +1,421 @@
+// `ddprun status` and the metrics, against real agents: a static two-node job seen from this
+// machine, from its store and by a real Prometheus server, through a restart and after its end;
+// c10d and etcd jobs from their stores; a terminal (tmux) for --watch; and hostile clients of
+// the control socket and the metrics port while a job runs.
+
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "integration/ddprun_process.hpp"
+#include "testing/etcd_cluster.hpp"
+#include "testing/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+// A private control directory for the job and `ddprun status`: the test sees only its own jobs.
+struct Runtime {
+  TempDir dir;
+  std::string path = dir.file("rt");
+  Runtime() {
+    std::filesystem::create_directory(path);
+    ::chmod(path.c_str(), 0700);
+  }
+  std::map<std::string, std::string> env() const { return {{"XDG_RUNTIME_DIR", path}}; }
+};
+
+struct Answer {
+  int code;
+  std::string output;
+};
+
+Answer status(const Runtime& rt, std::vector<std::string> args) {
+  DdprunProcess p(std::vector<std::string>{"status"} + args, rt.env());
+  const int code = p.wait(60s);
+  return {code, p.output()};
+}
+
+// `ddprun status --json ARGS`, parsed; null when it found no job.
+json status_json(const Runtime& rt, std::vector<std::string> args = {}) {
+  auto a = status(rt, std::vector<std::string>{"--json"} + args);
+  if (a.code != 0) return nullptr;
+  return json::parse(a.output);
+}
+
+// Every rank of the first job, by rank: its state and last line.
+std::map<int, std::pair<std::string, std::string>> ranks_of(const json& j) {
+  std::map<int, std::pair<std::string, std::string>> out;
+  if (j.is_null() || j["jobs"].empty()) return out;
+  for (const auto& node : j["jobs"][0]["nodes"]) {
+    for (const auto& r : node["ranks"]) {
+      out[r["rank"].get<int>()] = {r["state"].get<std::string>(),
+                                   r["last_line"].get<std::string>()};
+    }
+  }
+  return out;
+}
+
+bool all_waiting(const json& j, int world, int attempt) {
+  const auto ranks = ranks_of(j);
+  if (static_cast<int>(ranks.size()) != world) return false;
+  for (const auto& [rank, r] : ranks) {
+    if (r.first != "running" ||
+        r.second != "rank " + std::to_string(rank) + " attempt " + std::to_string(attempt) + " waiting") {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One HTTP/1.1 GET on 127.0.0.1:port; the whole answer (headers and body), empty on failure.
+std::string http_get(std::uint16_t port, const std::string& target) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const auto req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  return answer;
+}
+
+// The value of the one sample `series` (name and labels as written) in a metrics page.
+std::optional<double> sample(const std::string& page, const std::string& series) {
+  std::istringstream in(page);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return std::nullopt;
+}
+
+// The worker every job here runs: it says it waits, then waits at a gate; rank `fail_rank`
+// of the first attempt waits at `fail` and exits 3.
+std::vector<std::string> gated_worker(const Gate& finish, const Gate& fail, int fail_rank) {
+  return {"--no-python", "sh", "-c",
+          "echo \"rank $RANK attempt $TORCHELASTIC_RESTART_COUNT waiting\"; "
+          "if [ \"$RANK\" = " + std::to_string(fail_rank) +
+              " ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then flock -s " + fail.path() +
+              " true; exit 3; fi; flock -s " + finish.path() + " true"};
+}
+
+// Runs a program to its end (at most a minute) and returns what it printed.
+std::string run(const TempDir& dir, std::vector<std::string> argv) {
+  const auto out = dir.file("run.out");
+  std::filesystem::remove(out);
+  Child c(SpawnSpec{std::move(argv), {}, out});
+  c.wait(60s);
+  return read_file(out);
+}
+
+std::string url_encoded(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof(hex), "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// The value of an instant PromQL query with one result, as Prometheus's HTTP API gives it.
+std::optional<std::string> promql(std::uint16_t port, const std::string& query) {
+  const auto answer = http_get(port, "/api/v1/query?query=" + url_encoded(query));
+  const auto body = answer.find("\r\n\r\n");
+  if (body == std::string::npos) return std::nullopt;
+  try {
+    const auto j = json::parse(answer.substr(body + 4));
+    const auto& result = j.at("data").at("result");
+    if (result.size() != 1) return std::nullopt;
+    return result[0].at("value").at(1).get<std::string>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool on_path(const std::string& program) {
+  for (const auto& dir : {"/usr/bin", "/usr/local/bin", "/bin"}) {
+    if (::access((std::string(dir) + "/" + program).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a static two-node job from this machine, from its store and as metrics, "
+          "through a restart and after its end", "[status]") {
+  Runtime rt;
+  Gate finish, fail;
+  const auto port = std::to_string(free_port());
+  const auto metrics = free_port();
+  const std::vector<std::string> common{"--nnodes=2", "--master-port=" + port, "--max-restarts=1",
+                                        "--rdzv-id=watched"};
+  DdprunProcess node0(common + std::vector<std::string>{"--node-rank=0", "--nproc-per-node=2",
+                                                        "--metrics-port=" + std::to_string(metrics)} +
+                          gated_worker(finish, fail, 2),
+                      rt.env());
+  DdprunProcess node1(common + std::vector<std::string>{"--node-rank=1", "--nproc-per-node=1"} +
+                          gated_worker(finish, fail, 2),
+                      rt.env());
+
+  // From this machine: both agents, every rank running with its last line.
+  json seen;
+  REQUIRE(wait_until([&] { return all_waiting(seen = status_json(rt), 3, 0); }, 60s));
+  CHECK(seen["jobs"].size() == 1);
+  CHECK(seen["jobs"][0]["run_id"] == "watched");
+  CHECK(seen["jobs"][0]["nodes"].size() == 2);
+  for (const auto& node : seen["jobs"][0]["nodes"]) {
+    for (const auto& r : node["ranks"]) {
+      CHECK(r["pid"].get<int>() > 0);
+      CHECK(r["rss_bytes"].get<std::int64_t>() > 0);
+      CHECK(r["last_output_age"].get<double>() >= 0);
+    }
+  }
+  const auto table = status(rt, {});
+  CHECK(table.code == 0);
+  CHECK_THAT(table.output, Catch::Contains("job watched  static  running  round 0  restarts 0/1"));
+  CHECK_THAT(table.output, Catch::Contains("rank 2 attempt 0 waiting"));
+
+  // From the job's store, as from another machine.
+  const std::vector<std::string> remote{"--rdzv-endpoint=127.0.0.1:" + port, "--rdzv-backend=static",
+                                        "--rdzv-id=watched"};
+  REQUIRE(wait_until([&] { return all_waiting(status_json(rt, remote), 3, 0); }, 60s));
+  const auto wrong = status(rt, {"--rdzv-endpoint=127.0.0.1:" + port, "--rdzv-backend=static",
+                                 "--rdzv-id=other"});
+  CHECK(wrong.code == 3);
+  CHECK_THAT(wrong.output, Catch::Contains("job 'other'"));
+
+  // The metrics of node 0.
+  auto page = http_get(metrics, "/metrics");
+  CHECK_THAT(page, Catch::Contains("HTTP/1.1 200"));
+  CHECK_THAT(page, Catch::Contains("# TYPE ddprun_restarts_total counter"));
+  CHECK(sample(page, "ddprun_workers{node=\"0\",host=\"" + seen["jobs"][0]["nodes"][0]["host"].get<std::string>() +
+                         "\",state=\"running\"}") == 2.0);
+  CHECK_THAT(page, Catch::Contains("ddprun_info{version=\""));
+  CHECK_THAT(page, Catch::Contains("run_id=\"watched\""));
+  CHECK(sample(page, "ddprun_store_requests_total").value_or(0) > 0);
+  CHECK_THAT(http_get(metrics, "/status"), Catch::Contains("404"));  // output lines stay private
+
+  // Rank 2 fails: every rank runs again, and the restart shows everywhere.
+  fail.open();
+  REQUIRE(wait_until([&] { return all_waiting(seen = status_json(rt), 3, 1); }, 90s));
+  CHECK(seen["jobs"][0]["restarts"] == 1);
+  REQUIRE(wait_until([&] { return all_waiting(status_json(rt, remote), 3, 1); }, 60s));
+  page = http_get(metrics, "/metrics");
+  const auto host = seen["jobs"][0]["nodes"][0]["host"].get<std::string>();
+  CHECK(sample(page, "ddprun_restarts_total{node=\"0\",host=\"" + host + "\"}") == 1.0);
+  CHECK(sample(page, "ddprun_failures_total{node=\"0\",host=\"" + host + "\",kind=\"exit_code\"}") == 1.0);
+  CHECK(sample(page, "ddprun_rendezvous_duration_seconds_count{node=\"0\",host=\"" + host + "\"}").value_or(0) >= 1);
+
+  // The end: nothing left to show, from here or from the store.
+  finish.open();
+  CHECK(node0.wait(60s) == 0);
+  CHECK(node1.wait(60s) == 0);
+  const auto after = status(rt, {});
+  CHECK(after.code == 3);
+  CHECK_THAT(after.output, Catch::Contains("no running ddprun job of this user on this machine"));
+  const auto gone = status(rt, remote);
+  CHECK(gone.code == 3);
+  CHECK_THAT(gone.output, Catch::Contains("cannot read the status of job 'watched'"));
+}
+
+TEST_CASE("a c10d job from its store, and usage errors", "[status]") {
+  Runtime rt;
+  Gate finish, fail;
+  const auto endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> common{"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint,
+                                        "--rdzv-id=elastic-watched", "--nproc-per-node=1"};
+  DdprunProcess a(common + gated_worker(finish, fail, -1), rt.env());
+  DdprunProcess b(common + gated_worker(finish, fail, -1), rt.env());
+  const std::vector<std::string> remote{"--rdzv-endpoint=" + endpoint, "--rdzv-id=elastic-watched"};
+  json seen;
+  REQUIRE(wait_until([&] { return all_waiting(seen = status_json(rt, remote), 2, 0); }, 60s));
+  CHECK(seen["jobs"][0]["nodes"][0]["backend"] == "c10d");
+  CHECK(status(rt, {"--watch=0"}).code == 2);
+  CHECK(status(rt, std::vector<std::string>{"--stacks"} + remote).code == 2);
+  CHECK(status(rt, {"--bogus"}).code == 2);
+  finish.open();
+  CHECK(a.wait(60s) == 0);
+  CHECK(b.wait(60s) == 0);
+}
+
+TEST_CASE("an etcd job from etcd, and after its end", "[status][etcd]") {
+  if (etcd_binary().empty()) {
+    WARN("etcd is not installed (scripts/install-deps.sh installs etcd-server): skipped");
+    return;
+  }
+  Runtime rt;
+  Gate finish, fail;
+  EtcdCluster etcd(1);
+  const std::vector<std::string> common{"--nnodes=2", "--rdzv-backend=etcd",
+                                        "--rdzv-endpoint=" + etcd.endpoints(),
+                                        "--rdzv-id=etcd-watched", "--nproc-per-node=1"};
+  DdprunProcess a(common + gated_worker(finish, fail, -1), rt.env());
+  DdprunProcess b(common + gated_worker(finish, fail, -1), rt.env());
+  const std::vector<std::string> remote{"--rdzv-endpoint=" + etcd.endpoints(), "--rdzv-backend=etcd",
+                                        "--rdzv-id=etcd-watched"};
+  REQUIRE(wait_until([&] { return all_waiting(status_json(rt, remote), 2, 0); }, 60s));
+  finish.open();
+  CHECK(a.wait(60s) == 0);
+  CHECK(b.wait(60s) == 0);
+  // etcd outlives the job, not its keys: the last agent out removes them, records included.
+  const auto ended = status(rt, remote);
+  CHECK(ended.code == 3);
+  CHECK_THAT(ended.output, Catch::Contains("no status for job 'etcd-watched'"));
+  CHECK_THAT(ended.output, Catch::Contains("it has ended"));
+}
+
+TEST_CASE("a slow scraper, a flood of requests and a wrong request leave a job unharmed",
+          "[status][robust]") {
+  Runtime rt;
+  Gate finish, fail;
+  const auto metrics = free_port();
+  DdprunProcess job(std::vector<std::string>{"--nproc-per-node=2", "--master-port=0", "--rdzv-id=flooded",
+                     "--metrics-port=" + std::to_string(metrics)} +
+                        gated_worker(finish, fail, -1),
+                    rt.env());
+  REQUIRE(wait_until([&] { return all_waiting(status_json(rt), 2, 0); }, 60s));
+
+  // Slowloris: connections that send half a request and then nothing, beyond the limit.
+  std::vector<int> slow;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(metrics);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    ::send(fd, "GET /metrics HTTP/1.1\r\nHost:", 28, MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  // Each is closed by the server within its request timeout: a read returns end of file.
+  for (int fd : slow) {
+    timeval tv{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    CHECK(::recv(fd, &c, 1, 0) <= 0);
+    ::close(fd);
+  }
+  // A flood on the control socket: every request is answered or turned away, none hangs.
+  std::vector<std::unique_ptr<DdprunProcess>> flood;
+  for (int i = 0; i < 20; ++i) {
+    flood.push_back(std::make_unique<DdprunProcess>(std::vector<std::string>{"status", "--json"}, rt.env()));
+  }
+  for (auto& p : flood) CHECK(p->wait(60s) >= 0);
+  CHECK_THAT(http_get(metrics, "/nowhere"), Catch::Contains("404"));
+  CHECK_THAT(http_get(metrics, "/metrics"), Catch::Contains("ddprun_workers"));
+  // The job goes on and ends as it would have.
+  CHECK(all_waiting(status_json(rt), 2, 0));
+  finish.open();
+  CHECK(job.wait(60s) == 0);
+}
+
+TEST_CASE("a real Prometheus server scrapes both agents and sees the rank count and a restart",
+          "[status][prometheus]") {
+  if (!on_path("prometheus")) {
+    WARN("prometheus is not installed (scripts/test.sh installs Debian's prometheus): skipped");
+    return;
+  }
+  Runtime rt;
+  Gate finish, fail;
+  const auto port = std::to_string(free_port());
+  const auto m0 = free_port();
+  const auto m1 = free_port();
+  const std::vector<std::string> common{"--nnodes=2", "--master-port=" + port, "--max-restarts=1",
+                                        "--rdzv-id=scraped"};
+  DdprunProcess node0(common + std::vector<std::string>{"--node-rank=0", "--nproc-per-node=2",
+                                                        "--metrics-port=" + std::to_string(m0)} +
+                          gated_worker(finish, fail, 0),
+                      rt.env());
+  DdprunProcess node1(common + std::vector<std::string>{"--node-rank=1", "--nproc-per-node=1",
+                                                        "--metrics-port=" + std::to_string(m1)} +
+                          gated_worker(finish, fail, 0),
+                      rt.env());
+  const auto config = rt.dir.file("prometheus.yml");
+  std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                           "scrape_configs:\n  - job_name: ddprun\n    static_configs:\n"
+                           "      - targets: ['127.0.0.1:" << m0 << "', '127.0.0.1:" << m1 << "']\n";
+  const auto api = free_port();
+  Child prometheus(SpawnSpec{{"prometheus", "--config.file=" + config,
+                              "--storage.tsdb.path=" + rt.dir.file("tsdb"),
+                              "--web.listen-address=127.0.0.1:" + std::to_string(api)},
+                             {},
+                             rt.dir.file("prometheus.log")});
+  INFO(read_file(rt.dir.file("prometheus.log")));
+  REQUIRE(wait_until([&] { return promql(api, "sum(ddprun_workers{state=\"running\"})") == "3"; }, 120s));
+  CHECK(promql(api, "count(up{job=\"ddprun\"} == 1)") == "2");
+  CHECK(promql(api, "max(ddprun_restarts_total)") == "0");
+  fail.open();
+  REQUIRE(wait_until([&] { return promql(api, "max(ddprun_restarts_total)") == "1"; }, 120s));
+  REQUIRE(wait_until([&] { return promql(api, "sum(ddprun_workers{state=\"running\"})") == "3"; }, 120s));
+  CHECK(promql(api, "max(ddprun_failures_total{kind=\"exit_code\"})") == "1");
+  finish.open();
+  CHECK(node0.wait(60s) == 0);
+  CHECK(node1.wait(60s) == 0);
+}
+
+TEST_CASE("the watch mode (--watch) in a real terminal redraws in place until the job ends", "[status][tmux]") {
+  if (!on_path("tmux")) {
+    WARN("tmux is not installed (scripts/test.sh installs it): skipped");
+    return;
+  }
+  Runtime rt;
+  Gate finish, fail;
+  DdprunProcess job(std::vector<std::string>{"--nproc-per-node=2", "--master-port=0", "--rdzv-id=in-tmux"} +
+                        gated_worker(finish, fail, -1),
+                    rt.env());
+  REQUIRE(wait_until([&] { return all_waiting(status_json(rt), 2, 0); }, 60s));
+  const auto sock = rt.dir.file("tmux.sock");
+  // The pane outlives the command (it waits at a read) so that its last words can be read.
+  const auto command = "XDG_RUNTIME_DIR=" + rt.path + " " + DDPRUN_BINARY +
+                       " status --watch=0.3; echo \"status exited $?\"; read x";
+  run(rt.dir, {"tmux", "-S", sock, "new-session", "-d", "-x", "150", "-y", "30", command});
+  const auto pane = [&] { return run(rt.dir, {"tmux", "-S", sock, "capture-pane", "-p"}); };
+  std::string screen;
+  REQUIRE(wait_until([&] {
+    screen = pane();
+    return screen.find("job in-tmux") != std::string::npos &&
+           screen.find("rank 1 attempt 0 waiting") != std::string::npos;
+  }, 60s));
+  // Drawn in place: one frame on the screen, however many were drawn.
+  CHECK(count_of(screen, "job in-tmux") == 1);
+  CHECK_THAT(screen, Catch::Contains("Ctrl-C to stop"));
+  finish.open();
+  CHECK(job.wait(60s) == 0);
+  REQUIRE(wait_until([&] { return pane().find("status exited 3") != std::string::npos; }, 60s));
+  CHECK_THAT(pane(), Catch::Contains("no running ddprun job"));
+  run(rt.dir, {"tmux", "-S", sock, "kill-server"});
+}

@@ -20,6 +20,7 @@ packages=(
   openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
   etcd-server etcd-client   # --rdzv-backend=etcd's tests: a real 3-member etcd on loopback
   slurmctld slurmd slurm-client munge   # the Slurm tests: a real Slurm in network namespaces
+  prometheus tmux           # ddprun status's tests: a real Prometheus scraping agents, --watch in a terminal
 )
 optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec
@@ -67,6 +68,13 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 if ((${#missing[@]} > 0)); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  # The tests start a Prometheus of their own on loopback: the package's server (on every
+  # address, port 9090) is neither left running nor started at boot when this run installed it.
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 ||
+      { "${sudo_cmd[@]}" deb-systemd-helper disable prometheus.service >/dev/null 2>&1 &&
+        "${sudo_cmd[@]}" invoke-rc.d prometheus stop >/dev/null 2>&1; } || true
+  fi
 fi
 # The fuzzer toolchain is optional: the build skips the fuzz target without it.
 if ! "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then

@@ -71,9 +71,11 @@ if ((${#missing[@]} > 0)); then
   # The tests start a Prometheus of their own on loopback: the package's server (on every
   # address, port 9090) is neither left running nor started at boot when this run installed it.
   if [[ " ${missing[*]} " == *" prometheus "* ]]; then
-    "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 ||
-      { "${sudo_cmd[@]}" deb-systemd-helper disable prometheus.service >/dev/null 2>&1 &&
-        "${sudo_cmd[@]}" invoke-rc.d prometheus stop >/dev/null 2>&1; } || true
+    if ! "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1; then
+      # No systemd running (a container): what `disable` would remove, and the SysV service.
+      "${sudo_cmd[@]}" rm -f /etc/systemd/system/multi-user.target.wants/prometheus.service
+      "${sudo_cmd[@]}" service prometheus stop >/dev/null 2>&1 || true
+    fi
   fi
 fi
 # The fuzzer toolchain is optional: the build skips the fuzz target without it.

@@ -68,6 +68,12 @@ std::string describe(const LaunchConfig& config) {
     rows.emplace_back("local rank", "virtual: LOCAL_RANK=0, one GPU in CUDA_VISIBLE_DEVICES");
   }
   if (config.mpi_env) rows.emplace_back("MPI variables", "OMPI_COMM_WORLD_* for every worker");
+  if (config.metrics_port >= 0) {
+    rows.emplace_back("metrics", fmt::format("http://{}/metrics{}",
+                                             format_host_port(config.metrics_addr,
+                                                              static_cast<std::uint16_t>(config.metrics_port)),
+                                             config.metrics_port == 0 ? " (port picked at start)" : ""));
+  }
   rows.emplace_back("log dir", log_dir_text(config));
   rows.emplace_back("program", shell_join(config.argv));
 

@@ -134,6 +134,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     monitor = std::make_unique<JobMonitor>(
         board, backend.opener(), [&backend] { return backend.store_requests_served(); }, options);
   }
+  guard.unlink_if_abandoned(monitor->control_path());
   if (config.metrics_port >= 0 && monitor->metrics_port() >= 0) {
     spdlog::info("metrics: http://{}/metrics",
                  format_host_port(config.metrics_addr,

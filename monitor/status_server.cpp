@@ -61,10 +61,14 @@ class StatusServer::Impl {
       if (!ec) control_->bind(unix_socket::endpoint(options_.control_path), ec);
       if (!ec) control_->listen(asio::socket_base::max_listen_connections, ec);
       if (ec) {
-        throw ConnectionError(fmt::format("control socket {}: cannot listen: {}",
-                                          options_.control_path, ec.message()));
+        // The job runs as well without it: only `ddprun status` on this machine misses it.
+        spdlog::warn("status: control socket {}: cannot listen: {}; `ddprun status` on this "
+                     "machine will not find this job", options_.control_path, ec.message());
+        control_.reset();
+        options_.control_path.clear();
+      } else {
+        ::chmod(options_.control_path.c_str(), 0600);
       }
-      ::chmod(options_.control_path.c_str(), 0600);
     }
     if (options_.metrics_port >= 0) {
       boost::system::error_code ec;

@@ -34,7 +34,8 @@ struct StatusHandlers {
 
 class StatusServer {
  public:
-  // Binds both now: throws ConnectionError naming the address when one cannot be bound.
+  // Binds both now. Throws ConnectionError naming the address when the metrics port cannot be
+  // bound; a control socket that cannot be made is a warning (control_path() is then empty).
   StatusServer(StatusServerOptions options, StatusHandlers handlers);
   ~StatusServer();  // stops, joins, removes the control socket
   StatusServer(const StatusServer&) = delete;

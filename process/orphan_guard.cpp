@@ -53,6 +53,9 @@ struct GuardianState {
   // 0 again when the agent ends alive and removes it itself.
   int scratch_set;
   char scratch[PATH_MAX];
+  // 1 once `socket` holds a file of the agent's to unlink (OrphanGuard::unlink_if_abandoned).
+  int socket_set;
+  char socket[PATH_MAX];
   // How many of `groups` were ever claimed: the guardian reads the slots below it.
   std::uint32_t slots_used;
   // The workers' process groups, a slot per worker alive (0: free): each worker stores its own
@@ -207,6 +210,9 @@ int guardian_main(void* arg) {
   // Its depth: the run's, the attempt's and the worker's directories, and their files.
   if (shared(s.scratch_set).load(std::memory_order_acquire) != 0) {
     remove_tree(AT_FDCWD, s.scratch, 6);  // its failure sets errno: the agent is gone
+  }
+  if (shared(s.socket_set).load(std::memory_order_acquire) != 0) {
+    syscall(SYS_unlinkat, AT_FDCWD, s.socket, 0);
   }
   _exit(0);
 }
@@ -363,6 +369,7 @@ OrphanGuard::OrphanGuard() {
   state->marker_size = std::min(marker_.size(), sizeof(state->marker) - 1);
   std::memcpy(state->marker, marker_.data(), state->marker_size);
   state->scratch_set = 0;
+  state->socket_set = 0;
   state->slots_used = 0;
   // SIGCHLD: an ordinary child, reaped with waitpid. No CLONE_FILES or CLONE_SIGHAND: its
   // descriptors and dispositions are copies, so the agent's later ones never reach it.
@@ -409,8 +416,9 @@ void OrphanGuard::finish() {
     while (write(fd_, "=", 1) < 0 && errno == EINTR) {
     }
   } else {
-    // This agent is alive and removes its scratch directory itself.
+    // This agent is alive and removes its scratch directory and its socket itself.
     shared(static_cast<GuardianState*>(region_)->scratch_set).store(0, std::memory_order_release);
+    shared(static_cast<GuardianState*>(region_)->socket_set).store(0, std::memory_order_release);
   }
   close(std::exchange(fd_, -1));
   // Told "=", the guardian exits without another system call that could fail; otherwise it
@@ -447,6 +455,16 @@ void OrphanGuard::forget(pid_t* slot) {
   shared(*slot).store(0, std::memory_order_release);
   std::lock_guard lock(slots_mutex_);
   free_slots_.push_back(static_cast<std::uint32_t>(slot - state.groups));
+}
+
+void OrphanGuard::unlink_if_abandoned(const std::string& file) {
+  auto* state = static_cast<GuardianState*>(region_);
+  if (fd_ < 0 || state == nullptr || file.empty() || file.front() != '/' ||
+      file.size() >= sizeof(state->socket)) {
+    return;
+  }
+  std::memcpy(state->socket, file.c_str(), file.size() + 1);
+  shared(state->socket_set).store(1, std::memory_order_release);
 }
 
 void OrphanGuard::remove_if_abandoned(const std::string& dir) {

@@ -77,6 +77,9 @@ class OrphanGuard {
   // without finish() (SIGKILL, a crash), the guardian removes it with everything in it. Call
   // once, with nothing else in the directory's path that other programs may change under it.
   void remove_if_abandoned(const std::string& dir);
+  // `file` (an absolute path: the agent's control socket) is unlinked by the guardian if the
+  // agent dies without finish(). Call once.
+  void unlink_if_abandoned(const std::string& file);
 
   pid_t guardian_pid() const { return guardian_; }
   // "DDPRUN_GUARD=<random>": put in every worker's environment (PosixProcessRunner does).

@@ -5,6 +5,7 @@ add_executable(agent_unit_tests
   unit/agent/test_agent.cpp
   unit/agent/test_file_timer.cpp
   unit/agent/test_stack_report.cpp
+  unit/agent/test_status_board.cpp
   unit/agent/test_worker_env.cpp)
 target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_agent
   ddprun_launcher_lib)

@@ -1,0 +1,197 @@
+// The pure side of watching a job: records in and out of JSON and the store, a job's view from
+// its nodes' records, the table and Prometheus's text format.
+
+#include <catch2/catch.hpp>
+
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "monitor/job_view.hpp"
+#include "store/memory_store.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+
+namespace {
+
+NodeStatus node(const std::string& run_id, int rank, const std::string& host, int pid,
+                int workers) {
+  NodeStatus n;
+  n.run_id = run_id;
+  n.backend = "static";
+  n.host = host;
+  n.version = "1.2.3";
+  n.agent_pid = pid;
+  n.node = rank;
+  n.nodes = 2;
+  n.world_size = 3;
+  n.round = 1;
+  n.state = "running";
+  n.restarts = 1;
+  n.max_restarts = 3;
+  n.rounds = 2;
+  n.rendezvous_seconds = 0.25;
+  n.failures = {{"exit_code", 1}};
+  n.started = 1000;
+  n.updated = 1100;
+  for (int i = 0; i < workers; ++i) {
+    RankStatus r;
+    r.rank = rank * 2 + i;
+    r.local_rank = i;
+    r.pid = pid + 1 + i;
+    r.state = "running";
+    r.last_output_age = 2;
+    r.last_line = "step " + std::to_string(i);
+    r.cpu_seconds = 12.5;
+    r.cpu_percent = 99;
+    r.rss_bytes = 300 << 20;
+    n.ranks.push_back(r);
+  }
+  return n;
+}
+
+Deadline soon() { return Deadline::after(5s); }
+
+}  // namespace
+
+TEST_CASE("a node record survives JSON; a malformed one is an error naming the field",
+          "[monitor]") {
+  auto n = node("job", 1, "host-b", 4000, 2);
+  n.ended = "failed: rank 3 exited with 2";
+  n.exit_code = 2;
+  const auto back = NodeStatus::from_json(nlohmann::json::parse(n.to_json().dump()));
+  CHECK(back.to_json() == n.to_json());
+  CHECK(back.has_ended());
+  CHECK(back.ranks.at(1).last_line == "step 1");
+  CHECK(back.ranks.at(1).rss_bytes == (300 << 20));
+
+  auto broken = n.to_json();
+  broken.erase("restarts");
+  CHECK_THROWS_WITH(NodeStatus::from_json(broken), Catch::Contains("restarts"));
+}
+
+TEST_CASE("the records are read from the store by slot; one malformed or missing is skipped",
+          "[monitor]") {
+  store::MemoryStore store;
+  for (int i = 0; i < 4; ++i) CHECK(store.add(kStatusSlotsKey, 1, soon()) == i + 1);
+  store.set(status_record_key(0), node("job", 0, "a", 10, 1).to_json().dump(), soon());
+  store.set(status_record_key(1), "{not json", soon());
+  // slot 2 taken and not yet written
+  store.set(status_record_key(3), node("job", 1, "b", 20, 2).to_json().dump(), soon());
+  const auto records = read_status_records(store, soon());
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].host == "a");
+  CHECK(records[1].host == "b");
+
+  store::MemoryStore empty;
+  CHECK(read_status_records(empty, soon()).empty());
+}
+
+TEST_CASE("jobs are grouped by run id, each agent once (its newest record), nodes in rank order",
+          "[monitor]") {
+  auto older = node("job", 0, "a", 10, 2);
+  auto newer = older;
+  newer.updated = older.updated + 5;
+  newer.state = "restarting";
+  const auto jobs = group_jobs({node("job", 1, "b", 20, 1), newer, node("other", 0, "c", 30, 1),
+                                older});
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[0].run_id == "job");
+  REQUIRE(jobs[0].nodes.size() == 2);
+  CHECK(jobs[0].nodes[0].host == "a");
+  CHECK(jobs[0].nodes[0].state == "restarting");
+  CHECK(jobs[0].nodes[1].host == "b");
+  CHECK(jobs[0].state() == "restarting");  // one node restarting: the job is
+  CHECK(jobs[1].state() == "running");
+  CHECK(jobs[0].restarts() == 1);
+  CHECK(jobs[0].started() == 1000);
+  CHECK_FALSE(jobs[0].ended());
+
+  auto a = node("done", 0, "a", 10, 1);
+  auto b = node("done", 1, "b", 20, 1);
+  a.exit_code = 0;
+  a.state = "succeeded";
+  b.exit_code = 3;
+  b.state = "failed";
+  const auto ended = group_jobs({a, b});
+  CHECK(ended[0].ended());
+  CHECK(ended[0].exit_code() == 3);
+  CHECK(ended[0].state() == "failed");
+}
+
+TEST_CASE("the table fits the terminal, ranks in order, control characters blanked",
+          "[monitor]") {
+  auto a = node("job", 0, "host-a", 10, 2);
+  auto b = node("job", 1, "host-b", 20, 2);
+  b.ranks[0].last_line = std::string("tab\there\x1b[31m red ") + std::string(300, 'x');
+  const auto jobs = group_jobs({b, a});
+  const auto wide = render_jobs(jobs, 1000, 1102);
+  CHECK_THAT(wide, Catch::Contains("job job  static  running  round 1  restarts 1/3  "
+                                   "membership changes 0  age 1m42s"));
+  CHECK(wide.find("\x1b") == std::string::npos);
+  CHECK(wide.find('\t') == std::string::npos);
+  // Rank rows by rank, whichever node's record came first; ages aged by the record's age.
+  const auto r0 = wide.find("\n0     0     0    11");
+  const auto r2 = wide.find("\n2     0     1    21");
+  CHECK(r0 != std::string::npos);
+  CHECK(r2 != std::string::npos);
+  CHECK(r0 < r2);
+  CHECK_THAT(wide, Catch::Contains("4.0s  step 1"));  // 2 s old when taken, 2 s ago
+  CHECK_THAT(wide, Catch::Contains("300 MiB"));
+
+  const auto narrow = render_jobs(jobs, 60, 1102);
+  std::istringstream lines(narrow);
+  std::string line;
+  while (std::getline(lines, line)) CHECK(line.size() <= 60);
+}
+
+TEST_CASE("the metrics follow Prometheus's text format and naming rules", "[monitor]") {
+  auto a = node("job", 0, "we\"ird\\host\nname", 10, 2);
+  const auto text = metrics_text({a}, 42, 1101);
+  // Every sample belongs to a family announced by HELP and TYPE lines before it.
+  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.e+]+$)");
+  std::istringstream lines(text);
+  std::string line;
+  std::string family;
+  std::string type;
+  int samples = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# HELP ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      CHECK(line.substr(7, family.size()) == family);
+      type = line.substr(8 + family.size());
+      if (type == "counter") CHECK(family.size() > 6);
+      if (type == "counter") CHECK(family.substr(family.size() - 6) == "_total");
+      continue;
+    }
+    INFO(line);
+    std::smatch m;
+    REQUIRE(std::regex_match(line, m, sample));
+    CHECK(m[1].str().rfind(family, 0) == 0);
+    ++samples;
+  }
+  CHECK(samples > 20);
+  CHECK_THAT(text, Catch::Contains(R"(host="we\"ird\\host\nname")"));
+  CHECK_THAT(text, Catch::Contains("ddprun_store_requests_total 42\n"));
+  CHECK_THAT(text, Catch::Contains("# TYPE ddprun_rendezvous_duration_seconds summary"));
+  CHECK_THAT(text, Catch::Contains(",kind=\"exit_code\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains(",kind=\"hang\"} 0\n"));  // every kind, so rate() has a series
+  CHECK_THAT(text, Catch::Contains(",state=\"running\"} 2\n"));
+  CHECK(metrics_text({a}, std::nullopt, 1101).find("ddprun_store_requests_total") ==
+        std::string::npos);
+}
+
+TEST_CASE("ages read as a person would say them", "[monitor]") {
+  CHECK(format_age(0.04) == "0.0s");
+  CHECK(format_age(12.34) == "12.3s");
+  CHECK(format_age(245) == "4m05s");
+  CHECK(format_age(3725) == "1h02m");
+  CHECK(format_age(90000) == "1d01h");
+  CHECK(format_age(-1) == "-");
+}

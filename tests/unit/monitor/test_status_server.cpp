@@ -1,0 +1,152 @@
+// The status server on a real Unix socket and a real TCP port (the subject is a server), and the
+// control directory's rules.
+
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "monitor/status_client.hpp"
+#include "monitor/status_server.hpp"
+#include "testing/test_util.hpp"
+
+using namespace ddprun;
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+int connect_tcp(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+std::string exchange(int fd, const std::string& request) {
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string answer;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return answer;
+}
+
+struct Served {
+  TempDir dir;
+  std::atomic<int> status_calls{0};
+  std::unique_ptr<StatusServer> server;
+  explicit Served(std::size_t max_connections = 32, std::chrono::milliseconds timeout = 5s) {
+    StatusServerOptions o;
+    o.control_path = dir.file("c.sock");
+    o.metrics_addr = "127.0.0.1";
+    o.metrics_port = 0;
+    o.max_connections = max_connections;
+    o.request_timeout = timeout;
+    StatusHandlers h;
+    h.status = [this] {
+      ++status_calls;
+      return std::string("{\"nodes\": []}\n");
+    };
+    h.metrics = [] { return std::string("# HELP x y\n# TYPE x gauge\nx 1\n"); };
+    server = std::make_unique<StatusServer>(o, h);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the control socket answers /status; the metrics port /metrics and nothing else",
+          "[monitor]") {
+  Served s;
+  CHECK(control_get(s.dir.file("c.sock"), "/status", Deadline::after(30s)) == "{\"nodes\": []}\n");
+  CHECK(s.status_calls == 1);
+  CHECK_THROWS_WITH(control_get(s.dir.file("c.sock"), "/stacks", Deadline::after(30s)),
+                    Catch::Contains("answered 404"));
+  struct stat st {};
+  REQUIRE(::stat(s.dir.file("c.sock").c_str(), &st) == 0);
+  CHECK((st.st_mode & 077) == 0);
+
+  const int port = s.server->metrics_port();
+  REQUIRE(port > 0);
+  auto page = exchange(connect_tcp(port), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK_THAT(page, Catch::StartsWith("HTTP/1.1 200"));
+  CHECK_THAT(page, Catch::Contains("Content-Type: text/plain; version=0.0.4"));
+  CHECK_THAT(page, Catch::EndsWith("x 1\n"));
+  CHECK_THAT(exchange(connect_tcp(port), "GET /status HTTP/1.1\r\nHost: x\r\n\r\n"),
+             Catch::StartsWith("HTTP/1.1 404"));
+  CHECK_THAT(exchange(connect_tcp(port), "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+             Catch::StartsWith("HTTP/1.1 405"));
+  CHECK(exchange(connect_tcp(port), "this is not HTTP\r\n\r\n").empty());  // closed, unanswered
+  CHECK(s.status_calls == 1);
+
+  const auto path = s.dir.file("c.sock");
+  s.server.reset();
+  CHECK_FALSE(file_exists(path));
+}
+
+TEST_CASE("a client that sends half a request is closed at the timeout; beyond the limit a "
+          "newcomer is turned away at once", "[monitor]") {
+  Served s(2, 300ms);
+  const int port = s.server->metrics_port();
+  const int a = connect_tcp(port);
+  const int b = connect_tcp(port);
+  ::send(a, "GET /metr", 9, MSG_NOSIGNAL);
+  ::send(b, "GET /metr", 9, MSG_NOSIGNAL);
+  // Both held: a third connection is accepted and closed without an answer.
+  REQUIRE(wait_until([&] {
+    return exchange(connect_tcp(port), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").empty();
+  }, 30s));
+  // The slow ones end at their timeout (a read sees end of file, not the 30 s receive timeout).
+  char c;
+  const auto start = Clock::now();
+  CHECK(::recv(a, &c, 1, 0) == 0);
+  CHECK(::recv(b, &c, 1, 0) == 0);
+  CHECK(Clock::now() - start < 20s);
+  ::close(a);
+  ::close(b);
+  // Then the server answers again.
+  REQUIRE(wait_until([&] {
+    return exchange(connect_tcp(port), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").find("x 1") !=
+           std::string::npos;
+  }, 30s));
+}
+
+TEST_CASE("the control directory must be this user's alone; a dead agent's socket is removed",
+          "[monitor]") {
+  TempDir dir;
+  const auto runtime = dir.file("rt");
+  std::filesystem::create_directory(runtime);
+  ::chmod(runtime.c_str(), 0700);
+  ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1);
+  CHECK(control_dir() == runtime + "/ddprun");
+  ::chmod((runtime + "/ddprun").c_str(), 0770);
+  CHECK_THROWS_WITH(control_dir(), Catch::Contains("only user"));
+  ::chmod((runtime + "/ddprun").c_str(), 0700);
+
+  // A socket bound and closed without unlink: nobody listens, as after a SIGKILL.
+  const auto stale = runtime + "/ddprun/999999.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", stale.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  ::close(fd);
+  const auto scan = scan_local(Deadline::after(30s));
+  CHECK(scan.processes.empty());
+  CHECK(scan.unanswered.empty());
+  CHECK_FALSE(file_exists(stale));
+  ::unsetenv("XDG_RUNTIME_DIR");
+}

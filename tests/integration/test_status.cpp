@@ -309,6 +309,18 @@ TEST_CASE("a slow scraper, a flood of requests and a wrong request leave a job u
                     rt.env());
   REQUIRE(wait_until([&] { return all_waiting(status_json(rt), 2, 0); }, 60s));
 
+  // Every rank's stack, on request, while the job goes on.
+  if (on_path("gdb")) {
+    const auto stacks = status(rt, {"--stacks"});
+    CHECK(stacks.code == 0);
+    CHECK_THAT(stacks.output, Catch::Contains("== rank 0 (local rank 0) on "));
+    CHECK_THAT(stacks.output, Catch::Contains("== rank 1 (local rank 1) on "));
+    CHECK_THAT(stacks.output, Catch::Contains("#0 "));
+    CHECK_THAT(stacks.output, Catch::Contains("stacks_"));
+  } else {
+    WARN("gdb is not installed: --stacks not tried");
+  }
+
   // Slowloris: connections that send half a request and then nothing, beyond the limit.
   std::vector<int> slow;
   for (int i = 0; i < 40; ++i) {

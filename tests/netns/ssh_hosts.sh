@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 cluster="$here/scripts/netns-cluster.sh"
 self="$here/tests/netns/ssh_hosts.sh"
 checks=(env_and_ranks tree_fanout exit_code_from_host sigint sigint_to_process_group sigkill
-  hangup_after_cut unreachable_hosts output_lines)
+  hangup_after_cut unreachable_hosts output_lines status_and_metrics)
 if [[ -n ${SSH_HOSTS_CHECKS:-} ]]; then read -ra checks <<<"$SSH_HOSTS_CHECKS"; fi
 
 # --- stage 1: the cluster -------------------------------------------------------------------
@@ -343,6 +343,40 @@ check_unreachable_hosts() {
   [[ $n -eq 0 ]] || fail "$n workers started although two hosts are unreachable"
   wait_clean 30 1 2 3 4
   echo "ok: no worker started, nothing left on nodes 1-4"
+}
+
+# g) The running job watched from node 1: `ddprun status` finds the command through its control
+#    socket and shows every rank of every host (read from node 0's store); the command's
+#    --metrics-port serves every node's series; after the end, status finds nothing (exit 3).
+status_json() { ip netns exec "$(ns 1)" env XDG_RUNTIME_DIR="$rt" "$ddprun" status --json; }
+check_status_and_metrics() {
+  rt="$out.rt"
+  mkdir -m 700 "$rt"
+  export XDG_RUNTIME_DIR="$rt"
+  hang_then 29508 --metrics-port=29709
+  local deadline=$((SECONDS + 60)) running=0 page samples
+  while ((SECONDS < deadline)); do
+    running=$(status_json 2>/dev/null | grep -o '"state":"running"' | wc -l) || true
+    # 3 agents and their 4 ranks
+    ((running >= 7)) && break
+    sleep 0.2  # the interval between looks
+  done
+  ((running >= 7)) || fail "ddprun status saw $running agents and ranks running, expected 7: $(status_json 2>&1)"
+  echo "ok: ddprun status on node 1 shows the 3 hosts' agents and 4 ranks running"
+  page=$(ip netns exec "$(ns 1)" bash -c 'exec 3<>/dev/tcp/127.0.0.1/29709 &&
+    printf "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" >&3 && timeout 10 cat <&3')
+  samples=$(grep -c '^ddprun_workers{.*state="running"} [12]$' <<<"$page" || true)
+  [[ $samples -eq 3 ]] || fail "the command's metrics have $samples nodes with running workers, expected 3: $page"
+  grep -q '^ddprun_info{.*run_id="' <<<"$page" || fail "no ddprun_info in the command's metrics"
+  echo "ok: the command's /metrics has every node's series"
+  kill -INT "$cmd_pid"
+  finish 60
+  local code=0
+  status_json >/dev/null 2>&1 || code=$?
+  [[ $code -eq 3 ]] || fail "ddprun status after the end exited $code, expected 3"
+  echo "ok: after the end, ddprun status finds no job (exit 3)"
+  wait_clean 30 2 3 4
+  unset XDG_RUNTIME_DIR
 }
 
 # f) Output integrity: 2000 numbered lines from each of 4 workers arrive whole and in order.

@@ -24,6 +24,8 @@ using namespace ddprun::bench;
 
 namespace {
 
+constexpr int kFigures = 11;
+
 struct FigureText {
   const char* title;
   const char* how;
@@ -76,6 +78,16 @@ const std::map<int, FigureText>& figure_texts() {
             "wait. The stacks: the `stacks` event's duration, every rank at once, for Python "
             "ranks (every Python thread and every native thread) and native ones (`sleep`, "
             "every thread), once every rank has blocked."}},
+      {11, {"Watching a job",
+            "`bench/bench_watch.cpp`. The job's side: the launch of figure 1, the restart of "
+            "figure 2 and an agent whose 2 workers sleep 3 s, each run plain and watched "
+            "(`--metrics-port`, and every 100 ms a `ddprun status --json` process and a scrape "
+            "of /metrics), by turns. The store's side: N simulated agents (TcpStoreClient "
+            "connections, 32 per thread) keep a node record of 8 ranks (about 2 KB) in one "
+            "`ddprun-store` process, each at its own moment within the period, as agents do: "
+            "every 5 s while nothing changes, and every second when every node changes state "
+            "at once (the most an agent writes); then one `ddprun status --rdzv-endpoint` "
+            "reads all N."}},
   };
   return texts;
 }
@@ -357,7 +369,7 @@ int main(int argc, char** argv) {
     }
     out << "\n## Targets\n\n| # | case | subject | target | measured | result |\n"
            "|---|---|---|---|---|---|\n";
-    for (int f = 1; f <= 10; ++f) {
+    for (int f = 1; f <= kFigures; ++f) {
       for (const auto& s : all) {
         if (s.figure != f || s.target_text.empty()) continue;
         auto v = check(all, s);
@@ -367,7 +379,7 @@ int main(int argc, char** argv) {
     }
     out << "\n";
     if (!analysis.empty()) out << analysis << "\n\n";
-    for (int f = 1; f <= 10; ++f) {
+    for (int f = 1; f <= kFigures; ++f) {
       write_figure(out, f, all);
       if (std::find(charted.begin(), charted.end(), f) != charted.end()) {
         // Linked relative to the report, which bench.sh writes next to the charts directory.

@@ -140,4 +140,15 @@ std::string comm_of(pid_t pid) {
   return text;
 }
 
+double process_cpu_s(pid_t pid) {
+  std::uint64_t ns = 0;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    auto text = read_text((task.path() / "schedstat").string());
+    ns += std::strtoull(text.c_str(), nullptr, 10);
+  }
+  return static_cast<double>(ns) * 1e-9;
+}
+
 }  // namespace ddprun::bench

@@ -53,6 +53,8 @@ std::string tail(const std::string& path, int lines);
 long status_kib(pid_t pid, const std::string& field);
 // The pids whose parent is `pid` (from /proc/<pid>/task/*/children).
 std::vector<pid_t> children_of(pid_t pid);
+// CPU time of every thread of a process so far, in seconds (/proc/<pid>/task/*/schedstat).
+double process_cpu_s(pid_t pid);
 // /proc/<pid>/comm without the newline, or "".
 std::string comm_of(pid_t pid);
 

@@ -111,17 +111,22 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   LogDir log_dir(config);
   if (const auto scratch = log_dir.scratch(); !scratch.empty()) guard.remove_if_abandoned(scratch);
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
-  RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
-  spdlog::info("rendezvous: {}", backend.describe());
+  // Before the store listens: a metrics port that is taken is a usage error, nothing started.
   StatusBoard board(config.rdzv_id, backend_name(config), host, config.max_restarts);
+  const auto make_monitor = [&](bool metrics) {
+    JobMonitorOptions options;
+    if (metrics) {
+      options.metrics_addr = config.metrics_addr;
+      options.metrics_port = config.metrics_port;
+    }
+    options.stacks_dir = log_dir.path();
+    // One node keeps its store in its own memory, where nobody else could read its record.
+    options.publish = !(config.is_static() && config.max_nodes == 1);
+    return std::make_unique<JobMonitor>(&board, options);
+  };
   std::unique_ptr<JobMonitor> monitor;
   try {
-    JobMonitorOptions options;
-    options.metrics_addr = config.metrics_addr;
-    options.metrics_port = config.metrics_port;
-    options.stacks_dir = log_dir.path();
-    monitor = std::make_unique<JobMonitor>(
-        board, backend.opener(), [&backend] { return backend.store_requests_served(); }, options);
+    monitor = make_monitor(true);
   } catch (const ConnectionError& e) {
     // Under --hosts the command serves the job's metrics itself, possibly on this host's port.
     if (session == nullptr) {
@@ -129,11 +134,16 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
       return kExitUsage;
     }
     spdlog::warn("{}; this agent serves no metrics", e.what());
-    JobMonitorOptions options;
-    options.stacks_dir = log_dir.path();
-    monitor = std::make_unique<JobMonitor>(
-        board, backend.opener(), [&backend] { return backend.store_requests_served(); }, options);
+    monitor = make_monitor(false);
   }
+  RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
+  spdlog::info("rendezvous: {}", backend.describe());
+  monitor->attach_store(backend.opener(), [&backend] { return backend.store_requests_served(); });
+  // The monitor reads and writes through the backend: it stops first, however this returns.
+  struct StopFirst {
+    JobMonitor& monitor;
+    ~StopFirst() { monitor.stop(); }
+  } stop_monitor{*monitor};
   guard.unlink_if_abandoned(monitor->control_path());
   if (config.metrics_port >= 0 && monitor->metrics_port() >= 0) {
     spdlog::info("metrics: http://{}/metrics",

@@ -65,7 +65,7 @@ int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
     JobMonitorOptions options;
     options.metrics_addr = config.metrics_addr;
     options.metrics_port = config.metrics_port;
-    monitor = std::make_unique<JobMonitor>(job_store(config, head.store_secret()), options);
+    monitor = std::make_unique<JobMonitor>(nullptr, options);
   } catch (const ConnectionError& e) {
     std::fprintf(stderr, "ddprun: %s\n", e.what());
     return kExitUsage;
@@ -75,6 +75,7 @@ int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
                  format_host_port(config.metrics_addr,
                                   static_cast<std::uint16_t>(monitor->metrics_port())));
   }
+  monitor->attach_store(job_store(config, head.store_secret()));
   signals.attach([&head](int signo) { head.on_signal(signo); });
   ClusterResult result = head.run();
   signals.detach();

@@ -28,25 +28,29 @@ std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-JobMonitor::JobMonitor(StatusBoard& board, store::StoreOpener open_store,
-                       std::function<std::optional<std::uint64_t>()> store_requests,
-                       JobMonitorOptions options)
-    : board_(&board),
-      open_store_(std::move(open_store)),
-      store_requests_(std::move(store_requests)),
-      options_(std::move(options)) {
-  start_server();
-  publisher_ = std::make_unique<StatusPublisher>(
-      board, open_store_, [this](NodeStatus& s) { sampler_.fill(s); }, options_.publish_period);
-}
-
-JobMonitor::JobMonitor(store::StoreOpener open_store, JobMonitorOptions options)
-    : open_store_(std::move(open_store)), options_(std::move(options)) {
+JobMonitor::JobMonitor(StatusBoard* board, JobMonitorOptions options)
+    : board_(board), options_(std::move(options)) {
   start_server();
 }
 
-JobMonitor::~JobMonitor() {
-  server_.reset();  // no request may run while the rest goes
+void JobMonitor::attach_store(store::StoreOpener open_store,
+                              std::function<std::optional<std::uint64_t>()> store_requests) {
+  {
+    std::lock_guard lock(store_mutex_);
+    open_store_ = open_store;
+    store_requests_ = std::move(store_requests);
+  }
+  if (board_ != nullptr && options_.publish) {
+    publisher_ = std::make_unique<StatusPublisher>(
+        *board_, std::move(open_store), [this](NodeStatus& s) { sampler_.fill(s); },
+        options_.publish_period);
+  }
+}
+
+JobMonitor::~JobMonitor() { stop(); }
+
+void JobMonitor::stop() {
+  server_.reset();  // joins its threads: no request runs after this
   publisher_.reset();
 }
 
@@ -72,10 +76,17 @@ void JobMonitor::finish() {
   if (publisher_) publisher_->finish(3s);
 }
 
-int JobMonitor::metrics_port() const { return server_->metrics_port(); }
-std::string JobMonitor::control_path() const { return server_->control_path(); }
+int JobMonitor::metrics_port() const { return server_ ? server_->metrics_port() : -1; }
+std::string JobMonitor::control_path() const { return server_ ? server_->control_path() : ""; }
 
 std::vector<NodeStatus> JobMonitor::job_records() {
+  if (board_ != nullptr && !options_.publish) return {};  // nobody else's records to read
+  store::StoreOpener open_store;
+  {
+    std::lock_guard lock(store_mutex_);
+    open_store = open_store_;
+  }
+  if (!open_store) return {};  // no store yet
   std::unique_lock lock(cache_mutex_);
   const auto fresh = [&] { return Clock::now() - cache_time_ < kCacheAge; };
   if (refreshing_) {
@@ -89,7 +100,7 @@ std::vector<NodeStatus> JobMonitor::job_records() {
   bool ok = false;
   try {
     const auto deadline = Deadline::after(kStoreReadBudget);
-    if (!reader_) reader_ = open_store_(deadline);
+    if (!reader_) reader_ = open_store(deadline);
     records = read_status_records(*reader_, deadline);
     ok = true;
   } catch (const std::exception& e) {
@@ -134,7 +145,12 @@ std::string JobMonitor::metrics() {
   } else {
     nodes = job_records();
   }
-  return metrics_text(nodes, store_requests_ ? store_requests_() : std::nullopt, unix_seconds());
+  std::function<std::optional<std::uint64_t>()> store_requests;
+  {
+    std::lock_guard lock(store_mutex_);
+    store_requests = store_requests_;
+  }
+  return metrics_text(nodes, store_requests ? store_requests() : std::nullopt, unix_seconds());
 }
 
 std::string JobMonitor::stacks() {

@@ -25,6 +25,8 @@ struct JobMonitorOptions {
   bool control_socket = true;  // off when the control directory is unusable (said once)
   std::string stacks_dir;      // where --stacks writes (an agent's log dir); empty: not offered
   std::chrono::milliseconds publish_period = StatusPublisher::kDefaultPeriod;
+  // Off when nobody else can read the store (one node keeps it in its own memory).
+  bool publish = true;
 };
 
 // `j` as one line of JSON; bytes that are not UTF-8 (a worker's output) replaced.
@@ -32,19 +34,25 @@ std::string dump_json(const nlohmann::json& j);
 
 class JobMonitor {
  public:
-  // An agent's: `board` is its status; `store_requests` counts its store's requests (null
-  // when it serves none).
-  JobMonitor(StatusBoard& board, store::StoreOpener open_store,
-             std::function<std::optional<std::uint64_t>()> store_requests,
-             JobMonitorOptions options);
-  // A --hosts command's: no node of its own, every node's record from the store.
-  JobMonitor(store::StoreOpener open_store, JobMonitorOptions options);
+  // An agent's (`board` is its status) or, with none, a --hosts command's, which shows every
+  // node's record from the store. Serves at once (a metrics port that cannot be bound throws
+  // ConnectionError before anything else starts); the store comes with attach_store().
+  JobMonitor(StatusBoard* board, JobMonitorOptions options);
   ~JobMonitor();
   JobMonitor(const JobMonitor&) = delete;
   JobMonitor& operator=(const JobMonitor&) = delete;
 
+  // The job's store, once there is one: the agent's record is published to it (options.publish)
+  // and the other nodes' are read from it. `store_requests` counts the requests of the store
+  // this process serves (null: it serves none).
+  void attach_store(store::StoreOpener open_store,
+                    std::function<std::optional<std::uint64_t>()> store_requests = nullptr);
+
   // The run has ended and the board says how: the last record goes to the store.
   void finish();
+  // Stops serving and publishing, waiting for any request in progress: after it, nothing of
+  // this monitor touches the store again. For before the store itself goes.
+  void stop();
 
   int metrics_port() const;
   std::string control_path() const;
@@ -58,6 +66,7 @@ class JobMonitor {
   void start_server();
 
   StatusBoard* board_ = nullptr;
+  std::mutex store_mutex_;  // guards the two below, set once by attach_store()
   store::StoreOpener open_store_;
   std::function<std::optional<std::uint64_t>()> store_requests_;
   JobMonitorOptions options_;

@@ -23,7 +23,7 @@ quick=0
 output=docs/benchmarks.md
 build=${BUILD_DIR:-build}
 do_build=1
-figures=1,2,3,4,5,6,7,8,9,10
+figures=1,2,3,4,5,6,7,8,9,10,11
 budget=870
 python=${PYTHON:-/usr/bin/python3}
 keep_results=
@@ -231,6 +231,12 @@ if want 10; then
     not_measured 10 "3 Python ranks, one out of step" "verdict after onset + timeout" ddprun s \
       true "not measured: gdb or torch is missing (scripts/install-deps.sh installs both)" "<= 2 s"
   fi
+fi
+if want 11; then
+  watch_agents=1024
+  [[ $quick = 1 ]] && watch_agents=64
+  step "figure 11: watching a job" "$b/bench_watch" --ddprun "$ddprun" --store "$store" \
+    --worker "$b/bench_worker" --agents "$watch_agents" --results "$results" "${runs[@]}"
 fi
 # Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
 # (about 150 s).

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/strings.hpp"
+#include "common/version.hpp"
 
 namespace ddprun {
 namespace {
@@ -76,6 +77,7 @@ std::string describe(const LaunchConfig& config) {
   }
   rows.emplace_back("log dir", log_dir_text(config));
   rows.emplace_back("program", shell_join(config.argv));
+  rows.emplace_back("version", ddprun_version());
 
   std::size_t width = 0;
   for (const auto& row : rows) width = std::max(width, row.first.size());

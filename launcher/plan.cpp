@@ -8,6 +8,7 @@
 #include "agent/worker_env.hpp"
 #include "cluster/session_protocol.hpp"
 #include "common/strings.hpp"
+#include "common/version.hpp"
 #include "rendezvous/rank_assignment.hpp"
 
 namespace ddprun {
@@ -60,7 +61,10 @@ json rendezvous_json(const LaunchConfig& c) {
 
 json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& env,
                const std::vector<std::vector<std::string>>& commands) {
-  json plan{{"dry_run", true}, {"rendezvous", rendezvous_json(c)}, {"program", c.argv}};
+  json plan{{"dry_run", true},
+            {"version", ddprun_version()},
+            {"rendezvous", rendezvous_json(c)},
+            {"program", c.argv}};
   if (c.cluster) {
     // The interpreter is chosen on each host: PYTHON_EXEC there (forwarded from here, if set).
     plan["program"] = c.cluster->program_and_args;
@@ -133,7 +137,8 @@ json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& 
 
 std::string format_plan(const json& plan) {
   const auto& r = plan["rendezvous"];
-  std::string out = "ddprun --dry-run: the plan (nothing was started)\n";
+  std::string out = fmt::format("ddprun --dry-run: the plan (nothing was started), ddprun {}\n",
+                                plan["version"].get<std::string>());
   out += fmt::format("  rendezvous   {}, {} node(s), {}, run id {}\n", r["backend"].get<std::string>(),
                      r["nnodes"].get<std::string>(),
                      r.contains("endpoint")

@@ -18,6 +18,7 @@
 #include "common/exit_codes.hpp"
 #include "common/limits.hpp"
 #include "common/strings.hpp"
+#include "common/version.hpp"
 #include "launcher/config_summary.hpp"
 #include "launcher/job_report.hpp"
 #include "launcher/log_dir.hpp"
@@ -111,6 +112,8 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   LogDir log_dir(config);
   if (const auto scratch = log_dir.scratch(); !scratch.empty()) guard.remove_if_abandoned(scratch);
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
+  events.write("agent_started", {{"version", ddprun_version()}, {"host", host},
+                                 {"pid", static_cast<int>(getpid())}, {"run_id", config.rdzv_id}});
   // Before the store listens: a metrics port that is taken is a usage error, nothing started.
   StatusBoard board(config.rdzv_id, backend_name(config), host, config.max_restarts);
   const auto make_monitor = [&](bool metrics) {

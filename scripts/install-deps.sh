@@ -1,32 +1,58 @@
 #!/usr/bin/env bash
-# Installs ddprun's build and test dependencies from Debian 12's archive.
+# Installs ddprun's dependencies from Debian 12's archive.
+#
+#   scripts/install-deps.sh          what building and running ddprun needs (the demo's)
+#   scripts/install-deps.sh --tests  that, and the tests' components: OpenSSH, etcd, Slurm,
+#                                    Prometheus and tmux (the tests start their own instances in
+#                                    network namespaces or on loopback), and the optional fuzzing
+#                                    and benchmark tools
+#
 # Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
-# A run with every required package present calls no apt-get, even when an optional package
-# is missing because it could not be installed on an earlier run (see optional_failed below).
+# A server package this run installs is left neither enabled at boot nor running; a service
+# that was there before stays as it was. A run with every required package present calls no
+# apt-get, even when an optional package is missing because it could not be installed on an
+# earlier run (see optional_failed below).
 set -euo pipefail
+
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "install-deps: unknown option $1 (usage: install-deps.sh [--tests])" >&2; exit 2 ;;
+esac
 
 packages=(
   cmake g++ make pkg-config
-  libboost1.81-dev          # Asio, Process
+  libboost1.81-dev          # Asio, Process, Beast
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   catch2                    # v2, header-only
   libssl-dev                # libcrypto: HMAC-SHA256 for the store's authentication
   libtorch-dev              # CPU libtorch 1.13 with c10d and Gloo (workers only)
   libgloo-dev               # Gloo headers that c10d's ProcessGroupGloo.hpp includes (workers)
   python3-torch python3-torchvision   # compatibility tests, reference training script
-  gdb python3.11-dbg        # stacks of hung workers (--hang-timeout): native frames, and py-bt for Python
+  gdb python3.11-dbg        # stacks of hung workers (--hang-timeout, ddprun status --stacks): native frames, and py-bt for Python
   libhwloc-dev libudev-dev hwloc-nox   # --numa-binding/--cpu-bind: the topology (hwloc, static, calls libudev); lstopo for tests
   iproute2 procps           # network namespaces, ps/pgrep for tests
+)
+test_packages=(
   openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
   etcd-server etcd-client   # --rdzv-backend=etcd's tests: a real 3-member etcd on loopback
   slurmctld slurmd slurm-client munge   # the Slurm tests: a real Slurm in network namespaces
   prometheus tmux           # ddprun status's tests: a real Prometheus scraping agents, --watch in a terminal
 )
+# The services of the test packages that are servers: package:unit.
+test_services=(openssh-server:ssh etcd-server:etcd munge:munge slurmctld:slurmctld slurmd:slurmd
+  prometheus:prometheus)
 optional=(
   clang libclang-rt-14-dev  # libFuzzer target for the store codec
   openmpi-bin               # scripts/bench.sh's mpirun comparison for --hosts (benchmark only)
   gnuplot-nox               # scripts/bench.sh's charts of the scaling figures (benchmark only)
 )
+if ((tests)); then
+  packages+=("${test_packages[@]}")
+else
+  optional=()
+fi
 
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 
@@ -62,21 +88,31 @@ fi
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
 
+# A service this run brought: not started at boot, and stopped (Debian's packages enable and
+# start their services on installation).
+quiet_service() {
+  local unit=$1
+  echo "install-deps: $unit (installed for the tests, which start their own) is disabled and stopped"
+  if ! "${sudo_cmd[@]}" systemctl disable --now "$unit.service" >/dev/null 2>&1; then
+    # No systemd running (a container): what `disable` would remove, and the SysV service.
+    "${sudo_cmd[@]}" rm -f "/etc/systemd/system/multi-user.target.wants/$unit.service"
+    "${sudo_cmd[@]}" service "$unit" stop >/dev/null 2>&1 || true
+  fi
+}
+
 to_install=("${missing[@]}" "${missing_optional[@]}")
 echo "install-deps: installing ${to_install[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 if ((${#missing[@]} > 0)); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-  # The tests start a Prometheus of their own on loopback: the package's server (on every
-  # address, port 9090) is neither left running nor started at boot when this run installed it.
-  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
-    if ! "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1; then
-      # No systemd running (a container): what `disable` would remove, and the SysV service.
-      "${sudo_cmd[@]}" rm -f /etc/systemd/system/multi-user.target.wants/prometheus.service
-      "${sudo_cmd[@]}" service prometheus stop >/dev/null 2>&1 || true
-    fi
-  fi
+  for entry in "${test_services[@]}"; do
+    if [[ " ${missing[*]} " == *" ${entry%%:*} "* ]]; then quiet_service "${entry#*:}"; fi
+  done
+fi
+if ((${#optional[@]} == 0)); then
+  echo "install-deps: done"
+  exit 0
 fi
 # The fuzzer toolchain is optional: the build skips the fuzz target without it.
 if ! "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then

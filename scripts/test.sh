@@ -9,7 +9,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
-scripts/install-deps.sh
+scripts/install-deps.sh --tests
 
 werror=OFF
 if [[ -n "${CI:-}" ]]; then werror=ON; fi

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/strings.hpp"
+#include "common/version.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/config_summary.hpp"
 
@@ -35,7 +36,7 @@ TEST_CASE("describe a static job", "[launcher][summary]") {
   std::string text = describe(parsed({"--nnodes=2", "--node-rank=1", "--nproc-per-node=4",
                                       "--master-addr=node0", "train.py", "--msg", "hi there"}));
   auto lines = lines_of(text);
-  REQUIRE(lines.size() == 8);
+  REQUIRE(lines.size() == 9);
   CHECK(lines[0].starts_with("nodes "));
   CHECK_THAT(lines[0], Catch::EndsWith(" 2"));
   CHECK_THAT(lines[1], Catch::StartsWith("nproc per node") && Catch::EndsWith(" 4"));
@@ -45,6 +46,7 @@ TEST_CASE("describe a static job", "[launcher][summary]") {
   CHECK_THAT(lines[5], Catch::StartsWith("shutdown timeout") && Catch::EndsWith(" 30s"));
   CHECK_THAT(lines[6], Catch::EndsWith("(console only)"));
   CHECK_THAT(lines[7], Catch::EndsWith("python3 -u train.py --msg 'hi there'"));
+  CHECK_THAT(lines[8], Catch::StartsWith("version") && Catch::EndsWith(ddprun_version()));
   // Keys left-aligned, values in one column.
   for (const auto& line : lines) {
     INFO(line);

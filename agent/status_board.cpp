@@ -179,6 +179,12 @@ void StatusBoard::on_event(const std::string& name, const json& fields) {
                          : code == 0 ? "succeeded" : fmt::format("exited {}", code);
       r.pid = 0;
     }
+  } else if (name == "workers_stopped") {
+    // The agent stopped what still ran; exits it collects late are not events of their own.
+    for (auto& r : status_.ranks) {
+      if (r.state == "running") r.state = "stopped";
+      r.pid = 0;
+    }
   } else if (name == "attempt_decided") {
     if (!fields.value("success", false) && fields.contains("root_cause") &&
         fields["root_cause"].is_object()) {

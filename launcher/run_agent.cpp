@@ -139,6 +139,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     spdlog::warn("{}; this agent serves no metrics", e.what());
     monitor = make_monitor(false);
   }
+  guard.unlink_if_abandoned(monitor->control_path());
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
   monitor->attach_store(backend.opener(), [&backend] { return backend.store_requests_served(); });
@@ -147,7 +148,6 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     JobMonitor& monitor;
     ~StopFirst() { monitor.stop(); }
   } stop_monitor{*monitor};
-  guard.unlink_if_abandoned(monitor->control_path());
   if (config.metrics_port >= 0 && monitor->metrics_port() >= 0) {
     spdlog::info("metrics: http://{}/metrics",
                  format_host_port(config.metrics_addr,
@@ -180,15 +180,18 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     }
     signals.detach();
   }
-  // Every worker is reaped and the runner is gone: the guardian may go (it exits while this
-  // agent reports; the guard's destructor reaps it).
-  guard.finish();
   const int code = exit_code_of(result);
   board.finish(result.end == RunResult::End::kSucceeded ? "succeeded"
                : result.end == RunResult::End::kStopped ? "stopped"
                                                         : "failed",
                result.reason, code);
+  // The last record goes to the store, and the control socket is gone, before the guardian:
+  // after it, a kill of this agent would leave the socket behind.
   monitor->finish();
+  monitor->stop();
+  // Every worker is reaped and the runner is gone: the guardian may go (it exits while this
+  // agent reports; the guard's destructor reaps it).
+  guard.finish();
   events.write("job_finished", {{"exit_code", code}, {"restarts", result.restarts},
                                 {"reason", result.reason},
                                 {"node", std::max(0, result.group_rank)},

@@ -50,8 +50,9 @@ struct StatusOptions {
 // What was found, or one line saying why nothing was.
 struct Lookup {
   std::vector<JobView> jobs;
-  std::vector<std::string> sockets;  // local: the control sockets that answered
+  std::vector<std::string> agents;  // local: the control sockets of agents with ranks asked for
   std::string nothing;
+  std::size_t unanswered = 0;       // local: sockets that did not answer in time
 };
 
 Lookup look_locally(const StatusOptions& o) {
@@ -65,9 +66,13 @@ Lookup look_locally(const StatusOptions& o) {
       records.push_back(n);
       wanted = true;
     }
-    if (wanted) out.sockets.push_back(p.socket);
+    // Stacks are taken by agents, of their own ranks; a --hosts command only relays records.
+    if (wanted && p.is_agent()) out.agents.push_back(p.socket);
   }
-  for (const auto& u : scan.unanswered) std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
+  out.unanswered = scan.unanswered.size();
+  if (!o.watch) {
+    for (const auto& u : scan.unanswered) std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
+  }
   for (auto& job : group_jobs(records)) {
     if (!job.ended()) out.jobs.push_back(std::move(job));
   }
@@ -158,18 +163,22 @@ json jobs_json(const std::vector<JobView>& jobs) {
   return json{{"jobs", std::move(out)}};
 }
 
-void show(const Lookup& found, const StatusOptions& o) {
-  if (o.json) {
-    std::fputs(dump_json(jobs_json(found.jobs)).c_str(), stdout);
-  } else {
-    std::fputs(render_jobs(found.jobs, terminal_width(), unix_seconds()).c_str(), stdout);
+// `in_place`: each line also erases what a longer line of the previous frame left after it.
+void show(const Lookup& found, const StatusOptions& o, bool in_place = false) {
+  std::string text = o.json ? dump_json(jobs_json(found.jobs))
+                            : render_jobs(found.jobs, terminal_width(), unix_seconds());
+  if (in_place) {
+    std::string erased;
+    for (char c : text) erased += c == '\n' ? std::string("\x1b[K\n") : std::string(1, c);
+    text = std::move(erased);
   }
+  std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 }
 
 int show_stacks(const Lookup& found) {
   int failed = 0;
-  for (const auto& socket : found.sockets) {
+  for (const auto& socket : found.agents) {
     try {
       const auto body = json::parse(control_get(socket, "/stacks", Deadline::after(kStacksBudget)));
       for (const auto& s : body.at("stacks")) {
@@ -252,11 +261,18 @@ int run_status(const std::vector<std::string>& args) {
       show(found, o);
       return kExitOk;
     }
-    // In place: home, the frame, then clear what is left of the previous one.
+    // In place: the screen cleared once, then each frame from the top, erasing what the
+    // previous one left.
     const bool terminal = isatty(STDOUT_FILENO) != 0;
+    if (terminal) std::fputs("\x1b[H\x1b[2J", stdout);
     while (true) {
       const auto next = Clock::now() + std::chrono::milliseconds(static_cast<long>(*o.watch * 1000));
       const auto found = look(o);
+      // An agent too busy to answer this once (its store slow to read) is not a job that ended.
+      if (found.jobs.empty() && found.unanswered > 0) {
+        std::this_thread::sleep_until(next);
+        continue;
+      }
       if (terminal) std::fputs("\x1b[H", stdout);
       if (found.jobs.empty()) {
         if (terminal) std::fputs("\x1b[J", stdout);
@@ -264,9 +280,10 @@ int run_status(const std::vector<std::string>& args) {
         std::fprintf(stderr, "ddprun status: %s\n", found.nothing.c_str());
         return kExitNoJob;
       }
-      show(found, o);
+      show(found, o, terminal);
       if (terminal) {
-        std::fputs(fmt::format("\n(every {}s; Ctrl-C to stop)\x1b[J", *o.watch).c_str(), stdout);
+        std::fputs(fmt::format("\n(every {}s; Ctrl-C to stop)\x1b[K\x1b[J", *o.watch).c_str(),
+                   stdout);
         std::fflush(stdout);
       }
       std::this_thread::sleep_until(next);

@@ -19,7 +19,10 @@ using nlohmann::json;
 namespace {
 constexpr auto kCacheAge = 1s;          // the other nodes' records, reread at most this often
 constexpr auto kStoreReadBudget = 2s;   // a store that does not answer costs a reader this much
-constexpr auto kStacksBudget = 30s;
+constexpr auto kStacksBudget = 20s;
+// A record its agent has not rewritten for this long (several of its periods) is of an agent
+// that is gone: the job-level metrics leave it out.
+constexpr auto kStaleRecord = 30s;
 constexpr std::size_t kMaxStackText = 256 * 1024;
 }  // namespace
 
@@ -89,10 +92,8 @@ std::vector<NodeStatus> JobMonitor::job_records() {
   if (!open_store) return {};  // no store yet
   std::unique_lock lock(cache_mutex_);
   const auto fresh = [&] { return Clock::now() - cache_time_ < kCacheAge; };
-  if (refreshing_) {
-    cache_cv_.wait_for(lock, kStoreReadBudget + 1s, [&] { return !refreshing_; });
-    return cache_;
-  }
+  // Another request reads the store now: this one answers with what is known, at once.
+  if (refreshing_) return cache_;
   if (fresh()) return cache_;
   refreshing_ = true;
   lock.unlock();
@@ -111,7 +112,6 @@ std::vector<NodeStatus> JobMonitor::job_records() {
   refreshing_ = false;
   cache_time_ = Clock::now();
   if (ok) cache_ = std::move(records);
-  cache_cv_.notify_all();
   return cache_;
 }
 
@@ -143,7 +143,16 @@ std::string JobMonitor::metrics() {
     nodes.push_back(board_->snapshot());
     sampler_.fill(nodes.back());
   } else {
-    nodes = job_records();
+    // The job's view: each agent once, and none that stopped writing (a node lost, whose
+    // last record would count its workers as running for ever).
+    const double now = unix_seconds();
+    for (auto& job : group_jobs(job_records())) {
+      for (auto& n : job.nodes) {
+        if (n.has_ended() || now - n.updated < std::chrono::duration<double>(kStaleRecord).count()) {
+          nodes.push_back(std::move(n));
+        }
+      }
+    }
   }
   std::function<std::optional<std::uint64_t>()> store_requests;
   {
@@ -169,7 +178,7 @@ std::string JobMonitor::stacks() {
   std::vector<StackTarget> targets;
   std::vector<const RankStatus*> ranks;
   for (const auto& r : status.ranks) {
-    if (r.pid <= 0) continue;
+    if (r.pid <= 0 || r.state != "running") continue;
     targets.push_back({r.pid, (dir / fmt::format("rank_{}.txt", r.rank)).string()});
     ranks.push_back(&r);
   }

@@ -72,9 +72,9 @@ class JobMonitor {
   JobMonitorOptions options_;
   CpuSampler sampler_;
 
-  // The other nodes' records, read at most once a second however many ask.
+  // The other nodes' records, read at most once a second however many ask; one request reads,
+  // the others meanwhile answer with the last read.
   std::mutex cache_mutex_;
-  std::condition_variable cache_cv_;
   bool refreshing_ = false;
   Clock::time_point cache_time_{};
   std::vector<NodeStatus> cache_;

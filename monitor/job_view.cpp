@@ -1,6 +1,7 @@
 #include "monitor/job_view.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -221,7 +222,14 @@ struct Exposition {
   void sample(const std::string& name, const std::string& labels, double value) {
     text += name;
     if (!labels.empty()) text += "{" + labels + "}";
-    text += fmt::format(" {}\n", value);
+    // The format's spellings, where fmt would write "nan" and "inf".
+    if (std::isnan(value)) {
+      text += " NaN\n";
+    } else if (std::isinf(value)) {
+      text += value > 0 ? " +Inf\n" : " -Inf\n";
+    } else {
+      text += fmt::format(" {}\n", value);
+    }
   }
 };
 

@@ -50,20 +50,18 @@ void CpuSampler::fill(NodeStatus& status) {
     r.cpu_seconds = usage->cpu_seconds;
     r.rss_bytes = usage->rss_bytes;
     const auto last = last_.find(r.pid);
-    if (last != last_.end() && now - last->second.at > 0.2) {
+    if (last == last_.end()) {
+      // The first look: its life so far.
+      r.cpu_percent = usage->age_seconds > 0 ? 100.0 * usage->cpu_seconds / usage->age_seconds : 0;
+      seen[r.pid] = Last{usage->cpu_seconds, now, r.cpu_percent};
+    } else if (now - last->second.at > 0.2) {
       r.cpu_percent = 100.0 * (usage->cpu_seconds - last->second.cpu_seconds) /
                       (now - last->second.at);
-      seen[r.pid] = Last{usage->cpu_seconds, now};
-    } else if (last != last_.end()) {
-      // Asked again within moments: the previous interval's reading stands in.
-      r.cpu_percent = -1;
-      seen[r.pid] = last->second;
+      seen[r.pid] = Last{usage->cpu_seconds, now, r.cpu_percent};
     } else {
-      r.cpu_percent = usage->age_seconds > 0 ? 100.0 * usage->cpu_seconds / usage->age_seconds : 0;
-      seen[r.pid] = Last{usage->cpu_seconds, now};
-    }
-    if (r.cpu_percent < 0 && usage->age_seconds > 0) {
-      r.cpu_percent = 100.0 * usage->cpu_seconds / usage->age_seconds;
+      // Asked again within moments (too short an interval to measure): the last interval's.
+      r.cpu_percent = last->second.percent;
+      seen[r.pid] = last->second;
     }
   }
   last_ = std::move(seen);

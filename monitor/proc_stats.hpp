@@ -29,7 +29,8 @@ class CpuSampler {
  private:
   struct Last {
     double cpu_seconds;
-    double at;  // monotonic seconds
+    double at;        // monotonic seconds
+    double percent;   // over the interval that ended at `at`
   };
   std::mutex mutex_;
   std::map<int, Last> last_;

@@ -1,8 +1,10 @@
 #include "monitor/status_client.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <future>
 
@@ -76,12 +78,30 @@ std::string control_get(const std::string& path, const std::string& target, Dead
   return std::move(res.body());
 }
 
+bool LocalProcess::is_agent() const {
+  return std::any_of(nodes.begin(), nodes.end(),
+                     [this](const NodeStatus& n) { return n.agent_pid == pid; });
+}
+
+namespace {
+
+// The pid in "<dir>/<pid>.sock"; 0 when the name is not one.
+int socket_pid(const std::string& path) {
+  const auto stem = fs::path(path).stem().string();
+  if (stem.empty() || !std::all_of(stem.begin(), stem.end(), ::isdigit) || stem.size() > 9) return 0;
+  return std::stoi(stem);
+}
+
+}  // namespace
+
 LocalScan scan_local(Deadline deadline) {
   LocalScan scan;
   std::vector<std::string> sockets;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(control_dir(), ec)) {
-    if (entry.path().extension() == ".sock") sockets.push_back(entry.path().string());
+  for (const auto& dir : control_dirs_to_scan()) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (entry.path().extension() == ".sock") sockets.push_back(entry.path().string());
+    }
   }
   std::sort(sockets.begin(), sockets.end());
   std::vector<std::future<std::string>> answers;
@@ -95,11 +115,18 @@ LocalScan scan_local(Deadline deadline) {
       const auto body = nlohmann::json::parse(answers[i].get());
       LocalProcess p;
       p.socket = sockets[i];
+      p.pid = socket_pid(sockets[i]);
       for (const auto& node : body.at("nodes")) p.nodes.push_back(NodeStatus::from_json(node));
       scan.processes.push_back(std::move(p));
-    } catch (const ConnectionError&) {
-      // Nobody listens: its process died without removing it (SIGKILL). It is ours to remove.
-      ::unlink(sockets[i].c_str());
+    } catch (const ConnectionError& e) {
+      // Nobody listens. If its process is gone (killed before it could remove it), the socket
+      // is ours to remove; a live one may be between binding it and listening.
+      const int pid = socket_pid(sockets[i]);
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+        ::unlink(sockets[i].c_str());
+      } else {
+        scan.unanswered.push_back(fmt::format("{}: {}", sockets[i], e.what()));
+      }
     } catch (const std::exception& e) {
       scan.unanswered.push_back(fmt::format("{}: {}", sockets[i], e.what()));
     }

@@ -18,13 +18,16 @@ namespace ddprun {
 std::string control_get(const std::string& path, const std::string& target, Deadline deadline);
 
 struct LocalProcess {
-  std::string socket;           // its control socket
+  std::string socket;  // its control socket
+  int pid = 0;         // the process that listens on it (the socket's name)
   std::vector<NodeStatus> nodes;  // what it answered (an agent: itself and what it read of its job)
+  // An agent, with ranks of its own (a --hosts command only relays the store's records).
+  bool is_agent() const;
 };
 
-// Asks every control socket in this user's control directory, in parallel, within `deadline`.
-// A socket nobody listens on any more (its process was killed) is removed; one that does not
-// answer in time is named in `unanswered`.
+// Asks every control socket in this user's control directories (control_dirs_to_scan), in
+// parallel, within `deadline`. A socket nobody listens on whose process is gone (it was killed)
+// is removed; one that does not answer in time is named in `unanswered`.
 struct LocalScan {
   std::vector<LocalProcess> processes;
   std::vector<std::string> unanswered;

@@ -31,6 +31,8 @@ StatusPublisher::~StatusPublisher() {
 }
 
 void StatusPublisher::finish(std::chrono::milliseconds timeout) {
+  // The board has ended: its waiter (this thread, between writes) wakes for good.
+  board_.close();
   std::unique_lock lock(mutex_);
   final_ = true;
   cv_.notify_all();

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -26,25 +27,47 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using unix_socket = asio::local::stream_protocol;
 
-std::string control_dir() {
+namespace {
+
+std::string runtime_control_dir() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = runtime != nullptr && *runtime != '\0'
-                              ? std::string(runtime) + "/ddprun"
-                              : fmt::format("/tmp/ddprun-{}", geteuid());
+  return runtime != nullptr && *runtime != '\0' ? std::string(runtime) + "/ddprun" : "";
+}
+
+std::string tmp_control_dir() { return fmt::format("/tmp/ddprun-{}", geteuid()); }
+
+// Why `dir` is not a directory only this user can enter; empty when it is one.
+std::string why_not_private(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return errno_message(errno);
+  // Anyone who could write here could put a socket of theirs where `ddprun status` looks.
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    return fmt::format("not a directory that only user {} can enter (mode {:o}, owner {})",
+                       geteuid(), st.st_mode & 07777, st.st_uid);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string control_dir() {
+  auto dir = runtime_control_dir();
+  if (dir.empty()) dir = tmp_control_dir();
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     throw Error(fmt::format("control directory {}: cannot make it: {}", dir, errno_message(errno)));
   }
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) {
-    throw Error(fmt::format("control directory {}: {}", dir, errno_message(errno)));
-  }
-  // Anyone who could write here could put a socket of theirs where `ddprun status` looks.
-  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    throw Error(fmt::format("control directory {} is not a directory that only user {} can "
-                            "enter (mode {:o}, owner {}): no control socket",
-                            dir, geteuid(), st.st_mode & 07777, st.st_uid));
+  if (const auto why = why_not_private(dir); !why.empty()) {
+    throw Error(fmt::format("control directory {}: {}: no control socket", dir, why));
   }
   return dir;
+}
+
+std::vector<std::string> control_dirs_to_scan() {
+  std::vector<std::string> dirs;
+  for (const auto& dir : {runtime_control_dir(), tmp_control_dir()}) {
+    if (!dir.empty() && why_not_private(dir).empty()) dirs.push_back(dir);
+  }
+  return dirs;
 }
 
 std::string control_socket_path() { return fmt::format("{}/{}.sock", control_dir(), getpid()); }
@@ -53,23 +76,6 @@ class StatusServer::Impl {
  public:
   Impl(StatusServerOptions options, StatusHandlers handlers)
       : options_(std::move(options)), handlers_(std::move(handlers)) {
-    if (!options_.control_path.empty()) {
-      ::unlink(options_.control_path.c_str());  // our own pid's: a socket left by a dead one
-      control_.emplace(io_);
-      boost::system::error_code ec;
-      control_->open(unix_socket(), ec);
-      if (!ec) control_->bind(unix_socket::endpoint(options_.control_path), ec);
-      if (!ec) control_->listen(asio::socket_base::max_listen_connections, ec);
-      if (ec) {
-        // The job runs as well without it: only `ddprun status` on this machine misses it.
-        spdlog::warn("status: control socket {}: cannot listen: {}; `ddprun status` on this "
-                     "machine will not find this job", options_.control_path, ec.message());
-        control_.reset();
-        options_.control_path.clear();
-      } else {
-        ::chmod(options_.control_path.c_str(), 0600);
-      }
-    }
     if (options_.metrics_port >= 0) {
       boost::system::error_code ec;
       const auto address = asio::ip::make_address(options_.metrics_addr, ec);
@@ -91,6 +97,8 @@ class StatusServer::Impl {
       }
       bound_port_ = metrics_->local_endpoint().port();
     }
+    // The metrics port first: it may refuse the start; the control socket may only warn.
+    if (!options_.control_path.empty()) listen_control();
     if (control_) accept(*control_, true);
     if (metrics_) accept(*metrics_, false);
     thread_ = std::thread([this] { io_.run(); });
@@ -103,11 +111,39 @@ class StatusServer::Impl {
     });
     io_.stop();
     if (thread_.joinable()) thread_.join();
-    pool_.join();
+    if (pool_) pool_->join();
     if (!options_.control_path.empty()) ::unlink(options_.control_path.c_str());
   }
 
   int metrics_port() const { return bound_port_; }
+
+  asio::thread_pool& pool() {
+    if (!pool_) pool_.emplace(2);
+    return *pool_;
+  }
+
+  void listen_control() {
+    boost::system::error_code ec;
+    try {
+      ::unlink(options_.control_path.c_str());  // our own pid's: a socket left by a dead one
+      control_.emplace(io_);
+      control_->open(unix_socket(), ec);
+      if (!ec) control_->bind(unix_socket::endpoint(options_.control_path), ec);
+      if (!ec) control_->listen(asio::socket_base::max_listen_connections, ec);
+    } catch (const std::exception& e) {  // a path too long for a socket's address
+      ec = asio::error::name_too_long;
+    }
+    if (ec) {
+      // The job runs as well without it: only `ddprun status` on this machine misses it.
+      spdlog::warn("status: control socket {}: cannot listen: {}; `ddprun status` on this "
+                   "machine will not find this job", options_.control_path, ec.message());
+      control_.reset();
+      ::unlink(options_.control_path.c_str());
+      options_.control_path.clear();
+      return;
+    }
+    ::chmod(options_.control_path.c_str(), 0600);
+  }
   const std::string& control_path() const { return options_.control_path; }
 
  private:
@@ -127,13 +163,14 @@ class StatusServer::Impl {
                        });
     }
 
-    ~Session() { --server_.open_; }
+    ~Session() { --server_.open_[control_ ? 1 : 0]; }
 
    private:
     void on_request(beast::error_code ec) {
       if (ec) return;  // timed out, malformed or closed: the connection just ends
       const auto& req = parser_.get();
-      const auto target = std::string(req.target());
+      auto target = std::string(req.target());
+      target = target.substr(0, target.find('?'));  // Prometheus may add parameters
       if (req.method() != http::verb::get) return respond(http::status::method_not_allowed, "text/plain", "GET only\n");
       std::function<std::string()> handler;
       const char* type = "application/json";
@@ -147,7 +184,7 @@ class StatusServer::Impl {
       }
       if (!handler) return respond(http::status::not_found, "text/plain", "not found\n");
       // Answers may read the store or /proc, or take stacks: never on the I/O thread.
-      asio::post(server_.pool_, [self = this->shared_from_this(), handler, type] {
+      asio::post(server_.pool(), [self = this->shared_from_this(), handler, type] {
         std::string body;
         auto status = http::status::ok;
         try {
@@ -179,13 +216,25 @@ class StatusServer::Impl {
       res_.body() = std::move(body);
       res_.prepare_payload();
       stream_.expires_after(server_.options_.request_timeout);
-      http::async_write(stream_, res_, [self = this->shared_from_this()](beast::error_code, std::size_t) {
+      http::async_write(stream_, res_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+        if (ec) return;
         beast::error_code ignored;
         self->stream_.socket().shutdown(asio::socket_base::shutdown_send, ignored);
+        self->drain();
       });
     }
 
+    // Reads what the client still sends until it closes (within the timeout): closing with
+    // unread bytes would reset the connection and could cut the answer short.
+    void drain() {
+      stream_.async_read_some(asio::buffer(scratch_),
+                              [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                                if (!ec) self->drain();
+                              });
+    }
+
     beast::basic_stream<Protocol> stream_;
+    std::array<char, 512> scratch_{};
     Impl& server_;
     bool control_;
     beast::flat_buffer buffer_{8 * 1024};
@@ -200,10 +249,13 @@ class StatusServer::Impl {
                                                      typename Protocol::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       if (!ec) {
-        if (open_ >= options_.max_connections) {
+        // Each listener has its own limit: clients of the metrics port, which may be reachable
+        // from other hosts, can never crowd out the user's own `ddprun status`.
+        auto& open = open_[control ? 1 : 0];
+        if (open >= options_.max_connections) {
           socket.close();  // at the limit: the newcomer is the one turned away
         } else {
-          ++open_;
+          ++open;
           std::make_shared<Session<Protocol>>(std::move(socket), *this, control)->start();
         }
       }
@@ -213,9 +265,13 @@ class StatusServer::Impl {
 
   StatusServerOptions options_;
   StatusHandlers handlers_;
-  std::atomic<std::size_t> open_{0};  // sessions alive; outlives io_, whose end frees the last
+  // Sessions alive, of the metrics port [0] and of the control socket [1]; they outlive io_,
+  // whose end frees the last sessions.
+  std::array<std::atomic<std::size_t>, 2> open_{};
   asio::io_context io_;
-  asio::thread_pool pool_{2};
+  // Made on the first request (on the I/O thread, the only one that posts to it): a job nobody
+  // watches never starts its threads.
+  std::optional<asio::thread_pool> pool_;
   std::optional<unix_socket::acceptor> control_;
   std::optional<tcp::acceptor> metrics_;
   int bound_port_ = -1;

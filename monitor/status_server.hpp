@@ -5,15 +5,17 @@
 //     `ddprun status` finds: GET /status (the node records, JSON) and GET /stacks;
 //   - with --metrics-port, TCP: GET /metrics (Prometheus's text format) and nothing else,
 //     since a worker's output lines are not for whoever can reach a port.
-// One request per connection. A client gets `request_timeout` to send its request and read the
-// answer, and at most `max_connections` are open at once (more are closed at once), so a slow
-// or hostile client costs a bounded amount and never the agent's own work: the answers are
-// computed on a small pool, never on the agent's threads.
+// One request per connection. A client gets `request_timeout` to send its request, and again to
+// read the answer once it is made, and at most `max_connections` are open at once on each
+// listener (more are closed at once), so a slow or hostile client costs a bounded amount and
+// never the agent's own work: the answers are computed on a small pool, never on the agent's
+// threads.
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ddprun {
 
@@ -56,5 +58,10 @@ std::string control_dir();
 
 // "<control_dir>/<pid>.sock" for this process.
 std::string control_socket_path();
+
+// The directories where this user's processes may have their sockets, for `ddprun status`:
+// $XDG_RUNTIME_DIR/ddprun and /tmp/ddprun-<uid> (an agent started without XDG_RUNTIME_DIR, by
+// ssh or Slurm, uses the second), each only when it exists and passes control_dir()'s checks.
+std::vector<std::string> control_dirs_to_scan();
 
 }  // namespace ddprun

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -136,6 +137,18 @@ std::vector<std::string> native_command(const std::string& gdb, int pid) {
 std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
                                          Deadline deadline) {
   std::vector<StackCapture> results(targets.size());
+  // One capture at a time in this process: a debugger cannot attach to a process another one
+  // holds, so a `ddprun status --stacks` and the agent's own capture of a hang take turns.
+  static std::timed_mutex one_at_a_time;
+  std::unique_lock turn(one_at_a_time, std::defer_lock);
+  if (!turn.try_lock_until(deadline.when())) {
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      results[i].pid = targets[i].pid;
+      results[i].file = targets[i].file;
+      results[i].error = "another capture of stacks in this agent ran past the deadline";
+    }
+    return results;
+  }
   const auto started = Clock::now();
   const auto gdb_check = check_program("gdb", std::getenv("PATH") ? std::getenv("PATH") : "");
   const auto& gdb = gdb_check.path;

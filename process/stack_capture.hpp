@@ -30,7 +30,9 @@ struct StackCapture {
 
 // Captures every target at once. Returns when each debugger has ended, or at `deadline`, when
 // those still running are killed (a killed debugger detaches: the kernel resumes its
-// process). One result per target, in order. Never throws for one target's failure.
+// process). One result per target, in order. Never throws for one target's failure. Calls in
+// one process take turns (a debugger cannot attach to a process another holds), the wait
+// counted against the deadline.
 std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
                                          Deadline deadline);
 

@@ -33,12 +33,14 @@ packages=(
   gdb python3.11-dbg        # stacks of hung workers (--hang-timeout, ddprun status --stacks): native frames, and py-bt for Python
   libhwloc-dev libudev-dev hwloc-nox   # --numa-binding/--cpu-bind: the topology (hwloc, static, calls libudev); lstopo for tests
   iproute2 procps           # network namespaces, ps/pgrep for tests
+  help2man dpkg-dev         # man pages from --help; Debian packages (scripts/package.sh: dpkg-shlibdeps)
 )
 test_packages=(
   openssh-server openssh-client   # the one-command launch over ssh, and its tests (sshd per namespace)
   etcd-server etcd-client   # --rdzv-backend=etcd's tests: a real 3-member etcd on loopback
   slurmctld slurmd slurm-client munge   # the Slurm tests: a real Slurm in network namespaces
   prometheus tmux           # ddprun status's tests: a real Prometheus scraping agents, --watch in a terminal
+  bash-completion           # the package's completion, tried in a test
 )
 # The services of the test packages that are servers: package:unit.
 test_services=(openssh-server:ssh etcd-server:etcd munge:munge slurmctld:slurmctld slurmd:slurmd

@@ -14,11 +14,15 @@
 #include "common/launch_config.hpp"
 #include "common/limits.hpp"
 #include "common/logging.hpp"
+#include "common/version.hpp"
 #include "store/store_auth.hpp"
 #include "store/tcp_store_server.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ddprun-store: the TCP key-value store that ddprun agents rendezvous through"};
+  CLI::App app{"ddprun-store: the TCP key-value store that ddprun agents rendezvous through",
+               "ddprun-store"};
+  app.set_version_flag("--version", "ddprun-store " + ddprun::ddprun_version(),
+                       "Print the version and exit");
   ddprun::store::StoreServerOptions options;
   options.port = ddprun::kC10dDefaultPort;
   double read_timeout_s = 30;

@@ -348,24 +348,38 @@ check_unreachable_hosts() {
 # g) The running job watched from node 1: `ddprun status` finds the command through its control
 #    socket and shows every rank of every host (read from node 0's store); the command's
 #    --metrics-port serves every node's series; after the end, status finds nothing (exit 3).
-status_json() { ip netns exec "$(ns 1)" env XDG_RUNTIME_DIR="$rt" "$ddprun" status --json; }
+status_json() {
+  ip netns exec "$(ns 1)" env XDG_RUNTIME_DIR="$rt" "$ddprun" status --json --rdzv-id=netns-status
+}
 check_status_and_metrics() {
   rt="$out.rt"
   mkdir -m 700 "$rt"
   export XDG_RUNTIME_DIR="$rt"
-  hang_then 29508 --metrics-port=29709
-  local deadline=$((SECONDS + 60)) running=0 page samples
+  hang_then 29508 --metrics-port=29709 --rdzv-id=netns-status
+  local deadline=$((SECONDS + 60)) running="" page samples
+  # "AGENTS RANKS": the job's agents and ranks that are running
+  count_running='import json, sys
+jobs = json.load(sys.stdin)["jobs"]
+nodes = [n for j in jobs for n in j["nodes"]]
+print(sum(n["state"] == "running" for n in nodes),
+      sum(r["state"] == "running" for n in nodes for r in n["ranks"]))'
   while ((SECONDS < deadline)); do
-    running=$(status_json 2>/dev/null | grep -o '"state":"running"' | wc -l) || true
-    # 3 agents and their 4 ranks
-    ((running >= 7)) && break
+    running=$(status_json 2>/dev/null | python3 -c "$count_running" 2>/dev/null) || true
+    [[ $running == "3 4" ]] && break
     sleep 0.2  # the interval between looks
   done
-  ((running >= 7)) || fail "ddprun status saw $running agents and ranks running, expected 7: $(status_json 2>&1)"
+  [[ $running == "3 4" ]] || fail "ddprun status saw '$running' agents and ranks running, expected '3 4': $(status_json 2>&1)"
   echo "ok: ddprun status on node 1 shows the 3 hosts' agents and 4 ranks running"
-  page=$(ip netns exec "$(ns 1)" bash -c 'exec 3<>/dev/tcp/127.0.0.1/29709 &&
-    printf "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" >&3 && timeout 10 cat <&3')
-  samples=$(grep -c '^ddprun_workers{.*state="running"} [12]$' <<<"$page" || true)
+  # The command reads the store (at most once a second), where each agent's record is rewritten
+  # within a second of a change: its view follows within a few seconds.
+  deadline=$((SECONDS + 60)) samples=0
+  while ((SECONDS < deadline)); do
+    page=$(ip netns exec "$(ns 1)" bash -c 'exec 3<>/dev/tcp/127.0.0.1/29709 &&
+      printf "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" >&3 && timeout 10 cat <&3')
+    samples=$(grep -c '^ddprun_workers{.*state="running"} [12]$' <<<"$page" || true)
+    ((samples == 3)) && break
+    sleep 0.2  # the interval between scrapes
+  done
   [[ $samples -eq 3 ]] || fail "the command's metrics have $samples nodes with running workers, expected 3: $page"
   grep -q '^ddprun_info{.*run_id="' <<<"$page" || fail "no ddprun_info in the command's metrics"
   echo "ok: the command's /metrics has every node's series"

@@ -73,6 +73,11 @@ TEST_CASE("the board follows an agent through rounds, a restart and its end", "[
   CHECK(s.ranks[1].pid == 0);
   CHECK(s.state == "stopping");
   CHECK(s.failures.at("exit_code") == 1);
+  board.on_event("workers_stopped", json::object());
+  s = board.snapshot();
+  CHECK(s.ranks[0].state == "stopped");  // stopped by the agent, not exited on its own
+  CHECK(s.ranks[0].pid == 0);
+  CHECK(s.ranks[1].state == "exited 3");
   board.on_event("restart", {{"attempt", 1}});
   CHECK(board.snapshot().state == "restarting");
   CHECK(board.snapshot().restarts == 1);

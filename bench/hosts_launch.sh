@@ -400,7 +400,7 @@ GP
 }
 if [[ -n $charts ]]; then
   if ! command -v gnuplot >/dev/null; then
-    echo "hosts_launch.sh: no charts (gnuplot is not installed; scripts/install-deps.sh installs gnuplot-nox)" >&2
+    echo "hosts_launch.sh: no charts (gnuplot is not installed; scripts/install-deps.sh --tests installs gnuplot-nox)" >&2
   else
     mkdir -p "$charts"
     [[ -n $ssh_sizes ]] && chart hosts-ssh "Launch across hosts over ssh (a real sshd per host): the command with /bin/true, start to end" \

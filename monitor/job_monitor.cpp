@@ -144,13 +144,14 @@ std::string JobMonitor::metrics() {
     sampler_.fill(nodes.back());
   } else {
     // The job's view: each agent once, and none that stopped writing (a node lost, whose
-    // last record would count its workers as running for ever).
+    // last record would count its workers as running for ever). Agents not yet in a round have
+    // no rank and no workers, and two of them on one host would carry the same labels.
     const double now = unix_seconds();
     for (auto& job : group_jobs(job_records())) {
       for (auto& n : job.nodes) {
-        if (n.has_ended() || now - n.updated < std::chrono::duration<double>(kStaleRecord).count()) {
-          nodes.push_back(std::move(n));
-        }
+        const bool fresh =
+            n.has_ended() || now - n.updated < std::chrono::duration<double>(kStaleRecord).count();
+        if (fresh && n.node >= 0) nodes.push_back(std::move(n));
       }
     }
   }

@@ -79,7 +79,7 @@ report() {
     mkdir -p "$dir" && rm -f "$dir"/figure*.svg "$dir"/figure*.gp "$dir"/figure*.dat
     charts=(--charts "$dir")
   else
-    echo "== charts: not drawn (gnuplot is not installed; scripts/install-deps.sh installs gnuplot-nox)"
+    echo "== charts: not drawn (gnuplot is not installed; scripts/install-deps.sh --tests installs gnuplot-nox)"
   fi
   # shellcheck disable=SC2046  # report.args holds plain words
   "$b/bench_report" --results "$1/results.jsonl" --machine "$1/machine.tsv" --output "$output" \
@@ -177,7 +177,7 @@ fi
 # The etcd backend's figures (6 and 7 over a 3-member etcd on loopback) need Debian's etcd.
 have_etcd=0
 command -v etcd >/dev/null && have_etcd=1
-etcd_missing="not measured: etcd is not installed (scripts/install-deps.sh installs etcd-server)"
+etcd_missing="not measured: etcd is not installed (scripts/install-deps.sh --tests installs etcd-server)"
 if want 6; then
   step "figure 6: rendezvous at scale" "$b/bench_rendezvous" --store "$store" \
     "${rdzv_args[@]}" --results "$results" "${runs[@]}"
@@ -229,7 +229,7 @@ if want 10; then
       --runs 3 --ranks 2 4 8 --torchrun-wait 30
   else
     not_measured 10 "3 Python ranks, one out of step" "verdict after onset + timeout" ddprun s \
-      true "not measured: gdb or torch is missing (scripts/install-deps.sh installs both)" "<= 2 s"
+      true "not measured: gdb or torch is missing (scripts/install-deps.sh --tests installs both)" "<= 2 s"
   fi
 fi
 if want 11; then

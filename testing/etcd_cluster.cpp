@@ -29,7 +29,7 @@ std::string etcd_binary() {
 
 void skip_unless_etcd() {
   if (!etcd_binary().empty()) return;
-  std::fprintf(stderr, "SKIPPED: etcd is not installed (scripts/install-deps.sh installs Debian's "
+  std::fprintf(stderr, "SKIPPED: etcd is not installed (scripts/install-deps.sh --tests installs Debian's "
                        "etcd-server)\n");
   std::exit(77);
 }

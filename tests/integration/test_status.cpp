@@ -277,7 +277,7 @@ TEST_CASE("a c10d job from its store, and usage errors", "[status]") {
 
 TEST_CASE("an etcd job from etcd, and after its end", "[status][etcd]") {
   if (etcd_binary().empty()) {
-    WARN("etcd is not installed (scripts/install-deps.sh installs etcd-server): skipped");
+    WARN("etcd is not installed (scripts/install-deps.sh --tests installs etcd-server): skipped");
     return;
   }
   Runtime rt;

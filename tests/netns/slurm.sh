@@ -16,7 +16,7 @@ if [[ -n ${SLURM_CHECKS:-} ]]; then read -ra checks <<<"$SLURM_CHECKS"; fi
 [[ $# -eq 1 ]] || { echo "usage: $0 DDPRUN_BINARY" >&2; exit 2; }
 if ! "$slurm" check; then
   echo "SKIPPED: needs root, network namespaces, and Debian's slurmctld, slurmd, slurm-client" \
-    "and munge (scripts/install-deps.sh installs them)"
+    "and munge (scripts/install-deps.sh --tests installs them)"
   exit 77
 fi
 ddprun=$(realpath "$1")

@@ -71,6 +71,14 @@ bool StatusPublisher::publish(Deadline deadline) {
 }
 
 void StatusPublisher::run() {
+  // Off the start's and a recovery's hot path: the first record after the agent's first
+  // moments (a job that starts within them is not slowed by it), and after a change a short
+  // wait, so that a burst of changes (a restart: stopping, restarting, rendezvous, running)
+  // becomes one write once it has settled.
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, kFirstWrite, [&] { return stopping_ || final_; });
+  }
   while (true) {
     const auto seen = board_.version();
     bool last = false;
@@ -83,9 +91,10 @@ void StatusPublisher::run() {
     if (last) break;
     const auto written = Clock::now();
     board_.wait_for_change(seen, written + period_);
-    // At most one write a second, whatever happens.
+    // At most one write a second, whatever happens, and none in the midst of a change.
     std::unique_lock lock(mutex_);
-    cv_.wait_until(lock, written + 1s, [&] { return stopping_ || final_; });
+    cv_.wait_until(lock, std::max(written + 1s, Clock::now() + kSettle),
+                   [&] { return stopping_ || final_; });
   }
   std::lock_guard lock(mutex_);
   interruptible_ = nullptr;

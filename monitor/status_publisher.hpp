@@ -1,8 +1,9 @@
 #pragma once
 // Keeps this agent's record (agent/status_board.hpp) current in the job's store, where
 // `ddprun status --rdzv-endpoint` and a --hosts command read every node's: one set of one key
-// per agent when its state changes (at most one a second) and every `period` otherwise (for
-// the ranks' ages and last lines). The store's load is therefore at most one write per agent
+// per agent when its state changes (at most one a second, a quarter of a second after the
+// change, the first one a second after the start) and every `period` otherwise (for the ranks'
+// ages and last lines). The store's load is therefore at most one write per agent
 // per second, and one per `period` while nothing happens. It runs on a thread and a store
 // connection of its own; a store it cannot reach costs it a retry at the next period, never
 // the agent's work.
@@ -22,6 +23,8 @@ namespace ddprun {
 class StatusPublisher {
  public:
   static constexpr std::chrono::seconds kDefaultPeriod{5};
+  static constexpr std::chrono::milliseconds kFirstWrite{1000};
+  static constexpr std::chrono::milliseconds kSettle{250};
 
   // `augment` adds what the board does not know (CPU and memory from /proc).
   StatusPublisher(StatusBoard& board, store::StoreOpener open_store,

@@ -7,7 +7,7 @@
 #                                    about 18 minutes on 2 cores)
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
-#            --figures 1,2,...  (only these)  --budget SECONDS (default 1100: optional parts are
+#            --figures 1,2,...  (only these)  --budget SECONDS (default 1200: optional parts are
 #            skipped when they would not fit)  --keep-results DIR (keep the raw series and the
 #            machine description there)  --report-only DIR (measure nothing: write the report
 #            from a kept DIR)
@@ -24,7 +24,7 @@ output=docs/benchmarks.md
 build=${BUILD_DIR:-build}
 do_build=1
 figures=1,2,3,4,5,6,7,8,9,10,11
-budget=1100
+budget=1200
 python=${PYTHON:-/usr/bin/python3}
 keep_results=
 report_only=

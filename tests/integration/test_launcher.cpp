@@ -159,9 +159,9 @@ TEST_CASE("ddprun: a worker that fails once is restarted and the job succeeds", 
   }
   CHECK(saw_failure);
   std::vector<std::string> expected{
-      "rendezvous_started", "rendezvous_completed", "workers_started", "attempt_decided",
-      "workers_stopped",    "restart",              "workers_started", "attempt_decided",
-      "workers_stopped",    "job_finished"};
+      "agent_started",   "rendezvous_started", "rendezvous_completed", "workers_started",
+      "attempt_decided", "workers_stopped",    "restart",              "workers_started",
+      "attempt_decided", "workers_stopped",    "job_finished"};
   CHECK(names == expected);
 }
 

@@ -374,7 +374,9 @@ TEST_CASE("cli: --version prints ddprun and the version", "[launcher][cli]") {
   CliOutcome o = parse_command_line({"--version"}, {});
   CHECK_FALSE(o.config);
   CHECK(o.exit_code == 0);
-  CHECK(std::regex_match(o.message, std::regex(R"(ddprun \d+\.\d+\.\d+)")));
+  // The release, and from git the commit ("0.1.0-g<12 hex>", "-dirty" for a changed tree).
+  CHECK(std::regex_match(o.message,
+                         std::regex(R"(ddprun \d+\.\d+\.\d+(-\d+)?(-g[0-9a-f]{12})?(-dirty)?)")));
 }
 
 TEST_CASE("cli: a token file other users can read is a warning, not a note", "[launcher][cli]") {

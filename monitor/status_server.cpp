@@ -123,26 +123,35 @@ class StatusServer::Impl {
   }
 
   void listen_control() {
+    // The socket is bound and listening under a name no reader scans, then renamed into
+    // place: a reader that finds "<pid>.sock" never meets one that refuses connections.
+    const auto& path = options_.control_path;
+    const auto binding = path + ".binding";
     boost::system::error_code ec;
     try {
-      ::unlink(options_.control_path.c_str());  // our own pid's: a socket left by a dead one
+      ::unlink(binding.c_str());  // our own pid's: left by a dead process with this pid
       control_.emplace(io_);
       control_->open(unix_socket(), ec);
-      if (!ec) control_->bind(unix_socket::endpoint(options_.control_path), ec);
+      if (!ec) control_->bind(unix_socket::endpoint(binding), ec);
+      if (!ec && ::chmod(binding.c_str(), 0600) != 0) {
+        ec.assign(errno, boost::system::system_category());
+      }
       if (!ec) control_->listen(asio::socket_base::max_listen_connections, ec);
+      if (!ec && ::rename(binding.c_str(), path.c_str()) != 0) {
+        ec.assign(errno, boost::system::system_category());
+      }
     } catch (const std::exception& e) {  // a path too long for a socket's address
       ec = asio::error::name_too_long;
     }
     if (ec) {
       // The job runs as well without it: only `ddprun status` on this machine misses it.
       spdlog::warn("status: control socket {}: cannot listen: {}; `ddprun status` on this "
-                   "machine will not find this job", options_.control_path, ec.message());
+                   "machine will not find this job", path, ec.message());
       control_.reset();
-      ::unlink(options_.control_path.c_str());
+      ::unlink(binding.c_str());
       options_.control_path.clear();
       return;
     }
-    ::chmod(options_.control_path.c_str(), 0600);
   }
   const std::string& control_path() const { return options_.control_path; }
 

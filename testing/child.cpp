@@ -61,7 +61,12 @@ Child::Child(const SpawnSpec& spec) : name_(spec.argv.empty() ? "?" : spec.argv.
   const std::string out = spec.output.empty() ? "/dev/null" : spec.output;
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(),
                                    O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  if (spec.errors.empty()) {
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, spec.errors.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
   // Nothing else is inherited: in particular not the build lock that `flock ... bench.sh`
   // holds, which a child left behind would otherwise keep locked.
   posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);

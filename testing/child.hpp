@@ -26,6 +26,8 @@ struct SpawnSpec {
   std::vector<std::pair<std::string, std::string>> env;
   // stdout and stderr are appended here; empty: /dev/null. No other descriptor is inherited.
   std::string output;
+  // When given, stderr is appended here instead, so that stdout can be parsed on its own.
+  std::string errors = {};
 };
 
 class Child {

@@ -46,20 +46,28 @@ struct Runtime {
 
 struct Answer {
   int code;
-  std::string output;
+  std::string out;     // stdout: the table or the JSON
+  std::string output;  // stdout, then stderr
 };
 
 Answer status(const Runtime& rt, std::vector<std::string> args) {
-  DdprunProcess p(std::vector<std::string>{"status"} + args, rt.env());
-  const int code = p.wait(60s);
-  return {code, p.output()};
+  TempDir dir;
+  const auto env = rt.env();
+  SpawnSpec spec{std::vector<std::string>{DDPRUN_BINARY, "status"} + args,
+                 {env.begin(), env.end()}, dir.file("out")};
+  spec.errors = dir.file("err");
+  Child p(spec);
+  const int code = exit_code(p.wait(60s));
+  const auto out = read_file(dir.file("out"));
+  return {code, out, out + read_file(dir.file("err"))};
 }
 
-// `ddprun status --json ARGS`, parsed; null when it found no job.
+// `ddprun status --json ARGS`, parsed; null when it found no job. A warning on stderr (an agent
+// still starting that did not answer) leaves the JSON on stdout whole.
 json status_json(const Runtime& rt, std::vector<std::string> args = {}) {
   auto a = status(rt, std::vector<std::string>{"--json"} + args);
   if (a.code != 0) return nullptr;
-  return json::parse(a.output);
+  return json::parse(a.out);
 }
 
 // Every rank of the first job, by rank: its state and last line.

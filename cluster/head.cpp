@@ -11,6 +11,7 @@
 
 #include "cluster/remote_session.hpp"
 #include "cluster/session_protocol.hpp"
+#include "cluster/staging.hpp"
 #include "cluster/tree.hpp"
 #include "common/deadline.hpp"
 #include "common/error.hpp"
@@ -40,6 +41,13 @@ struct ClusterHead::Impl {
       : config(c), cluster(*c.cluster), env(std::move(e)), cwd(std::move(dir)),
         remote_ddprun(cluster.remote_ddprun.empty() ? std::move(self) : cluster.remote_ddprun),
         token(random_token()), connect_timer(io), ping_timer(io), stop_timer(io) {
+    if (cluster.stage) {
+      try {
+        binary = read_own_binary();
+      } catch (const Error& failure) {
+        spdlog::warn("ddprun cannot be staged on hosts that lack it: {}", failure.what());
+      }
+    }
     forwarded = forwarded_environment(env, cluster.forward);
     // The store's secret travels in the hello (never on a command line): the user's, or a
     // fresh one for this job.
@@ -62,6 +70,8 @@ struct ClusterHead::Impl {
   std::string cwd;
   std::string remote_ddprun;
   std::string token;
+  // This executable, for hosts without it; null: --no-stage, or it could not be read.
+  std::shared_ptr<const StagedBinary> binary;
 
   asio::io_context io;
   asio::steady_timer connect_timer;
@@ -127,7 +137,8 @@ struct ClusterHead::Impl {
       // srun runs a program: the same command line, through a shell as ssh's would be.
       argv.insert(argv.end(), {"/bin/sh", "-c"});
     }
-    argv.push_back(remote_command(remote_ddprun, args));
+    argv.push_back(binary ? staging_command(remote_ddprun, *binary)
+                          : remote_command(remote_ddprun, args));
     return argv;
   }
 
@@ -186,6 +197,7 @@ struct ClusterHead::Impl {
     auto& h = host(node);
     if (report.kind == Report::Kind::kReady && phase == Phase::kChecking) {
       h.ready_info = report.body;
+      if (node == top[t].node) h.ready_info.update(sessions[t]->staging().to_json());
       answered(node, "");
     } else if (report.kind == Report::Kind::kRefused) {
       answered(node, report.body.value("reason", std::string("refused to start")));
@@ -263,11 +275,42 @@ struct ClusterHead::Impl {
       }
     }
     phase = Phase::kRunning;
+    report_staging();
     spdlog::info("all {} hosts are ready ({} after the start): starting the workers",
                  result.hosts.size(), format_duration(Clock::now() - started_at));
     for (auto& s : sessions) {
       s->release_stderr();
       s->send(encode_control({Control::Kind::kGo, 0}));
+    }
+  }
+
+  // Which hosts got a copy of ddprun, and how long the longest copy took.
+  void report_staging() const {
+    std::vector<std::string> sent;
+    std::vector<std::string> cached;
+    std::size_t by_relays = 0;
+    double longest = 0;
+    for (const auto& h : result.hosts) {
+      const auto how = h.ready_info.value("staging", std::string());
+      if (how == "sent") {
+        sent.push_back(h.spec.host);
+        if (h.ready_info.contains("staged_by")) ++by_relays;
+        longest = std::max(longest, h.ready_info.value("staged_seconds", 0.0));
+      } else if (how == "cached") {
+        cached.push_back(h.spec.host);
+      }
+    }
+    if (!sent.empty()) {
+      spdlog::info("staged ddprun {} on {} host(s) that lacked it ({} sent from here, {} by "
+                   "relays), {} at most: {}",
+                   ddprun_version(), sent.size(), sent.size() - by_relays, by_relays,
+                   format_duration(std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double>(longest))),
+                   fmt::join(sent, ", "));
+    }
+    if (!cached.empty()) {
+      spdlog::info("ddprun {} from the cache on {} host(s): {}", ddprun_version(), cached.size(),
+                   fmt::join(cached, ", "));
     }
   }
 
@@ -368,7 +411,8 @@ struct ClusterHead::Impl {
       sessions.push_back(std::make_unique<RemoteSession>(
           io, top[t].argv, token,
           RemoteSession::Handlers{[this, t](const Report& r) { on_report(t, r); },
-                                  [this, t](int code) { on_session_ended(t, code); }}));
+                                  [this, t](int code) { on_session_ended(t, code); },
+                                  [this] { return binary; }}));
     }
     if (tree) {
       spdlog::info("starting agents on {} hosts with {}: {} directly, each of those starting "
@@ -408,6 +452,14 @@ void ClusterHead::on_signal(int signal) {
 
 std::vector<std::string> ClusterHead::command_for(std::size_t index) const {
   return impl_->command_for(index);
+}
+
+nlohmann::json ClusterHead::staging() const {
+  if (!impl_->binary) return nlohmann::json::object();
+  return {{"remote_ddprun", impl_->remote_ddprun},
+          {"version", impl_->binary->version},
+          {"sha256", impl_->binary->sha256},
+          {"size", impl_->binary->bytes->size()}};
 }
 
 std::string ClusterHead::store_secret() const {

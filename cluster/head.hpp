@@ -57,6 +57,9 @@ class ClusterHead {
   std::vector<std::string> command_for(std::size_t index) const;
   // The arguments that host's agent gets in its session hello.
   std::vector<std::string> agent_args(std::size_t index) const;
+  // What a host without this ddprun gets: {remote_ddprun, version, sha256, size}; empty with
+  // --no-stage or when this binary could not be read.
+  nlohmann::json staging() const;
   // The job's store secret, as every agent gets it.
   std::string store_secret() const;
 

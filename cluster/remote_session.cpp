@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "process/boost_process.hpp"
 #include "process/line_splitter.hpp"
@@ -34,6 +35,7 @@ std::string early_end_reason(int code, const std::deque<std::string>& stderr_lin
     return fmt::format("{} not found there (see --remote-ddprun){}", remote_ddprun, detail);
   }
   if (code == 126) return fmt::format("{} cannot be executed there{}", remote_ddprun, detail);
+  if (code == kStageFailedCode) return fmt::format("not staged{}", detail);
   for (const auto& line : stderr_lines) {
     if (line.find(std::string(kSessionFlag)) != std::string::npos) {
       return fmt::format("{} there does not support --hosts (an older ddprun?){}", remote_ddprun,
@@ -57,7 +59,13 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   asio::readable_pipe err;
   std::unique_ptr<bp::process::handle_type> handle;
   pid_t pid = -1;
-  std::deque<std::string> outbox;
+  std::string hello;  // sent again to a remote command that staged ddprun
+  // Shared: the binary goes to many hosts from one copy in memory.
+  std::deque<std::shared_ptr<const std::string>> outbox;
+  bool reported = false;  // a report came: the agent runs, staging is over
+  int sends = 0;
+  Clock::time_point stage_started;
+  Staging staging;
   bool writing = false;
   bool input_closed = false;
   bool holding = true;
@@ -75,7 +83,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   Stream stdout_stream;
   Stream stderr_stream;
 
-  void start(const std::string& hello) {
+  void start(const std::string& first_line) {
     auto exe = bp::environment::find_executable(argv.at(0));
     if (exe.empty()) {
       throw Error(fmt::format("cannot start {}: not found on PATH", argv.at(0)));
@@ -106,6 +114,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     err.assign(stderr_pipe.release_read());
     handle = std::make_unique<bp::process::handle_type>(io.get_executor(), pid);
     open_streams = 2;
+    hello = first_line;
     send(hello);
     read(out, stdout_stream, false);
     read(err, stderr_stream, true);
@@ -141,9 +150,11 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
         if (auto report = decode_report(token, line)) {
           write_all(STDOUT_FILENO, batch);
           batch.clear();
+          reported = true;
           if (handlers.on_report) handlers.on_report(*report);
           continue;
         }
+        if (!reported && stage_request(line)) continue;
       }
       if (is_err) {
         tail.push_back(line);
@@ -160,22 +171,55 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, batch);
   }
 
+  // The staging script's lines (cluster/staging.hpp), before the agent runs; true when `line`
+  // was one.
+  bool stage_request(const std::string& line) {
+    if (!handlers.binary) return false;
+    if (line == kStageCached) {
+      staging.cached = true;
+    } else if (line == kStageSend) {
+      // One per cache directory the script tries; more would be a confused remote.
+      if (++sends > 2) return true;
+      if (sends == 1) stage_started = Clock::now();
+      std::shared_ptr<const StagedBinary> binary;
+      try {
+        binary = handlers.binary();
+      } catch (const Error& e) {
+        // Without an answer the script would wait for the bytes: its input ends instead, and
+        // this line is the reason its host gives.
+        tail.push_back(fmt::format("cannot send this ddprun: {}", e.what()));
+        close_input();
+        return true;
+      }
+      send(binary->header(), false);
+      outbox.push_back(binary->bytes);
+      flush();
+    } else if (line == kStageHello) {
+      staging.sent = true;
+      staging.seconds = std::chrono::duration<double>(Clock::now() - stage_started).count();
+      send(hello);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   void maybe_end() {
     if (ended || !exited || open_streams > 0) return;
     ended = true;
     if (handlers.on_ended) handlers.on_ended(code);
   }
 
-  void send(const std::string& line) {
+  void send(const std::string& line, bool newline = true) {
     if (input_closed) return;
-    outbox.push_back(line + "\n");
+    outbox.push_back(std::make_shared<const std::string>(newline ? line + "\n" : line));
     flush();
   }
 
   void flush() {
     if (writing || outbox.empty() || !in.is_open()) return;
     writing = true;
-    asio::async_write(in, asio::buffer(outbox.front()),
+    asio::async_write(in, asio::buffer(*outbox.front()),
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                         self->writing = false;
                         if (ec) {  // the remote shell is gone; its end is reported by the wait
@@ -229,5 +273,12 @@ void RemoteSession::kill() {
 void RemoteSession::release_stderr() { state_->release(); }
 const std::deque<std::string>& RemoteSession::stderr_tail() const { return state_->tail; }
 int RemoteSession::pid() const { return state_->pid; }
+const RemoteSession::Staging& RemoteSession::staging() const { return state_->staging; }
+
+nlohmann::json RemoteSession::Staging::to_json() const {
+  if (sent) return {{"staging", "sent"}, {"staged_seconds", seconds}};
+  if (cached) return {{"staging", "cached"}};
+  return nlohmann::json::object();
+}
 
 }  // namespace ddprun

@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "cluster/session_protocol.hpp"
+#include "cluster/staging.hpp"
 
 namespace ddprun {
 
@@ -28,6 +29,17 @@ class RemoteSession {
     // Once: the process exited and both streams reached their end. `code` is shell-style
     // (ssh: the remote command's code, 255 when the connection failed).
     std::function<void(int code)> on_ended;
+    // The binary to send when the remote command stages ddprun (cluster/staging.hpp); unset:
+    // requests are ignored (the remote command does not stage).
+    std::function<std::shared_ptr<const StagedBinary>()> binary;
+  };
+
+  // What staging did on this host: nothing, a cached copy ran, or the binary was sent.
+  struct Staging {
+    bool cached = false;
+    bool sent = false;
+    double seconds = 0;  // from the first request to the copy in place
+    nlohmann::json to_json() const;  // {} when nothing; else {"staging": "sent"|"cached", ...}
   };
 
   // `argv`: the remote shell's command line, host and remote command included.
@@ -51,6 +63,7 @@ class RemoteSession {
   // Its last stderr lines (held or printed).
   const std::deque<std::string>& stderr_tail() const;
   int pid() const;
+  const Staging& staging() const;
 
  private:
   struct State;

@@ -25,7 +25,8 @@ struct SubtreeRelay::Impl {
       sessions.push_back(std::make_unique<RemoteSession>(
           io, entries[i].argv, hello.token,
           RemoteSession::Handlers{[this, i](const Report& r) { on_report(i, r); },
-                                  [this, i](int code) { on_ended(i, code); }}));
+                                  [this, i](int code) { on_ended(i, code); },
+                                  [this] { return own_binary(); }}));
     }
     answered.assign(entries.size(), false);
     running = entries.size();
@@ -61,6 +62,7 @@ struct SubtreeRelay::Impl {
   std::mutex mutex;
   std::condition_variable cv;
   std::size_t running = 0;  // sessions whose remote shell has not exited
+  std::shared_ptr<const StagedBinary> binary;  // on the io thread only
 
   void start_all() {
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -78,10 +80,21 @@ struct SubtreeRelay::Impl {
     }
   }
 
-  void on_report(std::size_t i, const Report& report) {
+  // This relay's own executable, read on the first host's request: it sends the subtree
+  // what it runs itself, so the command sends the binary at most once per relay.
+  std::shared_ptr<const StagedBinary> own_binary() {
+    if (!binary) binary = read_own_binary();
+    return binary;
+  }
+
+  void on_report(std::size_t i, Report report) {
     if (report.body.value("node", -1) == entries[i].node &&
         (report.kind == Report::Kind::kReady || report.kind == Report::Kind::kRefused)) {
       answered[i] = true;
+      if (report.kind == Report::Kind::kReady) {
+        report.body.update(sessions[i]->staging().to_json());
+        if (sessions[i]->staging().sent) report.body["staged_by"] = hello.host;
+      }
     }
     if (report.kind == Report::Kind::kEnded) ended_nodes.insert(report.body.value("node", -1));
     link.report(report, hello.token);

@@ -57,7 +57,7 @@ set(CPACK_COMPONENTS_ALL ${ddprun_components})
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_STRIP_FILES ON)
-# dpkg-shlibdeps computes Depends from what the binaries link (glibc, libudev; libtorch for
+# dpkg-shlibdeps computes Depends from what the binaries link (glibc; libtorch for
 # ddp_resnet).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_LAUNCHER_PACKAGE_NAME ddprun)

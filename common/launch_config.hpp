@@ -80,6 +80,8 @@ struct ClusterConfig {
   bool via_srun = false;
   std::vector<std::string> forward;  // -x: "NAME" or "NAME=VALUE"
   std::string remote_ddprun;         // ddprun's path on the hosts; empty: this executable's
+  // A host without this ddprun at remote_ddprun gets a copy in its cache (cluster/staging.hpp).
+  bool stage = true;
   // Every host must be reached and pass its checks within this.
   std::chrono::milliseconds connect_timeout{30'000};
   // A remote agent that hears nothing from this command for this long stops its workers.

@@ -114,6 +114,8 @@ constexpr OptionSpec kOptions[] = {
     {"ssh-command", "", "CMD", kHosts,
      "How to reach a host; the host is appended\n[\"ssh -o BatchMode=yes\"]"},
     {"remote-ddprun", "", "PATH", kHosts, "ddprun on the hosts [this ddprun's absolute path]"},
+    {"no-stage", "", "", kHosts,
+     "A host without this ddprun at --remote-ddprun fails\nthe preflight [it gets a copy in its cache]"},
     {"connect-timeout", "", "SECONDS", kHosts, "Every host reached and checked within this [30]"},
     {"hangup-timeout", "", "SECONDS", kHosts,
      "A remote agent that hears nothing from this\ncommand for this long stops its workers [10]"},

@@ -20,8 +20,9 @@ namespace ddprun {
 namespace {
 
 // Flags that mean something only with --hosts or --hostfile, and only to the command.
-constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "connect-timeout",
-                                           "hangup-timeout", "fanout",        "tree-threshold"};
+constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "no-stage",
+                                           "connect-timeout", "hangup-timeout", "fanout",
+                                           "tree-threshold"};
 // The command's own besides those: never passed on to the agents.
 constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run", "token-file"};
 // Flags the command sets for each host itself.
@@ -99,6 +100,7 @@ RawOptions build_hosts_config(const RawOptions& raw, const std::vector<std::stri
     }
   }
   if (auto* v = options.find("remote-ddprun")) cluster.remote_ddprun = parse_nonempty(*v);
+  cluster.stage = !options.flag("no-stage");
   if (auto* v = options.find("connect-timeout")) {
     cluster.connect_timeout = parse_seconds(v->text, v->label, false);
   }

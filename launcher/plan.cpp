@@ -173,14 +173,26 @@ std::string format_plan(const json& plan) {
     }
     out += fmt::format("  {:<4}  {:<{}}  {:<7}  {}\n", node, host, host_width, workers, ranks);
   }
+  const bool staging = plan.contains("staging");
   for (const auto& n : plan["nodes"]) {
     if (!n.contains("command")) continue;
-    out += fmt::format("  command for node {}: {}\n", n["node"].get<int>(),
-                       shell_join(n["command"].get<std::vector<std::string>>()));
+    auto command = n["command"].get<std::vector<std::string>>();
+    // The staging script is the same for every host and long: said once, below.
+    if (staging) command.back() = "<staging script>";
+    out += fmt::format("  command for node {}: {}\n", n["node"].get<int>(), shell_join(command));
     if (n.contains("args")) {
       out += fmt::format("    its agent's arguments (in the session's hello): {}\n",
                          shell_join(n["args"].get<std::vector<std::string>>()));
     }
+  }
+  if (staging) {
+    const auto& st = plan["staging"];
+    out += fmt::format(
+        "  staging script: each host runs {} when it is ddprun {}, else the copy of this ddprun "
+        "(SHA-256 {}, {} bytes) in its cache, sent when missing or damaged; --no-stage: no "
+        "copy; --dry-run=json shows the script\n",
+        st["remote_ddprun"].get<std::string>(), st["version"].get<std::string>(),
+        st["sha256"].get<std::string>(), st["size"].get<std::size_t>());
   }
   if (plan.contains("forwarded_env")) {
     out += fmt::format("  forwarded to every host (values not shown): {}\n",

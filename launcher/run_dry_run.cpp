@@ -27,6 +27,7 @@ int run_dry_run(const LaunchConfig& config) {
   for (std::size_t i = 0; head && i < config.cluster->hosts.size(); ++i) {
     plan["nodes"][i]["args"] = head->agent_args(i);
   }
+  if (head && !head->staging().empty()) plan["staging"] = head->staging();
   // This node's bindings; with --hosts each host plans its own when its agent starts.
   if (!config.cluster && config.binding != Binding::kNone) {
     try {

@@ -78,12 +78,13 @@ sshd_up() {
     local conf=$dir/sshd-$i.conf
     # No AcceptEnv line: sshd then accepts no environment from clients (its default), so workers
     # see only what the launcher passes on the command line. StrictModes no: the keys live under
-    # /tmp. MaxStartups and MaxSessions: a launcher may open many connections at once.
+    # /tmp. MaxStartups and MaxSessions: a launcher may open many connections at once. SetEnv:
+    # each node's ddprun cache (a staged ddprun) in DIR, its own, as on separate machines.
     printf '%s\n' "ListenAddress $net.$i:22" "HostKey $dir/host_key" \
       "AuthorizedKeysFile $dir/authorized_keys" 'StrictModes no' 'PasswordAuthentication no' \
       'KbdInteractiveAuthentication no' 'UsePAM no' 'PermitRootLogin prohibit-password' \
       "PidFile $dir/sshd-$i.pid" 'MaxStartups 200:30:400' 'MaxSessions 100' 'PrintMotd no' \
-      'PrintLastLog no' >"$conf"
+      'PrintLastLog no' "SetEnv XDG_CACHE_HOME=$dir/cache-$i" >"$conf"
     rm -f "$dir/sshd-$i.pid"
     if ! /usr/sbin/sshd -t -f "$conf"; then
       echo "netns-cluster: the sshd config for node $i ($conf) is invalid" >&2

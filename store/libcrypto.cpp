@@ -28,12 +28,13 @@ LibCrypto load() {
   void* handle = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     throw Error(fmt::format("cannot load {} (OpenSSL, Debian package libssl3), needed for the "
-                            "store's authentication and for etcd: {}",
+                            "store's authentication, for etcd and to stage ddprun on hosts: {}",
                             kSoname, dlerror()));
   }
   LibCrypto lib;
   resolve(handle, lib.hmac, "HMAC");
   resolve(handle, lib.evp_sha256, "EVP_sha256");
+  resolve(handle, lib.evp_digest, "EVP_Digest");
   resolve(handle, lib.crypto_memcmp, "CRYPTO_memcmp");
   resolve(handle, lib.err_get_error, "ERR_get_error");
   resolve(handle, lib.evp_encode_block, "EVP_EncodeBlock");

@@ -12,7 +12,8 @@ catch_discover_tests(cluster_unit_tests TEST_PREFIX "unit: ")
 # here): loopback addresses play the hosts.
 add_executable(hosts_tests
   integration/ddprun_process.cpp
-  integration/test_hosts.cpp)
+  integration/test_hosts.cpp
+  integration/test_staging.cpp)
 target_link_libraries(hosts_tests PRIVATE ddprun_test_main ddprun_test_support)
 target_compile_definitions(hosts_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "integration/ddprun_process.hpp"
@@ -90,11 +92,22 @@ TEST_CASE("dry run: several hosts, their ranks and commands, nothing contacted",
   bool foo_named = false;
   for (const auto& name : plan["forwarded_env"]) foo_named = foo_named || name == "FOO";
   CHECK(foo_named);
+  // What a host without this ddprun gets: this binary, by its digest.
+  CHECK(plan["staging"]["size"].get<std::size_t>() == std::filesystem::file_size(DDPRUN_BINARY));
+  CHECK(plan["staging"]["sha256"].get<std::string>().size() == 64);
+  CHECK_THAT(command.back().get<std::string>(), Contains(plan["staging"]["sha256"].get<std::string>()));
+  auto no_stage = args;
+  no_stage.insert(no_stage.begin(), "--no-stage");
+  const auto plain = plan_of(no_stage);
+  CHECK_FALSE(plain.contains("staging"));
+  CHECK_THAT(plain["nodes"][1]["command"].back().get<std::string>(), !Contains("ddprun-stage"));
 
   args.insert(args.begin(), "--dry-run");
   DdprunProcess table(args);
   REQUIRE(table.wait(30s) == 0);
   CHECK_THAT(table.output(), Contains("command for node 2: /nonexistent/ssh -p 2222"));
+  CHECK_THAT(table.output(), Contains(" 10.0.0.3 '<staging script>'\n"));
+  CHECK_THAT(table.output(), Contains("staging script: each host runs "));
   CHECK_THAT(table.output(), Contains("forwarded to every host (values not shown):"));
   CHECK_THAT(table.output(), !Contains("secret"));
   // The usage error it would have hit, as without --dry-run.

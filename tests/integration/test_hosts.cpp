@@ -123,7 +123,8 @@ TEST_CASE("a program missing on the hosts, or a missing ddprun, starts nothing",
     CHECK(count_of(p.output(), "cannot run /nonexistent/train: No such file or directory") == 2);
   }
   {
-    DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2", {"--remote-ddprun=/nonexistent/ddprun"}));
+    DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2",
+                             {"--remote-ddprun=/nonexistent/ddprun", "--no-stage"}));
     CHECK(p.wait(kHang) == 123);
     CHECK_THAT(p.output(), Contains("127.0.0.2  node 1: /nonexistent/ddprun not found there"));
   }

@@ -3,9 +3,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "cluster/session_protocol.hpp"
+#include "cluster/staging.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 
@@ -122,4 +125,21 @@ TEST_CASE("session: the remote command survives the remote shell", "[cluster][se
   for (std::size_t n; (n = fread(buf, 1, sizeof(buf), sh)) > 0;) got.append(buf, n);
   CHECK(pclose(sh) == 0);
   CHECK(got == "[--flag=it's][two words][$HOME][`id`][a\"b][\\][]");
+}
+
+TEST_CASE("the staging command is one line that any login shell passes to sh whole",
+          "[session]") {
+  StagedBinary binary;
+  binary.version = "1.2.3-gabc";
+  binary.sha256 = std::string(64, 'f');
+  binary.bytes = std::make_shared<const std::string>("x");
+  const auto command = staging_command("/opt/dd prun/ddprun", binary);
+  // csh cannot take a newline inside quotes; the script's own text has no single quote, so the
+  // quoting is the plain '...' every shell reads alike.
+  CHECK(command.find('\n') == std::string::npos);
+  CHECK(command.rfind("exec sh -c '", 0) == 0);
+  CHECK_THAT(command, Catch::EndsWith("' ddprun-stage '/opt/dd prun/ddprun' 1.2.3-gabc " +
+                                      binary.sha256));
+  CHECK(std::count(command.begin(), command.end(), '\'') == 4);
+  CHECK(binary.header() == "1 " + binary.sha256 + "\n");
 }

@@ -1,0 +1,119 @@
+#include "cluster/staging.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "cluster/session_protocol.hpp"
+#include "common/error.hpp"
+#include "common/strings.hpp"
+#include "common/version.hpp"
+#include "store/libcrypto.hpp"
+
+namespace ddprun {
+namespace {
+
+// One line, as a login shell of any kind (csh's too) takes a quoted argument: no newline, no
+// single quote. $1: --remote-ddprun, $2: the version, $3: the binary's SHA-256.
+//
+// /tmp/ddprun-<uid> is used only when it is this user's own directory (not a link, mode 0700):
+// another user could otherwise swap the copy between its check and its start.
+constexpr std::string_view kScript[] = {
+    "p=$1 v=$2 s=$3;",
+    "if command -v \"$p\" >/dev/null 2>&1 && [ \"$(\"$p\" --version 2>/dev/null)\" = \"ddprun $v\" ];",
+    "then exec \"$p\" --ddprun-session; fi;",
+    "t=/tmp/ddprun-$(id -u);",
+    "private() { [ \"$1\" != \"$t/cache\" ] || { mkdir -m 700 \"$t\" 2>/dev/null;",
+    "  [ ! -L \"$t\" ] && [ -O \"$t\" ] && chmod 700 \"$t\" 2>/dev/null; }; };",
+    "set -- \"${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/ddprun\" \"$t/cache\";",
+    "for b do f=$b/$v-$s/ddprun;",
+    "  if [ -f \"$f\" ] && private \"$b\" && [ \"$(sha256sum <\"$f\" 2>/dev/null)\" = \"$s  -\" ];",
+    "  then echo \"ddprun-stage: cached\"; exec \"$f\" --ddprun-session; fi;",
+    "done;",
+    // The hello the command sent first: it sends it again once the copy is in place.
+    "IFS= read -r _ || exit 125;",
+    "why=\"no cache directory\";",
+    "for b do",
+    "  if ! private \"$b\"; then why=\"$t is not a private directory of this user\"; continue; fi;",
+    "  echo \"ddprun-stage: send\";",
+    "  IFS=\" \" read -r n h || exit 125;",
+    "  d=$b/$v-$h; w=$d/.ddprun.$$; f=$d/ddprun;",
+    "  if ! mkdir -p \"$d\" 2>/dev/null || ! chmod 700 \"$d\" 2>/dev/null;",
+    "  then head -c \"$n\" >/dev/null; why=\"cannot create $d\"; continue; fi;",
+    // A failed write (full, read-only) still reads every byte: the stream stays in step.
+    "  if ! head -c \"$n\" | { cat >\"$w\" 2>/dev/null || { cat >/dev/null; false; }; };",
+    "  then rm -f \"$w\"; why=\"cannot write $w (full or read-only)\"; continue; fi;",
+    "  if [ \"$(sha256sum <\"$w\")\" != \"$h  -\" ];",
+    "  then rm -f \"$w\"; why=\"the copy written to $w is not what was sent\"; continue; fi;",
+    "  chmod 700 \"$w\";",
+    // Linked, never renamed over a good copy another job put there at the same time; a copy
+    // that fails its check is replaced.
+    "  if ln \"$w\" \"$f\" 2>/dev/null || [ \"$(sha256sum <\"$f\" 2>/dev/null)\" = \"$h  -\" ] ||",
+    "     mv -f \"$w\" \"$f\";",
+    "  then rm -f \"$w\"; echo \"ddprun-stage: hello\"; exec \"$f\" --ddprun-session; fi;",
+    "  rm -f \"$w\"; why=\"cannot put the copy at $f\";",
+    "done;",
+    "echo \"ddprun: cannot stage ddprun $v on $(hostname): $why\" >&2; exit 125",
+};
+
+}  // namespace
+
+std::string StagedBinary::header() const {
+  return fmt::format("{} {}\n", bytes->size(), sha256);
+}
+
+std::shared_ptr<const StagedBinary> read_own_binary() {
+  constexpr const char* kSelf = "/proc/self/exe";
+  const int fd = ::open(kSelf, O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw Error(fmt::format("cannot read this ddprun ({}) to send it: {}", kSelf,
+                            errno_message(err)));
+  }
+  auto bytes = std::make_shared<std::string>(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < bytes->size()) {
+    const auto n = ::read(fd, bytes->data() + done, bytes->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      throw Error(fmt::format("cannot read this ddprun ({}) to send it: {}", kSelf,
+                              err != 0 ? errno_message(err) : std::string("it ended early")));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  const auto& crypto = store::libcrypto();
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (crypto.evp_digest(bytes->data(), bytes->size(), digest, &size, crypto.evp_sha256(),
+                        nullptr) != 1) {
+    throw Error("cannot compute the SHA-256 of this ddprun (libcrypto's EVP_Digest failed)");
+  }
+  auto binary = std::make_shared<StagedBinary>();
+  binary->version = ddprun_version();
+  for (unsigned int i = 0; i < size; ++i) binary->sha256 += fmt::format("{:02x}", digest[i]);
+  binary->bytes = std::move(bytes);
+  return binary;
+}
+
+std::string staging_command(std::string_view remote_ddprun, const StagedBinary& binary) {
+  std::string script;
+  for (auto line : kScript) {
+    if (!script.empty()) script += ' ';
+    // Leading spaces only make the source readable.
+    script += line.substr(line.find_first_not_of(' '));
+  }
+  return fmt::format("exec sh -c {} ddprun-stage {} {} {}", shell_quote(script),
+                     shell_quote(remote_ddprun), shell_quote(binary.version),
+                     shell_quote(binary.sha256));
+}
+
+}  // namespace ddprun

@@ -1,0 +1,214 @@
+// `--hosts` staging ddprun on hosts that lack it (cluster/staging.hpp), end to end with the real
+// binary over tests/support/local_ssh.sh; each "host" has a HOME of its own (LOCAL_SSH_HOMES),
+// so its cache is its own. The same over real OpenSSH: tests/netns/ssh_hosts.sh, check
+// "staging".
+
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "integration/ddprun_process.hpp"
+#include "testing/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kHang = 60s;
+const std::string kMissing = "--remote-ddprun=/nonexistent/ddprun";
+
+std::string version() {
+  DdprunProcess p({"--version"});
+  p.wait(kHang);
+  auto out = p.output();
+  out = out.substr(out.find(' ') + 1);
+  return out.substr(0, out.find('\n'));
+}
+
+// `ddprun --hosts=HOSTS FLAGS... --no-python true`, each host's HOME under `homes`.
+std::vector<std::string> job(const std::string& hosts, std::vector<std::string> flags) {
+  std::vector<std::string> args{"--hosts=" + hosts, "--ssh-command=" LOCAL_SSH,
+                                "--master-port=" + std::to_string(free_port())};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"--no-python", "true"});
+  return args;
+}
+
+std::map<std::string, std::string> homes_env(const TempDir& homes) {
+  return {{"LOCAL_SSH_HOMES", homes.path()}};
+}
+
+// The copies of ddprun in a cache directory: path -> whether it is this ddprun, byte for byte.
+std::map<std::string, bool> copies_in(const std::string& cache) {
+  static const std::string self = read_file(DDPRUN_BINARY);
+  std::map<std::string, bool> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(cache, ec)) {
+    if (e.is_regular_file()) out[e.path().string()] = read_file(e.path().string()) == self;
+  }
+  return out;
+}
+
+std::string cache_of(const TempDir& homes, const std::string& host) {
+  return homes.file(host) + "/.cache/ddprun";
+}
+
+}  // namespace
+
+TEST_CASE("a host without ddprun gets a copy in its cache and the next job runs it from there",
+          "[hosts][staging]") {
+  TempDir homes;
+  const auto v = version();
+  {
+    DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing}), homes_env(homes));
+    REQUIRE(p.wait(kHang) == 0);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("staged ddprun " + v + " on 2 host(s) that lacked it "
+                                    "(2 sent from here, 0 by relays)"));
+    CHECK_THAT(p.output(), Contains("every worker succeeded"));
+  }
+  for (const auto* host : {"127.0.0.1", "127.0.0.2"}) {
+    INFO(host);
+    const auto copies = copies_in(cache_of(homes, host));
+    REQUIRE(copies.size() == 1);  // no temporary file left
+    const auto& [path, same] = *copies.begin();
+    CHECK(same);
+    CHECK(fs::path(path).filename() == "ddprun");
+    CHECK(fs::path(path).parent_path().filename().string().rfind(v + "-", 0) == 0);
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+  }
+
+  // The next job: the cached copies run, nothing is sent.
+  {
+    DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing}), homes_env(homes));
+    REQUIRE(p.wait(kHang) == 0);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("ddprun " + v + " from the cache on 2 host(s): 127.0.0.1, 127.0.0.2"));
+    CHECK_THAT(p.output(), !Contains("staged ddprun"));
+  }
+
+  // A cached copy damaged: it fails its check, that host gets a new one.
+  const auto damaged = copies_in(cache_of(homes, "127.0.0.2")).begin()->first;
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    f.write("\xde\xad\xbe\xef", 4);
+  }
+  CHECK_FALSE(copies_in(cache_of(homes, "127.0.0.2")).begin()->second);
+  {
+    DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing}), homes_env(homes));
+    REQUIRE(p.wait(kHang) == 0);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("staged ddprun " + v + " on 1 host(s) that lacked it "
+                                    "(1 sent from here, 0 by relays), "));
+    CHECK_THAT(p.output(), Contains("from the cache on 1 host(s): 127.0.0.1"));
+  }
+  CHECK(copies_in(cache_of(homes, "127.0.0.2")) == std::map<std::string, bool>{{damaged, true}});
+}
+
+TEST_CASE("a host with another version of ddprun gets this one; --no-stage refuses instead",
+          "[hosts][staging]") {
+  TempDir homes;
+  const auto older = homes.file("older-ddprun");
+  {
+    std::ofstream f(older);
+    f << "#!/bin/sh\necho 'ddprun 0.0.1'\n";
+  }
+  fs::permissions(older, fs::perms::owner_all);
+  {
+    DdprunProcess p(job("127.0.0.1", {"--remote-ddprun=" + older}), homes_env(homes));
+    REQUIRE(p.wait(kHang) == 0);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));
+    CHECK(copies_in(cache_of(homes, "127.0.0.1")).size() == 1);
+  }
+  {
+    TempDir empty;
+    DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing, "--no-stage"}), homes_env(empty));
+    CHECK(p.wait(kHang) == 123);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("127.0.0.2  node 1: /nonexistent/ddprun not found there"));
+    CHECK(copies_in(empty.path()).empty());
+  }
+}
+
+TEST_CASE("through the tree each relay stages its own subtree from its copy", "[hosts][staging]") {
+  TempDir homes;
+  std::string hosts;
+  for (int i = 1; i <= 6; ++i) hosts += (i > 1 ? "," : "") + ("127.0.0." + std::to_string(i));
+  DdprunProcess p(job(hosts, {kMissing, "--tree-threshold=2", "--fanout=2"}), homes_env(homes));
+  REQUIRE(p.wait(kHang) == 0);
+  INFO(p.output());
+  // The command sends two copies (its fan-out); the two relays send the other four.
+  CHECK_THAT(p.output(), Contains("on 6 host(s) that lacked it (2 sent from here, 4 by relays)"));
+  for (int i = 1; i <= 6; ++i) {
+    const auto copies = copies_in(cache_of(homes, "127.0.0." + std::to_string(i)));
+    CHECK(copies.size() == 1);
+    CHECK(copies.begin()->second);
+  }
+}
+
+TEST_CASE("two jobs staging to one host at once both run and leave one good copy",
+          "[hosts][staging]") {
+  TempDir home;  // one HOME for all four sessions of the two jobs: one host, as its cache sees it
+  DdprunProcess a(job("127.0.0.1,127.0.0.2", {kMissing}), {{"HOME", home.path()}});
+  DdprunProcess b(job("127.0.0.1,127.0.0.2", {kMissing}), {{"HOME", home.path()}});
+  CHECK(a.wait(kHang) == 0);
+  CHECK(b.wait(kHang) == 0);
+  const auto copies = copies_in(home.path() + "/.cache/ddprun");
+  INFO(a.output() << b.output());
+  REQUIRE(copies.size() == 1);
+  CHECK(copies.begin()->second);
+}
+
+TEST_CASE("a full home puts the copy in the user's private directory under /tmp, and no room "
+          "anywhere is one clear line", "[hosts][staging]") {
+  // Each session in a mount namespace of its own: a 1 MiB home (too small for ddprun) and a
+  // /tmp of its own (the machine's /tmp is not touched).
+  TempDir dir;
+  const auto ssh = dir.file("small_home_ssh");
+  {
+    std::ofstream f(ssh);
+    f << "#!/bin/sh\n"
+         "exec unshare -m sh -c 'mount -t tmpfs -o size=\"$TMP_SIZE\" tmpfs /tmp &&"
+         " mkdir -p \"$HOME\" && mount -t tmpfs -o size=1m tmpfs \"$HOME\" && exec \"$@\"'"
+         " small-home " LOCAL_SSH " \"$@\"\n";
+  }
+  fs::permissions(ssh, fs::perms::owner_all);
+  {
+    Child probe(SpawnSpec{{"unshare", "-m", "true"}, {}, {}});
+    if (exit_code(probe.wait(kHang)) != 0) {
+      WARN("skipped: cannot make a mount namespace here (unshare -m)");
+      return;
+    }
+  }
+  const std::string home = "/tmp/ddprun-staging-home";  // inside the namespace's own /tmp
+  auto args = job("127.0.0.1", {kMissing, "--ssh-command=" + ssh});
+  // The worker says what its agent runs: the staged copy.
+  args.erase(args.end() - 1);
+  args.insert(args.end(), {"sh", "-c", "echo \"agent runs $(readlink /proc/$PPID/exe)\""});
+  {
+    DdprunProcess p(args, {{"HOME", home}, {"TMP_SIZE", "64m"}});
+    REQUIRE(p.wait(kHang) == 0);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));
+    CHECK_THAT(p.output(), Contains("agent runs /tmp/ddprun-" + std::to_string(::getuid()) +
+                                    "/cache/" + version() + "-"));
+  }
+  {
+    DdprunProcess p(args, {{"HOME", home}, {"TMP_SIZE", "1m"}});
+    CHECK(p.wait(kHang) == 123);
+    INFO(p.output());
+    CHECK_THAT(p.output(), Contains("127.0.0.1  node 0: not staged: ddprun: cannot stage ddprun " +
+                                    version() + " on "));
+    CHECK_THAT(p.output(), Contains("(full or read-only)"));
+  }
+}

@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 cluster="$here/scripts/netns-cluster.sh"
 self="$here/tests/netns/ssh_hosts.sh"
 checks=(env_and_ranks tree_fanout exit_code_from_host sigint sigint_to_process_group sigkill
-  hangup_after_cut unreachable_hosts output_lines status_and_metrics)
+  hangup_after_cut unreachable_hosts output_lines status_and_metrics staging)
 if [[ -n ${SSH_HOSTS_CHECKS:-} ]]; then read -ra checks <<<"$SSH_HOSTS_CHECKS"; fi
 
 # --- stage 1: the cluster -------------------------------------------------------------------
@@ -423,6 +423,41 @@ check_output_lines() {
     }' "$out.out")
   [[ -z $report ]] || fail "$prefixed prefixed lines on stdout, not 4 x 2000 whole lines in order:"$'\n'"$report"
   echo "ok: 8000 lines, each whole with its [host:rank]: prefix, 2000 per rank in order"
+}
+
+# g) Staging over real ssh: no host has ddprun at --remote-ddprun, so each gets this one in its
+#    own cache (sshd's SetEnv XDG_CACHE_HOME, scripts/netns-cluster.sh); through the tree, node 2
+#    sends node 3 its own copy. The next job runs the cached copies; a damaged one is replaced.
+check_staging() {
+  local staged=(--hosts="$hosts" --remote-ddprun=/nonexistent/ddprun --tree-threshold=2 --fanout=2)
+  launch "${staged[@]}" --master-port=29510
+  finish 120
+  [[ $status -eq 0 ]] || fail "exit code $status, expected 0"
+  grep -q "on 3 host(s) that lacked it (2 sent from here, 1 by relays)" "$out.err" ||
+    fail "the command did not say it staged ddprun on 3 hosts, 1 through a relay"
+  local i copy
+  for i in 2 3 4; do
+    copy=$(find "$sshdir/cache-$i/ddprun" -type f)
+    [[ $(wc -l <<<"$copy") -eq 1 ]] || fail "node $i's cache holds '$copy', not one copy"
+    cmp -s "$copy" "$ddprun" || fail "node $i's copy $copy is not this ddprun"
+  done
+  echo "ok: 3 hosts without ddprun ran this one from their caches, node 3's sent by node 2"
+
+  launch "${staged[@]}" --master-port=29510
+  finish 120
+  [[ $status -eq 0 ]] || fail "second job: exit code $status, expected 0"
+  grep -q "from the cache on 3 host(s)" "$out.err" || fail "the second job did not reuse the caches"
+  ! grep -q "staged ddprun" "$out.err" || fail "the second job sent ddprun again"
+
+  copy=$(find "$sshdir/cache-3/ddprun" -type f)
+  printf 'damaged' | dd of="$copy" bs=1 seek=8192 conv=notrunc status=none
+  launch "${staged[@]}" --master-port=29510
+  finish 120
+  [[ $status -eq 0 ]] || fail "third job: exit code $status, expected 0"
+  grep -q "on 1 host(s) that lacked it (0 sent from here, 1 by relays), .*: $NODE_3_ADDR" "$out.err" ||
+    fail "node 3's damaged copy was not replaced"
+  cmp -s "$copy" "$ddprun" || fail "node 3's copy is still damaged"
+  echo "ok: the next job ran the cached copies; a damaged copy was sent again and replaced"
 }
 
 "check_$name"

@@ -10,7 +10,8 @@ unset PYTHON_EXEC DDPRUN_TOKEN $(compgen -v | grep -E '^(PET|TORCHELASTIC)_' || 
 here=$(cd "$(dirname "$0")/../.." && pwd)
 slurm="$here/scripts/slurm-cluster.sh"
 checks=(srun_no_flags heterogeneous_nodes exit_code_through_srun one_task_per_node
-  signal_reaches_workers sbatch_hosts_slurm exit_code_through_sbatch scancel_leaves_nothing)
+  signal_reaches_workers sbatch_hosts_slurm exit_code_through_sbatch scancel_leaves_nothing
+  staging_hosts_slurm)
 if [[ -n ${SLURM_CHECKS:-} ]]; then read -ra checks <<<"$SLURM_CHECKS"; fi
 
 [[ $# -eq 1 ]] || { echo "usage: $0 DDPRUN_BINARY" >&2; exit 2; }
@@ -150,6 +151,25 @@ check_sbatch_hosts_slurm() {
   done
   [[ $(value "$out/env_3" SLURMD_NODENAME) == n2 ]] || fail "rank 3 not on n2"
   grep -q "srun --nodes=1" "$out/log" || fail "the agents were not started with srun"
+}
+
+# --hosts=slurm on nodes without ddprun at --remote-ddprun: they get this one through srun's
+# session, into the cache (one directory for both nodes here: the filesystem is shared).
+check_staging_hosts_slurm() {
+  local out=$work/staged
+  mkdir -p "$out"
+  sbatch_script staged "env XDG_CACHE_HOME=$out/cache $ddprun --hosts=slurm --remote-ddprun=/nonexistent/ddprun --nproc-per-node=2 --no-python sh -c 'env > $out/env_\$RANK'"
+  on_login timeout 120 sbatch --wait -N2 -o "$out/log" "$work/staged.sbatch" >/dev/null ||
+    { cat "$out/log"; fail "the job failed"; }
+  for r in 0 1 2 3; do
+    [[ $(value "$out/env_$r" WORLD_SIZE) == 4 ]] || { cat "$out/log"; fail "rank $r: WORLD_SIZE"; }
+  done
+  grep -q "staged ddprun .* on [12] host(s) that lacked it" "$out/log" ||
+    { cat "$out/log"; fail "the command did not say it staged ddprun"; }
+  local copy
+  copy=$(find "$out/cache/ddprun" -type f)
+  [[ $(wc -l <<<"$copy") -eq 1 ]] || fail "the cache holds '$copy', not one copy"
+  cmp -s "$copy" "$ddprun" || fail "the copy $copy is not this ddprun"
 }
 
 check_exit_code_through_sbatch() {

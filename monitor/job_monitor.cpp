@@ -76,7 +76,7 @@ void JobMonitor::start_server() {
 }
 
 void JobMonitor::finish() {
-  if (publisher_) publisher_->finish(3s);
+  if (publisher_) publisher_->finish(1s);
 }
 
 int JobMonitor::metrics_port() const { return server_ ? server_->metrics_port() : -1; }

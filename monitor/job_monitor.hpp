@@ -48,7 +48,8 @@ class JobMonitor {
   void attach_store(store::StoreOpener open_store,
                     std::function<std::optional<std::uint64_t>()> store_requests = nullptr);
 
-  // The run has ended and the board says how: the last record goes to the store.
+  // The run has ended and the board says how: the last record goes to the store (when one was
+  // written there and the store is still reachable; at most a second).
   void finish();
   // Stops serving and publishing, waiting for any request in progress: after it, nothing of
   // this monitor touches the store again. For before the store itself goes.

@@ -34,7 +34,8 @@ class StatusPublisher {
   StatusPublisher(const StatusPublisher&) = delete;
   StatusPublisher& operator=(const StatusPublisher&) = delete;
 
-  // The run has ended (the board says how): writes the last record, within `timeout`, and stops.
+  // The run has ended (the board says how): updates the record already written, on its live
+  // connection, within `timeout`, and stops. With no record or no connection: stops at once.
   void finish(std::chrono::milliseconds timeout);
 
  private:

@@ -412,7 +412,8 @@ struct ClusterHead::Impl {
           io, top[t].argv, token,
           RemoteSession::Handlers{[this, t](const Report& r) { on_report(t, r); },
                                   [this, t](int code) { on_session_ended(t, code); },
-                                  [this] { return binary; }}));
+                                  binary ? std::function([this] { return binary; })
+                                         : nullptr}));
     }
     if (tree) {
       spdlog::info("starting agents on {} hosts with {}: {} directly, each of those starting "

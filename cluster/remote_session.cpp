@@ -63,6 +63,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   // Shared: the binary goes to many hosts from one copy in memory.
   std::deque<std::shared_ptr<const std::string>> outbox;
   bool reported = false;  // a report came: the agent runs, staging is over
+  std::vector<std::string> held_input;  // lines for the agent, until it reports
   int sends = 0;
   Clock::time_point stage_started;
   Staging staging;
@@ -150,7 +151,11 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
         if (auto report = decode_report(token, line)) {
           write_all(STDOUT_FILENO, batch);
           batch.clear();
-          reported = true;
+          if (!reported) {
+            reported = true;
+            for (const auto& held_line : held_input) send(held_line);
+            held_input.clear();
+          }
           if (handlers.on_report) handlers.on_report(*report);
           continue;
         }
@@ -178,9 +183,14 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     if (line == kStageCached) {
       staging.cached = true;
     } else if (line == kStageSend) {
-      // One per cache directory the script tries; more would be a confused remote.
-      if (++sends > 2) return true;
+      // One per cache directory the script tries; more would be a confused remote, which
+      // would otherwise wait for bytes until the connect timeout.
+      if (++sends > 2) {
+        close_input();
+        return true;
+      }
       if (sends == 1) stage_started = Clock::now();
+      if (input_closed) return true;
       std::shared_ptr<const StagedBinary> binary;
       try {
         binary = handlers.binary();
@@ -194,7 +204,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
       send(binary->header(), false);
       outbox.push_back(binary->bytes);
       flush();
-    } else if (line == kStageHello) {
+    } else if (line == kStageHello && sends > 0) {
       staging.sent = true;
       staging.seconds = std::chrono::duration<double>(Clock::now() - stage_started).count();
       send(hello);
@@ -265,7 +275,13 @@ RemoteSession::~RemoteSession() {
 }
 
 void RemoteSession::start(const std::string& hello) { state_->start(hello); }
-void RemoteSession::send(const std::string& line) { state_->send(line); }
+void RemoteSession::send(const std::string& line) {
+  if (!state_->reported) {
+    state_->held_input.push_back(line);
+    return;
+  }
+  state_->send(line);
+}
 void RemoteSession::close_input() { state_->close_input(); }
 void RemoteSession::kill() {
   if (state_->pid > 0 && !state_->exited) ::kill(-state_->pid, SIGKILL);

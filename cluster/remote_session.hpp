@@ -52,7 +52,9 @@ class RemoteSession {
   // Starts the process (in its own process group, killed if this process dies) and sends
   // `hello` as its first input line. Throws Error when it cannot be started.
   void start(const std::string& hello);
-  // Queues one line (without '\n') for the agent's stdin.
+  // Queues one line (without '\n') for the agent's stdin. Until the agent's first report the
+  // line is held (a remote command that stages ddprun reads its stdin until then); the control
+  // lines sent in that time are pings, which the agent does not need before its checks end.
   void send(const std::string& line);
   // End of input: the agent stops (before "go": without starting anything).
   void close_input();

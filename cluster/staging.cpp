@@ -24,24 +24,31 @@ namespace {
 // another user could otherwise swap the copy between its check and its start.
 constexpr std::string_view kScript[] = {
     "p=$1 v=$2 s=$3;",
-    "if command -v \"$p\" >/dev/null 2>&1 && [ \"$(\"$p\" --version 2>/dev/null)\" = \"ddprun $v\" ];",
+    "if command -v \"$p\" >/dev/null 2>&1 && [ \"$(\"$p\" --version </dev/null 2>/dev/null)\" = \"ddprun $v\" ];",
     "then exec \"$p\" --ddprun-session; fi;",
     "t=/tmp/ddprun-$(id -u);",
+    // One look that does not follow a link (stat, not test -O): this user's directory, 0700.
     "private() { [ \"$1\" != \"$t/cache\" ] || { mkdir -m 700 \"$t\" 2>/dev/null;",
-    "  [ ! -L \"$t\" ] && [ -O \"$t\" ] && chmod 700 \"$t\" 2>/dev/null; }; };",
+    "  [ \"$(stat -c \"%u %a %F\" \"$t\" 2>/dev/null)\" = \"$(id -u) 700 directory\" ]; }; };",
     "set -- \"${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/ddprun\" \"$t/cache\";",
     "for b do f=$b/$v-$s/ddprun;",
     "  if [ -f \"$f\" ] && private \"$b\" && [ \"$(sha256sum <\"$f\" 2>/dev/null)\" = \"$s  -\" ];",
     "  then echo \"ddprun-stage: cached\"; exec \"$f\" --ddprun-session; fi;",
     "done;",
+    "fail() { echo \"ddprun: cannot stage ddprun $v on $(hostname): $1\" >&2; exit 125; };",
+    "for c in head cat sha256sum ln mv; do command -v $c >/dev/null || fail \"no $c on PATH\"; done;",
     // The hello the command sent first: it sends it again once the copy is in place.
-    "IFS= read -r _ || exit 125;",
-    "why=\"no cache directory\";",
+    "IFS= read -r _ || fail \"the input ended\";",
+    "why=\"no cache directory\"; w=;",
+    "trap \"rm -f \\\"\\$w\\\"; exit 143\" HUP INT TERM;",
     "for b do",
     "  if ! private \"$b\"; then why=\"$t is not a private directory of this user\"; continue; fi;",
     "  echo \"ddprun-stage: send\";",
-    "  IFS=\" \" read -r n h || exit 125;",
-    "  d=$b/$v-$h; w=$d/.ddprun.$$; f=$d/ddprun;",
+    "  IFS=\" \" read -r n h || fail \"the input ended\";",
+    "  case $n in *[!0-9]*|\"\") fail \"not a size: $n\";; esac;",
+    "  case $h in *[!0-9a-f]*|\"\") fail \"not a SHA-256: $h\";; esac;",
+    // Named after the host too: a home shared by many hosts (NFS) sees the same pid on several.
+    "  d=$b/$v-$h; w=$d/.ddprun.$(hostname).$$; f=$d/ddprun;",
     "  if ! mkdir -p \"$d\" 2>/dev/null || ! chmod 700 \"$d\" 2>/dev/null;",
     "  then head -c \"$n\" >/dev/null; why=\"cannot create $d\"; continue; fi;",
     // A failed write (full, read-only) still reads every byte: the stream stays in step.
@@ -57,7 +64,7 @@ constexpr std::string_view kScript[] = {
     "  then rm -f \"$w\"; echo \"ddprun-stage: hello\"; exec \"$f\" --ddprun-session; fi;",
     "  rm -f \"$w\"; why=\"cannot put the copy at $f\";",
     "done;",
-    "echo \"ddprun: cannot stage ddprun $v on $(hostname): $why\" >&2; exit 125",
+    "fail \"$why\"",
 };
 
 }  // namespace

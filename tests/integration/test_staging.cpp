@@ -156,6 +156,25 @@ TEST_CASE("through the tree each relay stages its own subtree from its copy", "[
   }
 }
 
+TEST_CASE("pings the command sends while a host stages do not reach the staging script",
+          "[hosts][staging]") {
+  // A slow login (2 s, as across an ocean) with pings every half second (--hangup-timeout=2):
+  // the command has sent pings before the remote command reads its input.
+  TempDir homes;
+  const auto ssh = homes.file("slow_ssh");
+  {
+    std::ofstream f(ssh);
+    f << "#!/bin/sh\nsleep 2\nexec " LOCAL_SSH " \"$@\"\n";
+  }
+  fs::permissions(ssh, fs::perms::owner_all);
+  DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing, "--ssh-command=" + ssh,
+                                              "--hangup-timeout=2"}),
+                  homes_env(homes));
+  REQUIRE(p.wait(kHang) == 0);
+  INFO(p.output());
+  CHECK_THAT(p.output(), Contains("on 2 host(s) that lacked it"));
+}
+
 TEST_CASE("two jobs staging to one host at once both run and leave one good copy",
           "[hosts][staging]") {
   TempDir home;  // one HOME for all four sessions of the two jobs: one host, as its cache sees it
@@ -196,7 +215,9 @@ TEST_CASE("a full home puts the copy in the user's private directory under /tmp,
   args.erase(args.end() - 1);
   args.insert(args.end(), {"sh", "-c", "echo \"agent runs $(readlink /proc/$PPID/exe)\""});
   {
-    DdprunProcess p(args, {{"HOME", home}, {"TMP_SIZE", "64m"}});
+    // Room for two copies (the one written and the one run) and the job's own files.
+    const auto room = 2 * fs::file_size(DDPRUN_BINARY) + (16 << 20);
+    DdprunProcess p(args, {{"HOME", home}, {"TMP_SIZE", std::to_string(room)}});
     REQUIRE(p.wait(kHang) == 0);
     INFO(p.output());
     CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));

@@ -2,6 +2,7 @@
 # bench/staging.sh: what staging ddprun costs a `ddprun --hosts` job on N hosts (a real sshd per
 # host in network namespaces, scripts/netns-cluster.sh; node 1 runs the command; one /bin/true
 # worker per host). Per round, in this order:
+#   no-stage  every host has this ddprun at --remote-ddprun, --no-stage: the plain remote command
 #   present   every host has this ddprun at --remote-ddprun (the machine's filesystem is shared)
 #   staged    no host has it, every host's cache is empty: the command sends it to each
 #   cached    no host has it at --remote-ddprun, every host's cache holds it (the round before)
@@ -43,6 +44,7 @@ if [[ ${1:-} == --in-node ]]; then
   }
   for round in $(seq 0 "$runs"); do
     echo "== round $round of $runs (0: warm-up)" >&2
+    plain=$(job --no-stage)
     present=$(job)
     rm -rf "$sshdir"/cache-*
     staged=$(job --remote-ddprun=/nonexistent/ddprun)
@@ -61,7 +63,7 @@ if [[ ${1:-} == --in-node ]]; then
     with_job=$(job --remote-ddprun="$work/scp-ddprun" --no-stage)
     scp_total=$(awk -v a="$scp_only" -v b="$with_job" 'BEGIN{printf "%.3f", a + b}')
     ((round > 0)) || continue
-    printf '%s\t%s\n' present "$present" staged "$staged" staged_copy "$copy" cached "$cached" \
+    printf '%s\t%s\n' plain "$plain" present "$present" staged "$staged" staged_copy "$copy" cached "$cached" \
       scp_loop "$scp_total" scp_only "$scp_only" >>"$work/samples.tsv"
   done
   exit
@@ -107,11 +109,12 @@ echo "The binary: $((size / 1024)) KiB. Median of $runs rounds (min-max), second
 echo
 echo "| series | median | min | max |"
 echo "|---|---:|---:|---:|"
-for s in present staged staged_copy cached scp_loop scp_only; do
+for s in plain present staged staged_copy cached scp_loop scp_only; do
   awk -F'\t' -v s="$s" '$1 == s {print $2}' "$work/samples.tsv" | sort -n |
     awk -v s="$s" '{v[NR] = $1} END {
       if (NR == 0) exit
       m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      label["plain"] = "ddprun present on every host, --no-stage (no staging script)"
       label["present"] = "ddprun present on every host"
       label["staged"] = "no host has it: staged (sent to each)"
       label["staged_copy"] = "  of which the longest copy (as reported)"

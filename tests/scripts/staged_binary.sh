@@ -13,6 +13,13 @@ libs=$(ldd "$ddprun")
 extra=$(awk '$1 !~ /^(linux-vdso\.so\.1|libc\.so\.6|libm\.so\.6|\/lib64\/ld-linux-x86-64\.so\.2)$/' <<<"$libs")
 [[ -z $extra ]] || fail "ddprun links more than glibc:"$'\n'"$extra"
 echo "ok: ddprun links only glibc: $(awk '{print $1}' <<<"$libs" | tr '\n' ' ')"
+# The newest glibc symbol version it needs: the README promises hosts with glibc 2.36.
+if command -v objdump >/dev/null; then
+  newest=$(objdump -T "$ddprun" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)
+  [[ $(printf '%s\n' "$newest" GLIBC_2.36 | sort -V | tail -n 1) == GLIBC_2.36 ]] ||
+    fail "ddprun needs $newest, newer than the glibc 2.36 the README names"
+  echo "ok: the newest glibc version it needs: $newest"
+fi
 
 # 2) Runs in a root with glibc alone.
 if ! unshare -m true 2>/dev/null; then

@@ -18,11 +18,14 @@
 #include "common/failure_record.hpp"
 #include "common/strings.hpp"
 #include "common/version.hpp"
+#include "process/boost_process.hpp"
+#include "process/spawn.hpp"
 #include "store/store_auth.hpp"
 
 namespace ddprun {
 
 namespace asio = boost::asio;
+namespace bp = boost::process::v2;
 
 namespace {
 
@@ -40,7 +43,8 @@ struct ClusterHead::Impl {
        std::string dir)
       : config(c), cluster(*c.cluster), env(std::move(e)), cwd(std::move(dir)),
         remote_ddprun(cluster.remote_ddprun.empty() ? std::move(self) : cluster.remote_ddprun),
-        token(random_token()), connect_timer(io), ping_timer(io), stop_timer(io) {
+        token(random_token()), connect_timer(io), ping_timer(io), stop_timer(io),
+        broadcast_timer(io) {
     if (cluster.stage) {
       try {
         binary = read_own_binary();
@@ -72,11 +76,21 @@ struct ClusterHead::Impl {
   std::string token;
   // This executable, for hosts without it; null: --no-stage, or it could not be read.
   std::shared_ptr<const StagedBinary> binary;
+  // --hosts=slurm: the binary goes to every node once, by sbcast, on the first host's request;
+  // the hosts that ask meanwhile wait for it. If sbcast fails, they get it on their session.
+  enum class Broadcast { kNotYet, kRunning, kDone, kFailed };
+  Broadcast broadcast = Broadcast::kNotYet;
+  std::shared_ptr<const StagedBinary> broadcast_binary;  // `binary`, with the nodes' file
+  std::vector<RemoteSession::BinaryReady> broadcast_waiting;
+  std::unique_ptr<bp::process::handle_type> broadcast_process;
+  pid_t broadcast_pid = -1;
+  Clock::time_point broadcast_started;
 
   asio::io_context io;
   asio::steady_timer connect_timer;
   asio::steady_timer ping_timer;
   asio::steady_timer stop_timer;
+  asio::steady_timer broadcast_timer;
   // The hosts this command reaches itself (all of them, or the tree's first level), one session
   // each; the others are reached through them.
   std::vector<TreeEntry> top;
@@ -159,6 +173,68 @@ struct ClusterHead::Impl {
   }
 
   HostOutcome& host(int node) { return result.hosts.at(static_cast<std::size_t>(node)); }
+
+  // A host asks for the binary: on its session, or under Slurm through sbcast.
+  void binary_for(const RemoteSession::BinaryReady& ready) {
+    if (!cluster.via_srun || broadcast == Broadcast::kFailed) return ready(binary, "");
+    if (broadcast == Broadcast::kDone) return ready(broadcast_binary, "");
+    broadcast_waiting.push_back(ready);
+    if (broadcast == Broadcast::kNotYet) start_broadcast();
+  }
+
+  void start_broadcast() {
+    broadcast = Broadcast::kRunning;
+    broadcast_started = Clock::now();
+    auto copy = std::make_shared<StagedBinary>(*binary);
+    copy->file_on_hosts = std::string(kBroadcastPrefix) + random_token();
+    broadcast_binary = copy;
+    SpawnRequest request;
+    const auto sbcast = bp::environment::find_executable("sbcast");
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (sbcast.empty() || ec) {
+      return broadcast_done(false, sbcast.empty() ? "sbcast is not on PATH"
+                                                  : "cannot find this ddprun's path");
+    }
+    request.path = sbcast.string();
+    request.argv = {request.path, "--force", self, copy->file_on_hosts};
+    request.stdout_fd = STDERR_FILENO;  // its own words, if any, where the command's warnings go
+    try {
+      broadcast_pid = spawn_process(request);
+    } catch (const SpawnError& e) {
+      return broadcast_done(false, fmt::format("cannot start sbcast: {}", errno_message(e.error())));
+    }
+    broadcast_process = std::make_unique<bp::process::handle_type>(io.get_executor(), broadcast_pid);
+    broadcast_process->async_wait([this](bp::error_code wait_error, int status) {
+      broadcast_pid = -1;
+      broadcast_timer.cancel();
+      const bool ok = !wait_error && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      broadcast_done(ok, wait_error ? wait_error.message()
+                         : WIFEXITED(status)
+                             ? fmt::format("sbcast exited with {}", WEXITSTATUS(status))
+                             : fmt::format("sbcast ended by {}", signal_name(WTERMSIG(status))));
+    });
+    // Within the preflight's own deadline; beyond it the job is not starting anyway.
+    broadcast_timer.expires_after(cluster.connect_timeout);
+    broadcast_timer.async_wait([this](boost::system::error_code timer_error) {
+      if (!timer_error && broadcast_pid > 0) ::kill(-broadcast_pid, SIGKILL);
+    });
+  }
+
+  void broadcast_done(bool ok, const std::string& why_not) {
+    if (ok) {
+      broadcast = Broadcast::kDone;
+      spdlog::info("sent ddprun {} to every node of the allocation with sbcast in {}",
+                   ddprun_version(), format_duration(Clock::now() - broadcast_started));
+    } else {
+      broadcast = Broadcast::kFailed;
+      spdlog::warn("sbcast could not send ddprun to the nodes ({}): each node that lacks it gets "
+                   "it through its srun instead", why_not);
+    }
+    auto waiting = std::move(broadcast_waiting);
+    broadcast_waiting.clear();
+    for (auto& ready : waiting) ready(ok ? broadcast_binary : binary, "");
+  }
 
   void start_more() {
     while (phase == Phase::kChecking && next_to_start < sessions.size() &&
@@ -289,21 +365,27 @@ struct ClusterHead::Impl {
     std::vector<std::string> sent;
     std::vector<std::string> cached;
     std::size_t by_relays = 0;
+    std::size_t by_sbcast = 0;
     double longest = 0;
     for (const auto& h : result.hosts) {
       const auto how = h.ready_info.value("staging", std::string());
       if (how == "sent") {
         sent.push_back(h.spec.host);
         if (h.ready_info.contains("staged_by")) ++by_relays;
+        if (h.ready_info.value("broadcast", false)) ++by_sbcast;
         longest = std::max(longest, h.ready_info.value("staged_seconds", 0.0));
       } else if (how == "cached") {
         cached.push_back(h.spec.host);
       }
     }
     if (!sent.empty()) {
-      spdlog::info("staged ddprun {} on {} host(s) that lacked it ({} sent from here, {} by "
-                   "relays), {} at most: {}",
-                   ddprun_version(), sent.size(), sent.size() - by_relays, by_relays,
+      const auto how = by_sbcast > 0
+                           ? fmt::format("{} from sbcast's copy, {} sent from here", by_sbcast,
+                                         sent.size() - by_sbcast)
+                           : fmt::format("{} sent from here, {} by relays",
+                                         sent.size() - by_relays, by_relays);
+      spdlog::info("staged ddprun {} on {} host(s) that lacked it ({}), {} at most: {}",
+                   ddprun_version(), sent.size(), how,
                    format_duration(std::chrono::duration_cast<Clock::duration>(
                        std::chrono::duration<double>(longest))),
                    fmt::join(sent, ", "));
@@ -395,6 +477,8 @@ struct ClusterHead::Impl {
     connect_timer.cancel();
     ping_timer.cancel();
     stop_timer.cancel();
+    // An sbcast nobody waits for any more would keep the io_context running.
+    if (broadcast_pid > 0) ::kill(-broadcast_pid, SIGKILL);
   }
 
   ClusterResult run() {
@@ -412,7 +496,9 @@ struct ClusterHead::Impl {
           io, top[t].argv, token,
           RemoteSession::Handlers{[this, t](const Report& r) { on_report(t, r); },
                                   [this, t](int code) { on_session_ended(t, code); },
-                                  binary ? std::function([this] { return binary; })
+                                  binary ? std::function([this](const RemoteSession::BinaryReady& r) {
+                                    binary_for(r);
+                                  })
                                          : nullptr}));
     }
     if (tree) {

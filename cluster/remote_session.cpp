@@ -182,28 +182,25 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     if (!handlers.binary) return false;
     if (line == kStageCached) {
       staging.cached = true;
-    } else if (line == kStageSend) {
-      // One per cache directory the script tries; more would be a confused remote, which
-      // would otherwise wait for bytes until the connect timeout.
-      if (++sends > 2) {
+    } else if (line == kStageSend || line == kStageSendBytes) {
+      // One per cache directory the script tries (and one more where sbcast's file was gone);
+      // more would be a confused remote, which would otherwise wait until the connect timeout.
+      if (++sends > 4) {
         close_input();
         return true;
       }
       if (sends == 1) stage_started = Clock::now();
       if (input_closed) return true;
-      std::shared_ptr<const StagedBinary> binary;
-      try {
-        binary = handlers.binary();
-      } catch (const Error& e) {
-        // Without an answer the script would wait for the bytes: its input ends instead, and
-        // this line is the reason its host gives.
-        tail.push_back(fmt::format("cannot send this ddprun: {}", e.what()));
-        close_input();
-        return true;
-      }
-      send(binary->header(), false);
-      outbox.push_back(binary->bytes);
-      flush();
+      const bool bytes = line == kStageSendBytes;
+      handlers.binary([self = shared_from_this(), bytes](std::shared_ptr<const StagedBinary> binary,
+                                                         const std::string& why_not) {
+        if (bytes && binary && !binary->file_on_hosts.empty()) {
+          auto on_session = std::make_shared<StagedBinary>(*binary);
+          on_session->file_on_hosts.clear();
+          binary = std::move(on_session);
+        }
+        self->answer(binary, why_not);
+      });
     } else if (line == kStageHello && sends > 0) {
       staging.sent = true;
       staging.seconds = std::chrono::duration<double>(Clock::now() - stage_started).count();
@@ -212,6 +209,23 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
       return false;
     }
     return true;
+  }
+
+  void answer(const std::shared_ptr<const StagedBinary>& binary, const std::string& why_not) {
+    if (input_closed) return;
+    if (!binary) {
+      // Without an answer the script would wait for the bytes: its input ends instead, and
+      // this line is the reason its host gives.
+      tail.push_back(fmt::format("cannot send this ddprun: {}", why_not));
+      close_input();
+      return;
+    }
+    send(binary->header(), false);
+    staging.broadcast = !binary->file_on_hosts.empty();  // the last answer is the one used
+    if (!staging.broadcast) {
+      outbox.push_back(binary->bytes);
+      flush();
+    }
   }
 
   void maybe_end() {
@@ -292,7 +306,7 @@ int RemoteSession::pid() const { return state_->pid; }
 const RemoteSession::Staging& RemoteSession::staging() const { return state_->staging; }
 
 nlohmann::json RemoteSession::Staging::to_json() const {
-  if (sent) return {{"staging", "sent"}, {"staged_seconds", seconds}};
+  if (sent) return {{"staging", "sent"}, {"staged_seconds", seconds}, {"broadcast", broadcast}};
   if (cached) return {{"staging", "cached"}};
   return nlohmann::json::object();
 }

@@ -24,22 +24,29 @@ std::string early_end_reason(int code, const std::deque<std::string>& stderr_tai
 
 class RemoteSession {
  public:
+  using BinaryReady =
+      std::function<void(std::shared_ptr<const StagedBinary> binary, const std::string& why_not)>;
+
   struct Handlers {
     std::function<void(const Report&)> on_report;
     // Once: the process exited and both streams reached their end. `code` is shell-style
     // (ssh: the remote command's code, 255 when the connection failed).
     std::function<void(int code)> on_ended;
-    // The binary to send when the remote command stages ddprun (cluster/staging.hpp); unset:
-    // requests are ignored (the remote command does not stage).
-    std::function<std::shared_ptr<const StagedBinary>()> binary;
+    // Asked for the binary when the remote command stages ddprun (cluster/staging.hpp), on the
+    // io_context's thread; it calls `ready` (at once or later, on the same thread) with the
+    // binary, or null and why not. Unset: requests are ignored (the remote command does not
+    // stage).
+    std::function<void(BinaryReady ready)> binary;
   };
 
   // What staging did on this host: nothing, a cached copy ran, or the binary was sent.
   struct Staging {
     bool cached = false;
     bool sent = false;
+    bool broadcast = false;  // the bytes were in a file on the host (sbcast)
     double seconds = 0;  // from the first request to the copy in place
-    nlohmann::json to_json() const;  // {} when nothing; else {"staging": "sent"|"cached", ...}
+    // {} when nothing; else {"staging": "sent"|"cached", "staged_seconds", "broadcast"}
+    nlohmann::json to_json() const;
   };
 
   // `argv`: the remote shell's command line, host and remote command included.

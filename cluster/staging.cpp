@@ -35,7 +35,8 @@ constexpr std::string_view kScript[] = {
     "  if [ -f \"$f\" ] && private \"$b\" && [ \"$(sha256sum <\"$f\" 2>/dev/null)\" = \"$s  -\" ];",
     "  then echo \"ddprun-stage: cached\"; exec \"$f\" --ddprun-session; fi;",
     "done;",
-    "fail() { echo \"ddprun: cannot stage ddprun $v on $(hostname): $1\" >&2; exit 125; };",
+    "fail() { echo \"ddprun: cannot stage ddprun $v on $(hostname): $1\" >&2;",
+    "  [ -z \"$src\" ] || rm -f \"$src\"; exit 125; }; src=;",
     "for c in head cat sha256sum ln mv; do command -v $c >/dev/null || fail \"no $c on PATH\"; done;",
     // The hello the command sent first: it sends it again once the copy is in place.
     "IFS= read -r _ || fail \"the input ended\";",
@@ -44,15 +45,20 @@ constexpr std::string_view kScript[] = {
     "for b do",
     "  if ! private \"$b\"; then why=\"$t is not a private directory of this user\"; continue; fi;",
     "  echo \"ddprun-stage: send\";",
-    "  IFS=\" \" read -r n h || fail \"the input ended\";",
+    "  IFS=\" \" read -r n h src || fail \"the input ended\";",
     "  case $n in *[!0-9]*|\"\") fail \"not a size: $n\";; esac;",
     "  case $h in *[!0-9a-f]*|\"\") fail \"not a SHA-256: $h\";; esac;",
+    // The bytes come on stdin, or are in a file sbcast wrote (checked like any copy).
+    "  case $src in \"\"|/tmp/ddprun-bcast-*) ;; *) fail \"not a file to take it from: $src\";; esac;",
+    "  if [ -n \"$src\" ] && [ ! -r \"$src\" ]; then echo \"ddprun-stage: send bytes\";",
+    "    IFS=\" \" read -r n h src || fail \"the input ended\"; src=; fi;",
+    "  if [ -n \"$src\" ]; then get() { cat \"$src\"; }; else get() { head -c \"$n\"; }; fi;",
     // Named after the host too: a home shared by many hosts (NFS) sees the same pid on several.
     "  d=$b/$v-$h; w=$d/.ddprun.$(hostname).$$; f=$d/ddprun;",
     "  if ! mkdir -p \"$d\" 2>/dev/null || ! chmod 700 \"$d\" 2>/dev/null;",
-    "  then head -c \"$n\" >/dev/null; why=\"cannot create $d\"; continue; fi;",
+    "  then get >/dev/null; why=\"cannot create $d\"; continue; fi;",
     // A failed write (full, read-only) still reads every byte: the stream stays in step.
-    "  if ! head -c \"$n\" | { cat >\"$w\" 2>/dev/null || { cat >/dev/null; false; }; };",
+    "  if ! get | { cat >\"$w\" 2>/dev/null || { cat >/dev/null; false; }; };",
     "  then rm -f \"$w\"; why=\"cannot write $w (full or read-only)\"; continue; fi;",
     "  if [ \"$(sha256sum <\"$w\")\" != \"$h  -\" ];",
     "  then rm -f \"$w\"; why=\"the copy written to $w is not what was sent\"; continue; fi;",
@@ -61,7 +67,7 @@ constexpr std::string_view kScript[] = {
     // that fails its check is replaced.
     "  if ln \"$w\" \"$f\" 2>/dev/null || [ \"$(sha256sum <\"$f\" 2>/dev/null)\" = \"$h  -\" ] ||",
     "     mv -f \"$w\" \"$f\";",
-    "  then rm -f \"$w\"; echo \"ddprun-stage: hello\"; exec \"$f\" --ddprun-session; fi;",
+    "  then rm -f \"$w\" ${src:+\"$src\"}; echo \"ddprun-stage: hello\"; exec \"$f\" --ddprun-session; fi;",
     "  rm -f \"$w\"; why=\"cannot put the copy at $f\";",
     "done;",
     "fail \"$why\"",
@@ -70,6 +76,7 @@ constexpr std::string_view kScript[] = {
 }  // namespace
 
 std::string StagedBinary::header() const {
+  if (!file_on_hosts.empty()) return fmt::format("{} {} {}\n", bytes->size(), sha256, file_on_hosts);
   return fmt::format("{} {}\n", bytes->size(), sha256);
 }
 

@@ -26,7 +26,13 @@ struct SubtreeRelay::Impl {
           io, entries[i].argv, hello.token,
           RemoteSession::Handlers{[this, i](const Report& r) { on_report(i, r); },
                                   [this, i](int code) { on_ended(i, code); },
-                                  [this] { return own_binary(); }}));
+                                  [this](const RemoteSession::BinaryReady& ready) {
+                                    try {
+                                      ready(own_binary(), "");
+                                    } catch (const Error& e) {
+                                      ready(nullptr, e.what());
+                                    }
+                                  }}));
     }
     answered.assign(entries.size(), false);
     running = entries.size();

@@ -153,8 +153,9 @@ check_sbatch_hosts_slurm() {
   grep -q "srun --nodes=1" "$out/log" || fail "the agents were not started with srun"
 }
 
-# --hosts=slurm on nodes without ddprun at --remote-ddprun: they get this one through srun's
-# session, into the cache (one directory for both nodes here: the filesystem is shared).
+# --hosts=slurm on nodes without ddprun at --remote-ddprun: they get this one by sbcast, into
+# the cache (one directory for both nodes here: the filesystem is shared); sbcast's copies are
+# removed once taken.
 check_staging_hosts_slurm() {
   local out=$work/staged
   mkdir -p "$out"
@@ -164,8 +165,11 @@ check_staging_hosts_slurm() {
   for r in 0 1 2 3; do
     [[ $(value "$out/env_$r" WORLD_SIZE) == 4 ]] || { cat "$out/log"; fail "rank $r: WORLD_SIZE"; }
   done
-  grep -q "staged ddprun .* on [12] host(s) that lacked it" "$out/log" ||
-    { cat "$out/log"; fail "the command did not say it staged ddprun"; }
+  grep -q "sent ddprun .* to every node of the allocation with sbcast" "$out/log" ||
+    { cat "$out/log"; fail "the command did not use sbcast"; }
+  grep -q "staged ddprun .* on [12] host(s) that lacked it ([12] from sbcast's copy, [01] sent from here)" "$out/log" ||
+    { cat "$out/log"; fail "the command did not say it staged ddprun from sbcast's copy"; }
+  ! ls /tmp/ddprun-bcast-* >/dev/null 2>&1 || fail "sbcast's copy was left: $(ls /tmp/ddprun-bcast-*)"
   local copy
   copy=$(find "$out/cache/ddprun" -type f)
   [[ $(wc -l <<<"$copy") -eq 1 ]] || fail "the cache holds '$copy', not one copy"

@@ -15,41 +15,9 @@
 #include "monitor/job_monitor.hpp"
 #include "common/exit_codes.hpp"
 #include "common/strings.hpp"
-#include "etcd/etcd_client.hpp"
-#include "etcd/etcd_store.hpp"
-#include "store/tcp_store_client.hpp"
+#include "rendezvous/backend.hpp"
 
 namespace ddprun {
-namespace {
-
-// The job's store, as `ddprun status` and the metrics read it from this command.
-store::StoreOpener job_store(const LaunchConfig& config, const std::string& secret) {
-  if (config.is_etcd()) {
-    EtcdStoreOptions etcd;
-    etcd.endpoints = parse_etcd_endpoints(config.rdzv_endpoint, "--rdzv-endpoint");
-    etcd.prefix = config.rdzv_conf.etcd_prefix;
-    etcd.run_id = config.rdzv_id;
-    return [etcd](Deadline deadline) -> std::unique_ptr<store::Store> {
-      return std::make_unique<EtcdStore>(etcd, deadline);
-    };
-  }
-  store::StoreClientOptions options;
-  if (config.is_static()) {
-    options.host = config.master_addr;
-    options.port = config.master_port;
-  } else {
-    const auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
-    options.host = endpoint.host;
-    options.port = endpoint.port.value_or(kC10dDefaultPort);
-  }
-  options.run_id = config.rdzv_id;
-  options.secret = secret;
-  return [options](Deadline deadline) -> std::unique_ptr<store::Store> {
-    return std::make_unique<store::TcpStoreClient>(options, deadline);
-  };
-}
-
-}  // namespace
 
 int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
               const std::vector<std::string>& warnings) {
@@ -75,7 +43,10 @@ int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
                  format_host_port(config.metrics_addr,
                                   static_cast<std::uint16_t>(monitor->metrics_port())));
   }
-  monitor->attach_store(job_store(config, head.store_secret()));
+  // The job's store, as `ddprun status` and the metrics read it from this command.
+  LaunchConfig with_secret = config;
+  with_secret.store_secret = head.store_secret();
+  monitor->attach_store(job_store_opener(with_secret));
   signals.attach([&head](int signo) { head.on_signal(signo); });
   ClusterResult result = head.run();
   signals.detach();

@@ -17,14 +17,12 @@
 #include "common/exit_codes.hpp"
 #include "common/failure_record.hpp"
 #include "common/strings.hpp"
-#include "etcd/etcd_client.hpp"
-#include "etcd/etcd_store.hpp"
 #include "monitor/job_monitor.hpp"
 #include "monitor/job_view.hpp"
 #include "monitor/status_client.hpp"
 #include "monitor/status_server.hpp"
+#include "rendezvous/backend.hpp"
 #include "store/store_auth.hpp"
-#include "store/tcp_store_client.hpp"
 
 namespace ddprun {
 
@@ -89,22 +87,23 @@ std::unique_ptr<store::Store> open_job_store(const StatusOptions& o, Deadline de
   std::map<std::string, std::string> env;
   if (const char* token = std::getenv(store::kTokenEnv)) env[store::kTokenEnv] = token;
   std::vector<std::string> warnings;
-  const auto secret = store::read_secret(o.token_file, "--token-file", env, warnings);
+  // The job as its agents were started: --rdzv-endpoint is the master's for a static job.
+  LaunchConfig job;
+  job.store_secret = store::read_secret(o.token_file, "--token-file", env, warnings);
   for (const auto& w : warnings) std::fprintf(stderr, "ddprun status: %s\n", w.c_str());
-  if (o.backend == "etcd") {
-    EtcdStoreOptions etcd;
-    etcd.endpoints = parse_etcd_endpoints(o.endpoint, "--rdzv-endpoint");
-    etcd.prefix = o.etcd_prefix;
-    etcd.run_id = o.run_id;
-    return std::make_unique<EtcdStore>(etcd, deadline);
+  job.rdzv_id = o.run_id;
+  job.rdzv_backend = o.backend == "etcd"     ? RdzvBackend::kEtcd
+                     : o.backend == "static" ? RdzvBackend::kStatic
+                                             : RdzvBackend::kC10d;
+  if (job.is_static()) {
+    const auto hp = parse_host_port(o.endpoint, "--rdzv-endpoint");
+    job.master_addr = hp.host;
+    job.master_port = hp.port.value_or(job.master_port);
+  } else {
+    job.rdzv_endpoint = o.endpoint;
+    job.rdzv_conf.etcd_prefix = o.etcd_prefix;
   }
-  store::StoreClientOptions options;
-  const auto hp = parse_host_port(o.endpoint, "--rdzv-endpoint");
-  options.host = hp.host;
-  options.port = hp.port.value_or(o.backend == "static" ? 29500 : 29400);
-  options.run_id = o.run_id;
-  options.secret = secret;
-  return std::make_unique<store::TcpStoreClient>(options, deadline);
+  return job_store_opener(job)(deadline);
 }
 
 Lookup look_in_store(const StatusOptions& o) {

@@ -76,10 +76,45 @@ int reserve_port(const std::string& host) {
   return endpoint.port();
 }
 
+JobStoreAddress job_store_address(const LaunchConfig& config) {
+  JobStoreAddress address;
+  if (config.is_etcd()) {
+    EtcdStoreOptions etcd;
+    etcd.endpoints = parse_etcd_endpoints(config.rdzv_endpoint, "--rdzv-endpoint");
+    etcd.prefix = config.rdzv_conf.etcd_prefix;
+    etcd.run_id = config.rdzv_id;
+    address.etcd = std::move(etcd);
+    return address;
+  }
+  if (config.is_static()) {
+    address.tcp.host = config.master_addr;
+    address.tcp.port = config.master_port;
+  } else {
+    const auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
+    address.tcp.host = endpoint.host;
+    address.tcp.port = endpoint.port.value_or(kC10dDefaultPort);
+  }
+  address.tcp.run_id = config.rdzv_id;
+  address.tcp.secret = config.store_secret;
+  return address;
+}
+
+store::StoreOpener job_store_opener(const LaunchConfig& config) {
+  auto address = job_store_address(config);
+  if (address.etcd) {
+    return [etcd = *address.etcd](Deadline deadline) -> std::unique_ptr<store::Store> {
+      return std::make_unique<EtcdStore>(etcd, deadline);
+    };
+  }
+  return [tcp = address.tcp](Deadline deadline) -> std::unique_ptr<store::Store> {
+    return std::make_unique<store::TcpStoreClient>(tcp, deadline);
+  };
+}
+
 RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::string& host,
                                      Deadline deadline) {
-  client_options_.run_id = config.rdzv_id;
-  client_options_.secret = config.store_secret;
+  auto address = job_store_address(config);
+  client_options_ = address.tcp;
   auto serve = [&](const std::string& addr, std::uint16_t port) {
     store::StoreServerOptions options;
     options.host = addr;
@@ -92,14 +127,10 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     client_options_.port = server_->port();
   };
 
-  if (config.is_etcd()) {
-    EtcdStoreOptions etcd;
-    etcd.endpoints = parse_etcd_endpoints(config.rdzv_endpoint, "--rdzv-endpoint");
-    etcd.prefix = config.rdzv_conf.etcd_prefix;
-    etcd.run_id = config.rdzv_id;
-    etcd_ = etcd;
-    client_ = std::make_unique<EtcdStore>(etcd, deadline);
-    session_ = std::make_unique<EtcdSession>(etcd, fmt::format("{}:{}", host, getpid()),
+  if (address.etcd) {
+    etcd_ = *address.etcd;
+    client_ = std::make_unique<EtcdStore>(*etcd_, deadline);
+    session_ = std::make_unique<EtcdSession>(*etcd_, fmt::format("{}:{}", host, getpid()),
                                              keep_alive_timing(config.rdzv_conf), deadline);
     handler_ = make_rendezvous_handler(
         config, *client_, opener(), host,
@@ -110,8 +141,6 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     return;
   }
   if (config.is_static()) {
-    client_options_.host = config.master_addr;
-    client_options_.port = config.master_port;
     if (config.max_nodes == 1) {
       // One node: no other agent will ever connect, and the workers make a store of their own
       // at MASTER_PORT. The store is this agent's memory: no socket, no thread to serve it.
@@ -120,18 +149,13 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     } else if (config.node_rank == 0) {
       serve(config.master_addr, config.master_port);
     }
-  } else {
-    auto endpoint = parse_host_port(config.rdzv_endpoint, "--rdzv-endpoint");
-    client_options_.host = endpoint.host;
-    client_options_.port = endpoint.port.value_or(kC10dDefaultPort);
-    if (config.rdzv_conf.is_host.value_or(is_local_address(endpoint.host))) {
-      try {
-        serve(endpoint.host, client_options_.port);
-      } catch (const ConnectionError& e) {
-        if (config.rdzv_conf.is_host.value_or(false)) throw;
-        spdlog::info("store at {} is served by another process; joining it as a client",
-                     format_host_port(client_options_.host, client_options_.port));
-      }
+  } else if (config.rdzv_conf.is_host.value_or(is_local_address(client_options_.host))) {
+    try {
+      serve(client_options_.host, client_options_.port);
+    } catch (const ConnectionError& e) {
+      if (config.rdzv_conf.is_host.value_or(false)) throw;
+      spdlog::info("store at {} is served by another process; joining it as a client",
+                   format_host_port(client_options_.host, client_options_.port));
     }
   }
   // The agent that serves the store uses it in-process; everyone else connects over TCP.

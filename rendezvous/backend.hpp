@@ -64,6 +64,18 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
     const LaunchConfig& config, store::Store& store, store::StoreOpener open_store, const std::string& host,
     ElasticRendezvous::KeepAliveFactory keep_alive = nullptr);
 
+// Where a job's store is for a client anywhere: the etcd cluster, or the TCP store (static:
+// --master-addr:--master-port; c10d: --rdzv-endpoint, port 29400 by default), with the run id
+// and the job's secret. Throws ConfigError for an endpoint that cannot be parsed.
+struct JobStoreAddress {
+  std::optional<EtcdStoreOptions> etcd;  // set: an etcd job (`tcp` unused)
+  store::StoreClientOptions tcp;
+};
+JobStoreAddress job_store_address(const LaunchConfig& config);
+// Opens a new client of that store on each call (an agent's status records, a --hosts command's
+// metrics, `ddprun status --rdzv-endpoint`).
+store::StoreOpener job_store_opener(const LaunchConfig& config);
+
 // A TCP port that is free on `address` now (the workers' store binds it moments later).
 // Throws ConnectionError when the address cannot be resolved.
 int reserve_port(const std::string& address);

@@ -10,8 +10,6 @@
 // Usage: bench_watch --ddprun PATH --store PATH --worker PATH --results FILE [--runs N]
 //          [--warmup N] [--agents N]
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +25,7 @@
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
 #include "monitor/job_view.hpp"
+#include "testing/test_util.hpp"
 #include "store/tcp_store_client.hpp"
 #include "testing/child.hpp"
 
@@ -51,22 +50,6 @@ struct Context {
   }
 };
 
-void scrape(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    char buf[16384];
-    while (::recv(fd, buf, sizeof(buf), 0) > 0) {
-    }
-  }
-  ::close(fd);
-}
-
 // What a watcher does every 100 ms while the job runs: `ddprun status --json` (a process, as a
 // person's terminal or a script runs it) and a scrape of /metrics. For the plain runs it only
 // samples the agent's CPU time, as it does for the watched ones.
@@ -80,7 +63,7 @@ class Watcher {
             if (watch) {
               test::Child status({{ddprun, "status", "--json"}, {{"XDG_RUNTIME_DIR", runtime}}, ""});
               status.wait(30s);
-              scrape(metrics);
+              test::http_get(metrics, "/metrics");
               ++polls_;
             }
             std::this_thread::sleep_until(next);

@@ -50,6 +50,14 @@ bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::millisec
 int listen_on_loopback(std::uint16_t* port);
 // A TCP port that was free on 127.0.0.1 a moment ago.
 std::uint16_t free_port();
+// A TCP connection to 127.0.0.1:port whose reads give up after `receive_timeout`; -1 when it
+// cannot be made.
+int connect_loopback(std::uint16_t port, std::chrono::seconds receive_timeout = std::chrono::seconds(30));
+// Sends `request` on `fd` and reads until the peer closes (or a read times out); closes `fd`.
+// Empty when `fd` is -1 or nothing came back.
+std::string exchange(int fd, const std::string& request);
+// One HTTP/1.1 GET of `target` from 127.0.0.1:port: the whole answer, headers and body.
+std::string http_get(std::uint16_t port, const std::string& target);
 
 // Polls `done` (every few milliseconds) until it returns true or the timeout passes; returns its
 // last answer. For tests only, where a hard deadline keeps a short poll harmless.

@@ -95,28 +95,6 @@ bool all_waiting(const json& j, int world, int attempt) {
   return true;
 }
 
-// One HTTP/1.1 GET on 127.0.0.1:port; the whole answer (headers and body), empty on failure.
-std::string http_get(std::uint16_t port, const std::string& target) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  std::string answer;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const auto req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-  ::close(fd);
-  return answer;
-}
-
 // The value of the one sample `series` (name and labels as written) in a metrics page.
 std::optional<double> sample(const std::string& page, const std::string& series) {
   std::istringstream in(page);

@@ -26,26 +26,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A connection the test needs: made, or the test fails here.
 int connect_tcp(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  timeval tv{30, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const int fd = connect_loopback(static_cast<std::uint16_t>(port));
+  REQUIRE(fd >= 0);
   return fd;
-}
-
-std::string exchange(int fd, const std::string& request) {
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return answer;
 }
 
 struct Served {

@@ -67,8 +67,9 @@ TEST_CASE("a host without ddprun gets a copy in its cache and the next job runs 
   const auto v = version();
   {
     DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing}), homes_env(homes));
-    REQUIRE(p.wait(kHang) == 0);
+    const int code = p.wait(kHang);
     INFO(p.output());
+    REQUIRE(code == 0);
     CHECK_THAT(p.output(), Contains("staged ddprun " + v + " on 2 host(s) that lacked it "
                                     "(2 sent from here, 0 by relays)"));
     CHECK_THAT(p.output(), Contains("every worker succeeded"));
@@ -89,8 +90,9 @@ TEST_CASE("a host without ddprun gets a copy in its cache and the next job runs 
   // The next job: the cached copies run, nothing is sent.
   {
     DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing}), homes_env(homes));
-    REQUIRE(p.wait(kHang) == 0);
+    const int code = p.wait(kHang);
     INFO(p.output());
+    REQUIRE(code == 0);
     CHECK_THAT(p.output(), Contains("ddprun " + v + " from the cache on 2 host(s): 127.0.0.1, 127.0.0.2"));
     CHECK_THAT(p.output(), !Contains("staged ddprun"));
   }
@@ -105,8 +107,9 @@ TEST_CASE("a host without ddprun gets a copy in its cache and the next job runs 
   CHECK_FALSE(copies_in(cache_of(homes, "127.0.0.2")).begin()->second);
   {
     DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing}), homes_env(homes));
-    REQUIRE(p.wait(kHang) == 0);
+    const int code = p.wait(kHang);
     INFO(p.output());
+    REQUIRE(code == 0);
     CHECK_THAT(p.output(), Contains("staged ddprun " + v + " on 1 host(s) that lacked it "
                                     "(1 sent from here, 0 by relays), "));
     CHECK_THAT(p.output(), Contains("from the cache on 1 host(s): 127.0.0.1"));
@@ -125,16 +128,18 @@ TEST_CASE("a host with another version of ddprun gets this one; --no-stage refus
   fs::permissions(older, fs::perms::owner_all);
   {
     DdprunProcess p(job("127.0.0.1", {"--remote-ddprun=" + older}), homes_env(homes));
-    REQUIRE(p.wait(kHang) == 0);
+    const int code = p.wait(kHang);
     INFO(p.output());
+    REQUIRE(code == 0);
     CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));
     CHECK(copies_in(cache_of(homes, "127.0.0.1")).size() == 1);
   }
   {
     TempDir empty;
     DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing, "--no-stage"}), homes_env(empty));
-    CHECK(p.wait(kHang) == 123);
+    const int code = p.wait(kHang);
     INFO(p.output());
+    CHECK(code == 123);
     CHECK_THAT(p.output(), Contains("127.0.0.2  node 1: /nonexistent/ddprun not found there"));
     CHECK(copies_in(empty.path()).empty());
   }
@@ -145,8 +150,9 @@ TEST_CASE("through the tree each relay stages its own subtree from its copy", "[
   std::string hosts;
   for (int i = 1; i <= 6; ++i) hosts += (i > 1 ? "," : "") + ("127.0.0." + std::to_string(i));
   DdprunProcess p(job(hosts, {kMissing, "--tree-threshold=2", "--fanout=2"}), homes_env(homes));
-  REQUIRE(p.wait(kHang) == 0);
+  const int code = p.wait(kHang);
   INFO(p.output());
+  REQUIRE(code == 0);
   // The command sends two copies (its fan-out); the two relays send the other four.
   CHECK_THAT(p.output(), Contains("on 6 host(s) that lacked it (2 sent from here, 4 by relays)"));
   for (int i = 1; i <= 6; ++i) {
@@ -170,8 +176,9 @@ TEST_CASE("pings the command sends while a host stages do not reach the staging 
   DdprunProcess p(job("127.0.0.1,127.0.0.2", {kMissing, "--ssh-command=" + ssh,
                                               "--hangup-timeout=2"}),
                   homes_env(homes));
-  REQUIRE(p.wait(kHang) == 0);
+  const int code = p.wait(kHang);
   INFO(p.output());
+  REQUIRE(code == 0);
   CHECK_THAT(p.output(), Contains("on 2 host(s) that lacked it"));
 }
 
@@ -190,15 +197,17 @@ TEST_CASE("two jobs staging to one host at once both run and leave one good copy
 
 TEST_CASE("a full home puts the copy in the user's private directory under /tmp, and no room "
           "anywhere is one clear line", "[hosts][staging]") {
-  // Each session in a mount namespace of its own: a 1 MiB home (too small for ddprun) and a
-  // /tmp of its own (the machine's /tmp is not touched).
+  // Each session in a mount namespace of its own, with a 1 MiB home (too small for ddprun) and
+  // a private directory /tmp/ddprun-<uid> of its own, PRIVATE_SIZE large (the machine's is not
+  // touched; the rest of /tmp, where the build may be, stays visible).
   TempDir dir;
   const auto ssh = dir.file("small_home_ssh");
   {
     std::ofstream f(ssh);
     f << "#!/bin/sh\n"
-         "exec unshare -m sh -c 'mount -t tmpfs -o size=\"$TMP_SIZE\" tmpfs /tmp &&"
-         " mkdir -p \"$HOME\" && mount -t tmpfs -o size=1m tmpfs \"$HOME\" && exec \"$@\"'"
+         "exec unshare -m sh -c 'private=/tmp/ddprun-$(id -u); mkdir -p -m 700 \"$private\" &&"
+         " mount -t tmpfs -o size=\"$PRIVATE_SIZE\",mode=700 tmpfs \"$private\" &&"
+         " mount -t tmpfs -o size=1m tmpfs \"$HOME\" && exec \"$@\"'"
          " small-home " LOCAL_SSH " \"$@\"\n";
   }
   fs::permissions(ssh, fs::perms::owner_all);
@@ -209,7 +218,8 @@ TEST_CASE("a full home puts the copy in the user's private directory under /tmp,
       return;
     }
   }
-  const std::string home = "/tmp/ddprun-staging-home";  // inside the namespace's own /tmp
+  const auto home = dir.file("home");
+  fs::create_directory(home);
   auto args = job("127.0.0.1", {kMissing, "--ssh-command=" + ssh});
   // The worker says what its agent runs: the staged copy.
   args.erase(args.end() - 1);
@@ -217,17 +227,19 @@ TEST_CASE("a full home puts the copy in the user's private directory under /tmp,
   {
     // Room for two copies (the one written and the one run) and the job's own files.
     const auto room = 2 * fs::file_size(DDPRUN_BINARY) + (16 << 20);
-    DdprunProcess p(args, {{"HOME", home}, {"TMP_SIZE", std::to_string(room)}});
-    REQUIRE(p.wait(kHang) == 0);
+    DdprunProcess p(args, {{"HOME", home}, {"PRIVATE_SIZE", std::to_string(room)}});
+    const int code = p.wait(kHang);
     INFO(p.output());
+    REQUIRE(code == 0);
     CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));
     CHECK_THAT(p.output(), Contains("agent runs /tmp/ddprun-" + std::to_string(::getuid()) +
                                     "/cache/" + version() + "-"));
   }
   {
-    DdprunProcess p(args, {{"HOME", home}, {"TMP_SIZE", "1m"}});
-    CHECK(p.wait(kHang) == 123);
+    DdprunProcess p(args, {{"HOME", home}, {"PRIVATE_SIZE", "1m"}});
+    const int code = p.wait(kHang);
     INFO(p.output());
+    CHECK(code == 123);
     CHECK_THAT(p.output(), Contains("127.0.0.1  node 0: not staged: ddprun: cannot stage ddprun " +
                                     version() + " on "));
     CHECK_THAT(p.output(), Contains("(full or read-only)"));

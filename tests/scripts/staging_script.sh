@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The staging script's side of the protocol (cluster/staging.hpp), driven line by line from a
-# bash coprocess standing in for the command: the script as `ddprun --dry-run=json --hosts`
+# The staging script's side of the protocol (cluster/staging.hpp), driven line by line by this
+# shell standing in for the command: the script as `ddprun --dry-run=json --hosts`
 # prints it, run by sh with a HOME of its own. Checks what no real sender does on purpose: a
 # header naming a file that is gone (sbcast's copy, taken by another host sharing /tmp) makes it
 # ask for the bytes; a malformed header ends it with one clear line; and after staging, the
@@ -9,6 +9,7 @@
 set -euo pipefail
 ddprun=$(realpath "$1")
 fail() { echo "FAIL: $*" >&2; exit 1; }
+trap "" PIPE  # a script that ended early makes a write fail, not this shell die
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -19,32 +20,39 @@ sha=$(field "p['staging']['sha256']")
 size=$(field "p['staging']['size']")
 version=$(field "p['staging']['version']")
 
-# start: the staged script in a coprocess, its stderr in $work/err; COPROC[0] reads its stdout.
-start() {  # start [keep]: with "keep", the home (and its cache) of the run before
+# start [keep]: the script in the background, reading $work/in and writing $work/out (FIFOs;
+# this shell holds their other ends as $to and $from), its stderr in $work/err. With "keep", the
+# home (and its cache) of the run before.
+start() {
   [[ ${1:-} == keep ]] || { rm -rf "$work/home" && mkdir "$work/home"; }
-  coproc S { env -i HOME="$work/home" PATH=/usr/bin:/bin sh -c "$command" 2>"$work/err"; }
+  rm -f "$work/in" "$work/out" && mkfifo "$work/in" "$work/out"
+  env -i HOME="$work/home" PATH=/usr/bin:/bin sh -c "$command" <"$work/in" >"$work/out" \
+    2>"$work/err" &
+  pid=$!
+  exec {to}>"$work/in" {from}<"$work/out"
 }
+send() { printf "$@" >&"$to"; }
 expect() {  # expect LINE: the script's next stdout line is LINE (within 30 s)
   local line
-  IFS= read -r -t 30 line <&"${S[0]}" || fail "no line from the script (wanted '$1'): $(cat "$work/err")"
+  IFS= read -r -t 30 line <&"$from" || fail "no line from the script (wanted '$1'): $(cat "$work/err")"
   [[ $line == "$1" ]] || fail "the script said '$line', wanted '$1'"
 }
 finish() {  # finish: closes the script's input, waits; its exit status in $status
-  exec {S[1]}>&-
+  exec {to}>&- {from}<&-
   status=0
-  wait "$S_PID" || status=$?
+  wait "$pid" || status=$?
 }
 
 # 1) sbcast's file is gone: it asks for the bytes, stages them, and the agent reads what follows.
 start
-printf 'the hello, read and dropped\n' >&"${S[1]}"
+send 'the hello, read and dropped\n'
 expect "ddprun-stage: send"
-printf '%s %s /tmp/ddprun-bcast-gone-%s\n' "$size" "$sha" "$$" >&"${S[1]}"
+send '%s %s /tmp/ddprun-bcast-gone-%s\n' "$size" "$sha" "$$"
 expect "ddprun-stage: send bytes"
-printf '%s %s\n' "$size" "$sha" >&"${S[1]}"
-cat "$ddprun" >&"${S[1]}"
+send '%s %s\n' "$size" "$sha"
+cat "$ddprun" >&"$to"
 expect "ddprun-stage: hello"
-printf 'not a hello\n' >&"${S[1]}"
+send 'not a hello\n'
 finish
 [[ $status -eq 2 ]] || fail "the staged agent exited $status, wanted 2: $(cat "$work/err")"
 grep -q "malformed session hello (11 bytes)" "$work/err" ||
@@ -54,7 +62,7 @@ echo "ok: a header naming a missing file: the bytes asked for and staged; the ag
 
 # 2) The next run finds the copy: it says so and runs it, which reads the first line.
 start keep
-printf 'first line\n' >&"${S[1]}"
+send 'first line\n'
 expect "ddprun-stage: cached"
 finish
 [[ $status -eq 2 ]] || fail "the cached copy exited $status, wanted 2: $(cat "$work/err")"
@@ -64,9 +72,9 @@ echo "ok: the next run ran the cached copy, which read the hello"
 
 # 3) Anything but a header where one is due (here a ping): one line saying so, exit 125.
 start
-printf 'the hello\n' >&"${S[1]}"
+send 'the hello\n'
 expect "ddprun-stage: send"
-printf 'ping\n' >&"${S[1]}"
+send 'ping\n'
 finish
 [[ $status -eq 125 ]] || fail "exit $status after a bad header, wanted 125: $(cat "$work/err")"
 grep -q "^ddprun: cannot stage ddprun $version on .*: not a size: ping$" "$work/err" ||

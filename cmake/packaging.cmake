@@ -4,6 +4,10 @@
 # launcher, the store, the man pages and the completion) and `ddprun-workers` (ddp_resnet,
 # which needs libtorch). scripts/package.sh builds both.
 include(GNUInstallDirs)
+# Installing and packaging build nothing: scripts/package.sh builds the installed targets first.
+# Otherwise cpack would rebuild the whole tree, relinking ddprun (its version names the commit)
+# while other programs, tests among them, run it.
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
 
 install(TARGETS ddprun ddprun-store RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT launcher)
 install(FILES ${PROJECT_SOURCE_DIR}/scripts/completion/ddprun

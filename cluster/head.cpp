@@ -39,10 +39,11 @@ std::string address_arg(const std::string& host) {
 struct ClusterHead::Impl {
   enum class Phase { kChecking, kAborting, kRunning, kStopping };
 
-  Impl(const LaunchConfig& c, std::map<std::string, std::string> e, std::string self,
+  Impl(const LaunchConfig& c, std::map<std::string, std::string> e, std::string self_path,
        std::string dir)
       : config(c), cluster(*c.cluster), env(std::move(e)), cwd(std::move(dir)),
-        remote_ddprun(cluster.remote_ddprun.empty() ? std::move(self) : cluster.remote_ddprun),
+        self(std::move(self_path)),
+        remote_ddprun(cluster.remote_ddprun.empty() ? self : cluster.remote_ddprun),
         token(random_token()), connect_timer(io), ping_timer(io), stop_timer(io),
         broadcast_timer(io) {
     if (cluster.stage) {
@@ -72,6 +73,7 @@ struct ClusterHead::Impl {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> forwarded;
   std::string cwd;
+  std::string self;  // this executable's path
   std::string remote_ddprun;
   std::string token;
   // This executable, for hosts without it; null: --no-stage, or it could not be read.
@@ -190,12 +192,7 @@ struct ClusterHead::Impl {
     broadcast_binary = copy;
     SpawnRequest request;
     const auto sbcast = bp::environment::find_executable("sbcast");
-    std::error_code ec;
-    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-    if (sbcast.empty() || ec) {
-      return broadcast_done(false, sbcast.empty() ? "sbcast is not on PATH"
-                                                  : "cannot find this ddprun's path");
-    }
+    if (sbcast.empty()) return broadcast_done(false, "sbcast is not on PATH");
     request.path = sbcast.string();
     request.argv = {request.path, "--force", self, copy->file_on_hosts};
     request.stdout_fd = STDERR_FILENO;  // its own words, if any, where the command's warnings go
@@ -352,6 +349,10 @@ struct ClusterHead::Impl {
     }
     phase = Phase::kRunning;
     report_staging();
+    // Every host runs ddprun now: the copy in memory is not needed for the rest of the job (a
+    // session still writing it to a host holds a reference of its own).
+    binary.reset();
+    broadcast_binary.reset();
     spdlog::info("all {} hosts are ready ({} after the start): starting the workers",
                  result.hosts.size(), format_duration(Clock::now() - started_at));
     for (auto& s : sessions) {

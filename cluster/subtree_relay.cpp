@@ -148,6 +148,9 @@ SubtreeRelay::~SubtreeRelay() = default;
 
 void SubtreeRelay::send_all(const std::string& line) {
   asio::post(impl_->io, [impl = impl_.get(), line] {
+    // After "go" no host asks for ddprun: the relay's copy in memory is not needed any more (a
+    // session still writing it holds a reference of its own).
+    if (line == "go") impl->binary.reset();
     for (auto& s : impl->sessions) {
       if (line == "go") s->release_stderr();
       s->send(line);

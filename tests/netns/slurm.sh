@@ -139,16 +139,24 @@ sbatch_script() {
   chmod +x "$work/$1.sbatch"
 }
 
-# An sbatch script with --hosts=slurm: one agent per node, started with srun.
-check_sbatch_hosts_slurm() {
-  local out=$work/batch
+# sbatch_env_job NAME COMMAND: COMMAND (a --hosts=slurm command line, up to its flags) with
+# --nproc-per-node=2 and a worker that writes its environment to $work/NAME/env_RANK, in an
+# sbatch script on both nodes; every rank must see WORLD_SIZE=4. The job's log: $work/NAME/log.
+sbatch_env_job() {
+  local name=$1 out=$work/$1
   mkdir -p "$out"
-  sbatch_script batch "$ddprun --hosts=slurm --nproc-per-node=2 --no-python sh -c 'env > $out/env_\$RANK'"
-  on_login timeout 120 sbatch --wait -N2 -o "$out/log" "$work/batch.sbatch" >/dev/null ||
+  sbatch_script "$name" "$2 --nproc-per-node=2 --no-python sh -c 'env > $out/env_\$RANK'"
+  on_login timeout 120 sbatch --wait -N2 -o "$out/log" "$work/$name.sbatch" >/dev/null ||
     { cat "$out/log"; fail "the job failed"; }
   for r in 0 1 2 3; do
     [[ $(value "$out/env_$r" WORLD_SIZE) == 4 ]] || { cat "$out/log"; fail "rank $r: WORLD_SIZE"; }
   done
+}
+
+# An sbatch script with --hosts=slurm: one agent per node, started with srun.
+check_sbatch_hosts_slurm() {
+  local out=$work/batch
+  sbatch_env_job batch "$ddprun --hosts=slurm"
   [[ $(value "$out/env_3" SLURMD_NODENAME) == n2 ]] || fail "rank 3 not on n2"
   grep -q "srun --nodes=1" "$out/log" || fail "the agents were not started with srun"
 }
@@ -158,13 +166,8 @@ check_sbatch_hosts_slurm() {
 # removed once taken.
 check_staging_hosts_slurm() {
   local out=$work/staged
-  mkdir -p "$out"
-  sbatch_script staged "env XDG_CACHE_HOME=$out/cache $ddprun --hosts=slurm --remote-ddprun=/nonexistent/ddprun --nproc-per-node=2 --no-python sh -c 'env > $out/env_\$RANK'"
-  on_login timeout 120 sbatch --wait -N2 -o "$out/log" "$work/staged.sbatch" >/dev/null ||
-    { cat "$out/log"; fail "the job failed"; }
-  for r in 0 1 2 3; do
-    [[ $(value "$out/env_$r" WORLD_SIZE) == 4 ]] || { cat "$out/log"; fail "rank $r: WORLD_SIZE"; }
-  done
+  sbatch_env_job staged \
+    "env XDG_CACHE_HOME=$out/cache $ddprun --hosts=slurm --remote-ddprun=/nonexistent/ddprun"
   grep -q "sent ddprun .* to every node of the allocation with sbcast" "$out/log" ||
     { cat "$out/log"; fail "the command did not use sbcast"; }
   grep -q "staged ddprun .* on [12] host(s) that lacked it ([12] from sbcast's copy, [01] sent from here)" "$out/log" ||

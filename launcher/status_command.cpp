@@ -17,6 +17,7 @@
 #include "common/exit_codes.hpp"
 #include "common/failure_record.hpp"
 #include "common/strings.hpp"
+#include "launcher/option_reader.hpp"
 #include "monitor/job_monitor.hpp"
 #include "monitor/job_view.hpp"
 #include "monitor/status_client.hpp"
@@ -92,9 +93,7 @@ std::unique_ptr<store::Store> open_job_store(const StatusOptions& o, Deadline de
   job.store_secret = store::read_secret(o.token_file, "--token-file", env, warnings);
   for (const auto& w : warnings) std::fprintf(stderr, "ddprun status: %s\n", w.c_str());
   job.rdzv_id = o.run_id;
-  job.rdzv_backend = o.backend == "etcd"     ? RdzvBackend::kEtcd
-                     : o.backend == "static" ? RdzvBackend::kStatic
-                                             : RdzvBackend::kC10d;
+  job.rdzv_backend = parse_rdzv_backend(RawValue{o.backend, "--rdzv-backend"});
   if (job.is_static()) {
     const auto hp = parse_host_port(o.endpoint, "--rdzv-endpoint");
     job.master_addr = hp.host;

@@ -146,7 +146,7 @@ RunResult Agent::run_rounds() {
     } else {
       return finish_failure(f, outcome.store_lost);
     }
-    rdzv.round_ended(*round_);
+    rdzv.round_ended(*round_, outcome.all_stopped);
   }
 }
 

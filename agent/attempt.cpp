@@ -112,9 +112,11 @@ AttemptOutcome Attempt::run() {
   if (timers_ != nullptr) timers_->forget(pids_);
   if (!outcome.success && (outcome.failure.kind == Failure::Kind::kWorker ||
                            outcome.failure.kind == Failure::Kind::kHang)) {
-    outcome.failure = channel_.resolve_root_cause(
+    auto cause = channel_.resolve_root_cause(
         outcome.failure, outcome_mine_, config_.shutdown_timeout + kCaptureBudget + 10s,
         [this](Failure& f) { explain(f); });
+    outcome.failure = std::move(cause.failure);
+    outcome.all_stopped = cause.all_stopped;
   }
   return outcome;
 }

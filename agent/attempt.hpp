@@ -50,6 +50,8 @@ struct AttemptOutcome {
   bool success = false;
   Failure failure;          // when !success: the root cause, or why the round ended
   bool store_lost = false;  // the store is gone: nobody is left to say goodbye to
+  // Every node stopped its workers and agreed on this root cause (RootCause::all_stopped).
+  bool all_stopped = false;
 };
 
 class Attempt {

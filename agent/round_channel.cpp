@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
@@ -80,21 +81,37 @@ std::vector<RankWhere> RoundChannel::all_where() {
   return all;
 }
 
-Failure RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
-                                         std::chrono::milliseconds settle_time,
-                                         const std::function<void(Failure&)>& refine) {
+namespace {
+
+// The root cause's record: the failure's own fields, and whether every node had settled.
+constexpr const char* kAllStopped = "all_stopped";
+
+RootCause parse_root_cause(const std::string& text) {
+  RootCause r{Failure::from_json(text), false};
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_object()) r.all_stopped = j.value(kAllStopped, false);
+  return r;
+}
+
+}  // namespace
+
+RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
+                                           std::chrono::milliseconds settle_time,
+                                           const std::function<void(Failure&)>& refine) {
   const auto deadline = Deadline::after(settle_time);
   try {
     const auto settled = store_.add("settled", 1, op());
     if (settled == round_.ranks.group_world_size) store_.set("all_settled", "1", op());
     if (!chooser) {
       // A little longer than the chooser may wait, so that its answer is not missed.
-      return Failure::from_json(
+      return parse_root_cause(
           store_.get("root_cause", Deadline::at(deadline.when() + std::chrono::seconds(5))));
     }
+    bool all_stopped = true;
     try {
       store_.wait({"all_settled"}, deadline);
     } catch (const TimeoutError&) {
+      all_stopped = false;
       spdlog::warn("not every node reported its failures within {}; choosing among those that did",
                    format_duration(settle_time));
     }
@@ -107,12 +124,14 @@ Failure RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
       if (f.unix_time < earliest.unix_time) earliest = f;
     }
     if (refine) refine(earliest);
-    store_.set("root_cause", earliest.to_json(), op());
-    return earliest;
+    auto record = nlohmann::json::parse(earliest.to_json());
+    record[kAllStopped] = all_stopped;
+    store_.set("root_cause", record.dump(), op());
+    return RootCause{earliest, all_stopped};
   } catch (const Error& e) {
     spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",
                  e.what());
-    return first;
+    return RootCause{first, false};
   }
 }
 

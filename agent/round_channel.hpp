@@ -16,6 +16,14 @@
 
 namespace ddprun {
 
+// A round's agreed root cause, and whether every node had stopped its workers and settled
+// before it was chosen: then every node is back from the round, and a static job's next attempt
+// needs no start barrier of its own.
+struct RootCause {
+  Failure failure;
+  bool all_stopped = false;
+};
+
 class RoundChannel {
  public:
   // Does not own `store`; every call gets a fresh deadline of `read_timeout`.
@@ -57,9 +65,9 @@ class RoundChannel {
   // and publishes it; the others read it. Falls back to `first` when the store fails.
   // `refine`, when given, runs on the chooser's pick before it is published (the stacks'
   // grouping is added there).
-  Failure resolve_root_cause(const Failure& first, bool chooser,
-                             std::chrono::milliseconds settle_time,
-                             const std::function<void(Failure&)>& refine = {});
+  RootCause resolve_root_cause(const Failure& first, bool chooser,
+                               std::chrono::milliseconds settle_time,
+                               const std::function<void(Failure&)>& refine = {});
 
   // The end of the job for this node: its goodbye, one key of its own, so that saying it twice
   // (again on a fresh connection, after a signal cut the first one short) counts once. Throws.

@@ -24,7 +24,7 @@ using namespace ddprun::bench;
 
 namespace {
 
-constexpr int kFigures = 11;
+constexpr int kFigures = 12;
 
 struct FigureText {
   const char* title;
@@ -88,6 +88,18 @@ const std::map<int, FigureText>& figure_texts() {
             "every 5 s while nothing changes, and every second when every node changes state "
             "at once (the most an agent writes); then one `ddprun status --rdzv-endpoint` "
             "reads all N."}},
+      {12, {"Recovery at scale",
+            "`bench/bench_recovery.cpp`. N real agents on 127.0.0.1, one process per simulated "
+            "node, each with one `bench_worker` that sleeps; the job's last rank blocks opening "
+            "a FIFO until the harness opens it, then exits 3 (`--max-restarts=1`). From that "
+            "worker's own stamp before its exit to the last worker of the next attempt stamping "
+            "its start (the harness learns of the stamps through inotify, so it spends no CPU "
+            "while the agents share the 2 cores). Static: node 0 serves the store; c10d: the "
+            "agent started first serves it; etcd: 3 members on loopback. Node death: an elastic "
+            "c10d job (`--nnodes=N-1:N`, `last_call_timeout` 0.1 s) whose last agent is "
+            "SIGKILLed, until every survivor's worker runs again. torchrun 1.13 runs the same "
+            "job with its c10d backend. The phases and the CPU come from the agents' "
+            "--events-file (`mono` and `cpu` of attempt_decided, restart and workers_started)."}},
   };
   return texts;
 }
@@ -254,6 +266,7 @@ constexpr ChartSpec kCharts[] = {
     {1, "wall time", "workers", false},
     {5, "throughput", "clients", false},
     {6, "release to every agent holding its rank", "agents", true},
+    {12, "failure to every worker running again", "nodes", true},
 };
 
 // A gnuplot string. gnuplot runs `...` in a command line as a shell command, even inside

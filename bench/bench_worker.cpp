@@ -4,7 +4,10 @@
 //     $BENCH_STAMP_DIR/start.<restart count>.<rank> (and to exit.<restart>.<rank> just before a
 //     failing exit), so that both launchers are timed from the workers' side the same way;
 //   - --sleep=S: sleeps S seconds;
-//   - --fail-once-rank=R: exits 3 when RANK is R on the first attempt (restart count 0).
+//   - --fail-once-rank=R: exits 3 when RANK is R on the first attempt (restart count 0);
+//   - --fail-when-opened=FIFO: that failing rank first blocks opening FIFO for reading, so
+//     the harness chooses the moment of the failure by opening it for writing (it sleeps no
+//     longer then: the failure is the only thing it waits for).
 // Then exits 0. C library only, so that it starts as fast as `true`.
 
 #include <fcntl.h>
@@ -52,15 +55,28 @@ int main(int argc, char** argv) {
   stamp("start", restart, rank);
   double sleep_s = 0;
   int fail_rank = -1;
+  const char* fail_fifo = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--sleep=", 8) == 0) {
       sleep_s = std::atof(argv[i] + 8);
     } else if (std::strncmp(argv[i], "--fail-once-rank=", 17) == 0) {
       fail_rank = std::atoi(argv[i] + 17);
+    } else if (std::strncmp(argv[i], "--fail-when-opened=", 19) == 0) {
+      fail_fifo = argv[i] + 19;
     } else {
       std::fprintf(stderr, "bench_worker: unknown argument %s\n", argv[i]);
       return 99;
     }
+  }
+  const bool failing = rank == fail_rank && restart == 0;
+  if (failing && fail_fifo != nullptr) {
+    const int fd = open(fail_fifo, O_RDONLY | O_CLOEXEC);  // returns once a writer opens it
+    if (fd < 0) {
+      std::perror(fail_fifo);
+      return 97;
+    }
+    close(fd);
+    sleep_s = 0;
   }
   if (sleep_s > 0) {
     timespec ts{};
@@ -69,7 +85,7 @@ int main(int argc, char** argv) {
     while (nanosleep(&ts, &ts) != 0) {
     }
   }
-  if (rank == fail_rank && restart == 0) {
+  if (failing) {
     stamp("exit", restart, rank);
     return 3;
   }

@@ -290,7 +290,8 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
   }
 }
 
-void ElasticRendezvous::round_ended(const Round& round) {
+// An elastic round is formed anew whatever the last one's end: nodes may have joined meanwhile.
+void ElasticRendezvous::round_ended(const Round& round, bool /*all_stopped*/) {
   self_.prev_rank = round.ranks.group_rank;
   round_ = advance_round(store_, round.id, op());
 }

@@ -108,7 +108,7 @@ class ElasticRendezvous final : public RendezvousHandler {
                     KeepAliveFactory keep_alive_factory = nullptr);
 
   NextRound next_round(int restart_count) override;
-  void round_ended(const Round& round) override;
+  void round_ended(const Round& round, bool all_stopped) override;
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;

@@ -68,8 +68,10 @@ class RendezvousHandler {
   // store was interrupted (a signal); an interrupted rendezvous gives back what it claimed.
   virtual NextRound next_round(int restart_count) = 0;
 
-  // This node is done with `round` and will ask for the next one.
-  virtual void round_ended(const Round& round) = 0;
+  // This node is done with `round` and will ask for the next one. `all_stopped`: every node of
+  // the round has stopped its workers and agreed on its root cause (a settled worker failure),
+  // so every node is back; a static rendezvous then starts the next attempt without a barrier.
+  virtual void round_ended(const Round& round, bool all_stopped) = 0;
 
   // Starts watching the round's members: `on_lost(group_rank)` at most once when a member
   // stops answering, `on_error` when the store cannot be reached. Both come from another thread.

@@ -236,6 +236,16 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   }
 }
 
+// After a worker failure every node stops its workers, then counts itself settled, and the
+// root cause is chosen once every node has: that count is already the barrier the next attempt
+// would wait in, so it is not waited for twice (a request, a wake-up and a round trip per node
+// on the recovery's path). A node that does not come back after all (a signal) is missed by
+// the keep-alive of the next attempt, as one that dies later would be.
+void StaticRendezvous::round_ended(const Round& round, bool all_stopped) {
+  all_back_for_.reset();
+  if (all_stopped) all_back_for_ = round.restart_count + 1;
+}
+
 NextRound StaticRendezvous::next_round(int restart_count) {
   if (!joined_) join();
   Round round;
@@ -245,7 +255,8 @@ NextRound StaticRendezvous::next_round(int restart_count) {
   round.restart_count = restart_count;
   round.master_addr = master_addr_;
   for (const auto& node : joined_->nodes) round.hosts.push_back(node.host);
-  start_barrier(round.prefix, restart_count);
+  if (all_back_for_ != restart_count) start_barrier(round.prefix, restart_count);
+  all_back_for_.reset();
   return NextRound{std::move(round), {}};
 }
 

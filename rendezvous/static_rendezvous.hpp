@@ -60,7 +60,7 @@ class StaticRendezvous final : public RendezvousHandler {
                    std::string master_addr, KeepAliveTiming keep_alive);
 
   NextRound next_round(int restart_count) override;
-  void round_ended(const Round&) override {}
+  void round_ended(const Round& round, bool all_stopped) override;
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
@@ -76,6 +76,8 @@ class StaticRendezvous final : public RendezvousHandler {
   std::string master_addr_;
   KeepAliveTiming keep_alive_;
   std::optional<RendezvousResult> joined_;
+  // The attempt every node is known to be back for (the last one ended with all stopped).
+  std::optional<int> all_back_for_;
 };
 
 }  // namespace ddprun

@@ -3,12 +3,12 @@
 # 1.13), c10d's TCPStore and the Python DDP reference, on this machine, in one run. Writes
 # docs/benchmarks.md (or --output): the machine, the targets met or missed, a table per figure.
 #
-#   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up;
-#                                    about 18 minutes on 2 cores)
+#   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up,
+#                                    figures 10 and 12 of 3; about 32 minutes on 2 cores)
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
 #            --figures 1,2,...  (only these)  --budget SECONDS (default 1200: optional parts are
-#            skipped when they would not fit)  --keep-results DIR (keep the raw series and the
+#            skipped when they would not fit; default 2100)  --keep-results DIR (keep the raw series and the
 #            machine description there)  --report-only DIR (measure nothing: write the report
 #            from a kept DIR)
 #
@@ -23,8 +23,8 @@ quick=0
 output=docs/benchmarks.md
 build=${BUILD_DIR:-build}
 do_build=1
-figures=1,2,3,4,5,6,7,8,9,10,11
-budget=1200
+figures=1,2,3,4,5,6,7,8,9,10,11,12
+budget=2100
 python=${PYTHON:-/usr/bin/python3}
 keep_results=
 report_only=
@@ -117,12 +117,16 @@ if [[ $quick = 1 ]]; then
   store_args=(--clients 1 16 --seconds 0.1 --diagnostic); rdzv_args=(--agents 64 256)
   etcd_rdzv_args=(--agents 64 256)
   worker_sleep=0.5; keepalive=(--interval 0.3 --attempts 3 --last-call 0.1)
+  recovery_nodes=(2 16); recovery_torchrun_nodes=(); recovery_death_nodes=(2)
+  recovery_runs=(--runs 1 --warmup 0)
 else
   runs=(--runs 5 --warmup 1); report_runs=(--runs 5 --warmup 1)
   torchrun_launch=default,fast; torchrun_memory=fast
   store_args=(--clients 1 16 64 --seconds 1 --diagnostic)
   rdzv_args=(--agents 256 1024 4096 16384); etcd_rdzv_args=(--agents 256 1024 4096)
   worker_sleep=2; keepalive=(--interval 1 --attempts 3 --last-call 0.1)
+  recovery_nodes=(2 8 16 128 256 512 1024); recovery_torchrun_nodes=(2 8 16)
+  recovery_death_nodes=(16 128 1024); recovery_runs=(--runs 3 --warmup 1)
 fi
 
 torch_version=
@@ -237,6 +241,29 @@ if want 11; then
   [[ $quick = 1 ]] && watch_agents=64
   step "figure 11: watching a job" "$b/bench_watch" --ddprun "$ddprun" --store "$store" \
     --worker "$b/bench_worker" --agents "$watch_agents" --results "$results" "${runs[@]}"
+fi
+if want 12; then
+  recovery=("$b/bench_recovery" --worker "$b/bench_worker" --results "$results" "${recovery_runs[@]}")
+  step "figure 12: recovery at scale, c10d" "${recovery[@]}" --ddprun "$ddprun" --backend c10d \
+    --nodes "${recovery_nodes[@]}"
+  step "figure 12: recovery at scale, static" "${recovery[@]}" --ddprun "$ddprun" --backend static \
+    --nodes "${recovery_nodes[@]}"
+  if [[ $have_etcd = 1 ]]; then
+    step "figure 12: recovery at scale, etcd" "${recovery[@]}" --ddprun "$ddprun" --backend etcd \
+      --nodes "${recovery_nodes[@]}"
+  else
+    not_measured 12 "1024 nodes" "failure to every worker running again" "ddprun, etcd (3 members)" \
+      s true "$etcd_missing" ""
+  fi
+  step "figure 12: recovery at scale, node death" "${recovery[@]}" --ddprun "$ddprun" \
+    --backend c10d --node-death "${keepalive[@]}" --nodes "${recovery_death_nodes[@]}"
+  if [[ -n $torch_version ]] && ((${#recovery_torchrun_nodes[@]})); then
+    for interval in 0.1 default; do
+      mi=(--monitor-interval "$interval"); [[ $interval = default ]] && mi=()
+      step "figure 12: recovery, torchrun ${interval}" "${recovery[@]}" --torchrun "$python" \
+        "${mi[@]}" --nodes "${recovery_torchrun_nodes[@]}"
+    done
+  fi
 fi
 # Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
 # (about 150 s).

@@ -44,6 +44,11 @@ class EtcdCluster {
   // SIGKILLs a member and reaps it.
   void kill(int member);
   bool alive(int member) const { return members_[static_cast<std::size_t>(member)] != nullptr; }
+  // The member's process id, or -1 once it is killed (for a benchmark's CPU figures).
+  pid_t pid(int member) const {
+    const auto& m = members_[static_cast<std::size_t>(member)];
+    return m ? m->pid() : -1;
+  }
   // The last lines of a member's log, for failure messages.
   std::string log_tail(int member) const;
 

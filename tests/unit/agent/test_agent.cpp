@@ -254,6 +254,35 @@ TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]")
   CHECK(r0.root_cause->attempt == 1);
 }
 
+TEST_CASE("agent: a static restart after a settled failure skips the start barrier",
+          "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  Node n0(shared, config_for(2, 0, 1, 2), "hostA", dir.file("n0"));
+  Node n1(shared, config_for(2, 1, 1, 2), "hostB", dir.file("n1"));
+  REQUIRE(n0.runner.wait_for_start(1));
+  REQUIRE(n1.runner.wait_for_start(1));
+  n1.runner.exit_worker(0, 7);
+  REQUIRE(n0.runner.wait_for_start(2));
+  REQUIRE(n1.runner.wait_for_start(2));
+  auto store = shared.connect();
+  const auto op = Deadline::after(5s);
+  // The first attempt waits for every node; the restart does not wait again: every node
+  // settled the failure, and the root cause says so.
+  CHECK(store->add("attempt/0/arrived", 0, op) == 2);
+  CHECK_FALSE(store->check({"attempt/1/arrived"}, op));
+  const auto cause = nlohmann::json::parse(store->get("attempt/0/root_cause", op));
+  CHECK(cause.at("all_stopped") == true);
+  CHECK(cause.at("node") == 1);
+  // Both nodes run the next attempt with the same restart count, and end it the same way.
+  CHECK(env_of_start(n0.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(env_of_start(n1.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
+  n0.runner.exit_all(0);
+  n1.runner.exit_all(0);
+  CHECK(exit_code_of(n0.finish()) == 0);
+  CHECK(exit_code_of(n1.finish()) == 0);
+}
+
 TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;

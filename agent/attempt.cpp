@@ -73,7 +73,10 @@ Attempt::~Attempt() { teardown(); }
 
 void Attempt::teardown() {
   keep_alive_.reset();
-  watcher_.reset();
+  if (watcher_) {
+    if (auto idle = watcher_->release_if_idle()) ctx_.spare_watch_store = std::move(idle);
+    watcher_.reset();
+  }
 }
 
 std::string Attempt::error_file(int local_rank) const {
@@ -112,9 +115,15 @@ AttemptOutcome Attempt::run() {
   if (timers_ != nullptr) timers_->forget(pids_);
   if (!outcome.success && (outcome.failure.kind == Failure::Kind::kWorker ||
                            outcome.failure.kind == Failure::Kind::kHang)) {
+    // Stacks are taken after a hang, or after any failure with --hang-timeout (the same on
+    // every node: the settings are compared at the rendezvous). Without them there is no
+    // node's `where` record to read, and reading them would cost the chooser a request per node.
+    const bool stacks = outcome.failure.kind == Failure::Kind::kHang ||
+                        config_.hang_timeout.count() > 0;
+    std::function<void(Failure&)> refine;
+    if (stacks) refine = [this](Failure& f) { explain(f); };
     auto cause = channel_.resolve_root_cause(
-        outcome.failure, outcome_mine_, config_.shutdown_timeout + kCaptureBudget + 10s,
-        [this](Failure& f) { explain(f); });
+        outcome.failure, outcome_mine_, config_.shutdown_timeout + kCaptureBudget + 10s, refine);
     outcome.failure = std::move(cause.failure);
     outcome.all_stopped = cause.all_stopped;
   }
@@ -127,9 +136,9 @@ AttemptOutcome Attempt::run() {
 // thread for one.
 void Attempt::start_watching() {
   if (round_.ranks.group_world_size > 1 || ctx_.rendezvous->can_reform()) {
-    std::unique_ptr<store::Store> store;
+    auto store = std::move(ctx_.spare_watch_store);
     try {
-      store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
+      if (!store) store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
     } catch (const Error& e) {
       throw ConnectionError(std::string("cannot open the outcome watcher's connection: ") +
                             e.what());

@@ -41,6 +41,10 @@ struct AgentContext {
   EnvMap base_env;             // the environment workers inherit
   EventLog* events = nullptr;  // --events-file, optional
   StatusBoard* status = nullptr;  // what `ddprun status` and the metrics show, optional
+  // The connection of the last round's outcome watcher, once it read the outcome: the next
+  // watcher uses it instead of opening one (a recovery then costs the store's host no
+  // connection per node).
+  std::unique_ptr<store::Store> spare_watch_store;
   bool hosts_store = false;    // this agent's process serves the store: it leaves last
   // --numa-binding / --cpu-bind: each local rank's placement, planned at start; empty: none.
   std::vector<Placement> placements;

@@ -16,6 +16,7 @@ OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string 
         try {
           e.text = store_->get(key, Deadline::after(std::chrono::hours(1)));
           e.kind = AgentEvent::Kind::kOutcome;
+          idle_ = true;
           break;
         } catch (const TimeoutError&) {
         }
@@ -30,7 +31,14 @@ OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string 
   });
 }
 
+std::unique_ptr<store::Store> OutcomeWatcher::release_if_idle() {
+  if (!idle_) return nullptr;
+  thread_.join();
+  return std::move(store_);
+}
+
 OutcomeWatcher::~OutcomeWatcher() {
+  if (!thread_.joinable()) return;
   store_->interrupt();
   thread_.join();
 }

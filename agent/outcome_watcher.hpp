@@ -4,6 +4,7 @@
 // anywhere reaches every agent the moment it is published. Reports kStoreLost when the store
 // goes away. Destroying the watcher interrupts its wait and joins its thread.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,8 +22,14 @@ class OutcomeWatcher {
   OutcomeWatcher(const OutcomeWatcher&) = delete;
   OutcomeWatcher& operator=(const OutcomeWatcher&) = delete;
 
+  // Once the watcher has read the outcome, its connection has no request in flight: it is
+  // handed back (the thread joined) for the next round's watcher, which then opens none.
+  // nullptr while it still waits, or after an error.
+  std::unique_ptr<store::Store> release_if_idle();
+
  private:
   std::unique_ptr<store::Store> store_;
+  std::atomic<bool> idle_{false};
   std::thread thread_;
 };
 

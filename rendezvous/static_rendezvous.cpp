@@ -25,10 +25,15 @@ std::string info_key(int g) { return fmt::format("static/node/{}/info", g); }
 
 constexpr const char* kAbortKey = "static/abort";
 constexpr const char* kSettingsKey = "static/settings";
+// How many nodes have written their record, and the key the last of them sets: each node waits
+// on this one key, not on every node's record (N waits of N keys each would hold N^2 waiters
+// in the store's host: 1M at 1,024 nodes).
+constexpr const char* kJoinedKey = "static/joined";
+constexpr const char* kAllJoinedKey = "static/all_joined";
 
 // Ends the rendezvous for every node of the job: the first reason given stands, and every
-// node's record is filled with a marker, so that a node waiting for the others wakes now and
-// reads the reason instead of waiting out its join timeout.
+// node's record is filled with a marker, then the waiting nodes are woken: each reads the
+// records, finds a marker and the reason, instead of waiting out its join timeout.
 [[noreturn]] void abort_for_all(store::Store& store, int nodes, const std::string& why,
                                 Deadline deadline) {
   const auto reason = store.compare_set(kAbortKey, "", why, deadline);
@@ -44,6 +49,14 @@ constexpr const char* kSettingsKey = "static/settings";
       spdlog::warn("rendezvous: could not mark node {}'s record to end the rendezvous: {}", g,
                    e.what());
     }
+  }
+  try {
+    store.set(kAllJoinedKey, "abort", deadline);
+  } catch (const RendezvousError&) {
+    throw;
+  } catch (const Error& e) {
+    spdlog::warn("rendezvous: could not wake the waiting nodes to end the rendezvous: {}",
+                 e.what());
   }
   throw RendezvousError(reason);
 }
@@ -117,6 +130,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     throw RendezvousError(
         store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
   }
+  if (store.add(kJoinedKey, 1, deadline) == o.nnodes) store.set(kAllJoinedKey, "1", deadline);
   std::vector<std::string> keys;
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
   spdlog::info("rendezvous: node {} of {} joined; waiting for the others (store at {})",
@@ -131,9 +145,10 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     return missing;
   };
   ProgressClock progress(o.progress_interval);
+  std::string joined;
   while (true) {
     try {
-      store.wait(keys, progress.slice(deadline));
+      joined = store.get(kAllJoinedKey, progress.slice(deadline));
       break;
     } catch (const TimeoutError&) {
       if (deadline.expired()) {
@@ -152,6 +167,10 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     }
   }
 
+  if (joined == "abort") {
+    throw RendezvousError(
+        store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
+  }
   RendezvousResult result;
   std::vector<int> sizes;
   for (const auto& text : store.multi_get(keys, deadline)) {

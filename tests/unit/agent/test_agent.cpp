@@ -123,7 +123,10 @@ struct Node {
     if (options.before_set) {
       store = std::make_unique<SetHookStore>(std::move(store), std::move(options.before_set));
     }
-    store::StoreOpener open = [&shared](Deadline) { return std::unique_ptr<store::Store>(shared.connect()); };
+    store::StoreOpener open = [&shared, this](Deadline) {
+      ++opened;
+      return std::unique_ptr<store::Store>(shared.connect());
+    };
     rendezvous = make_rendezvous_handler(config, *store, open, host);
     AgentContext ctx;
     ctx.host = host;
@@ -145,6 +148,7 @@ struct Node {
   int exit_code() { return exit_code_of(finish()); }
 
   LaunchConfig config;
+  std::atomic<int> opened{0};  // connections the agent opened besides its own
   std::unique_ptr<store::Store> store;
   std::unique_ptr<RendezvousHandler> rendezvous;
   FakeRunner runner;
@@ -254,8 +258,8 @@ TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]")
   CHECK(r0.root_cause->attempt == 1);
 }
 
-TEST_CASE("agent: a static restart after a settled failure skips the start barrier",
-          "[agent]") {
+TEST_CASE("agent: a static restart after a settled failure skips the start barrier and "
+          "reuses the outcome watcher's connection", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;
   Node n0(shared, config_for(2, 0, 1, 2), "hostA", dir.file("n0"));
@@ -274,6 +278,9 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   const auto cause = nlohmann::json::parse(store->get("attempt/0/root_cause", op));
   CHECK(cause.at("all_stopped") == true);
   CHECK(cause.at("node") == 1);
+  // Node 0 learnt of the failure from its outcome watcher, whose idle connection watches the
+  // next attempt: one connection per attempt for its keep-alive, one watcher's in all.
+  CHECK(n0.opened == 3);
   // Both nodes run the next attempt with the same restart count, and end it the same way.
   CHECK(env_of_start(n0.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
   CHECK(env_of_start(n1.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");

@@ -137,6 +137,12 @@ AttemptOutcome Attempt::run() {
 void Attempt::start_watching() {
   if (round_.ranks.group_world_size > 1 || ctx_.rendezvous->can_reform()) {
     auto store = std::move(ctx_.spare_watch_store);
+    OutcomeWatcher::Reopen reopen;
+    if (store) {
+      reopen = [open = ctx_.open_store, timeout = config_.rdzv_conf.read_timeout] {
+        return open(Deadline::after(timeout));
+      };
+    }
     try {
       if (!store) store = ctx_.open_store(Deadline::after(config_.rdzv_conf.read_timeout));
     } catch (const Error& e) {
@@ -144,7 +150,7 @@ void Attempt::start_watching() {
                             e.what());
     }
     watcher_ = std::make_unique<OutcomeWatcher>(std::move(store), channel_.outcome_key(),
-                                                round_.id, events_);
+                                                round_.id, events_, std::move(reopen));
   }
   const int round = round_.id;
   auto& events = events_;

@@ -1,12 +1,14 @@
 #include "agent/outcome_watcher.hpp"
 
+#include <utility>
+
 #include "common/error.hpp"
 
 namespace ddprun {
 
-OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string outcome_key, int round,
-                               EventQueue& events)
-    : store_(std::move(store)) {
+OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string outcome_key,
+                               int round, EventQueue& events, Reopen reopen)
+    : store_(std::move(store)), reopen_(std::move(reopen)) {
   thread_ = std::thread([this, key = std::move(outcome_key), round, &events] {
     AgentEvent e;
     e.round = round;
@@ -19,6 +21,14 @@ OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string 
           idle_ = true;
           break;
         } catch (const TimeoutError&) {
+        } catch (const ConnectionError&) {
+          // A connection kept from the last round may have been closed while it sat idle: one
+          // fresh connection, before calling the store lost.
+          if (!reopen_) throw;
+          auto fresh = std::exchange(reopen_, nullptr)();
+          std::lock_guard lock(mutex_);
+          if (stopping_) return;
+          store_ = std::move(fresh);
         }
       }
     } catch (const InterruptedError&) {
@@ -39,7 +49,11 @@ std::unique_ptr<store::Store> OutcomeWatcher::release_if_idle() {
 
 OutcomeWatcher::~OutcomeWatcher() {
   if (!thread_.joinable()) return;
-  store_->interrupt();
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    store_->interrupt();
+  }
   thread_.join();
 }
 

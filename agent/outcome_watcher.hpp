@@ -5,7 +5,9 @@
 // goes away. Destroying the watcher interrupts its wait and joins its thread.
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -16,8 +18,12 @@ namespace ddprun {
 
 class OutcomeWatcher {
  public:
+  // Opens a fresh connection (with its own deadline).
+  using Reopen = std::function<std::unique_ptr<store::Store>()>;
+
+  // `reopen`, for a connection kept from an earlier round: used once if it turns out closed.
   OutcomeWatcher(std::unique_ptr<store::Store> store, std::string outcome_key, int round,
-                 EventQueue& events);
+                 EventQueue& events, Reopen reopen = {});
   ~OutcomeWatcher();
   OutcomeWatcher(const OutcomeWatcher&) = delete;
   OutcomeWatcher& operator=(const OutcomeWatcher&) = delete;
@@ -28,7 +34,10 @@ class OutcomeWatcher {
   std::unique_ptr<store::Store> release_if_idle();
 
  private:
-  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::Store> store_;  // replaced only under mutex_, by the thread
+  Reopen reopen_;
+  std::mutex mutex_;
+  bool stopping_ = false;  // under mutex_
   std::atomic<bool> idle_{false};
   std::thread thread_;
 };

@@ -78,7 +78,7 @@ class StampWatcher {
   }
 
   // Waits until `count` distinct files named `prefix`* were written since clear(); returns
-  // their paths. `what` and `log` go into the timeout's message.
+  // their paths. `what` goes into the timeout's message.
   std::vector<std::string> wait(const std::string& prefix, std::size_t count,
                                 std::chrono::milliseconds timeout, const std::string& what) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -184,8 +184,10 @@ class Job {
     if (elastic()) wait_formed(std::chrono::milliseconds(60'000 + nodes * 200));
   }
 
+  // A ddprun agent's orphan guard ends its workers and removes its control socket when the
+  // agent is killed, so only the agent is; torchrun's workers share its process group.
   ~Job() {
-    for (auto& a : agents_) a->signal_group(SIGKILL);
+    for (auto& a : agents_) o_.torchrun ? a->signal_group(SIGKILL) : a->signal(SIGKILL);
     for (auto& a : agents_) (void)a->wait_for(30s);
   }
 
@@ -220,17 +222,32 @@ class Job {
   }
 
   // Waits until `workers` distinct ranks have started since fail() or kill_last(); returns the
-  // last of their start stamps.
+  // last of their start stamps. ddprun's restarted workers stamp start.1.<rank>; torchrun's
+  // healthy agents restart theirs with restart count 0, and an elastic round names its ranks
+  // anew, so there any start stamp counts, less a stale one (written before the failure, seen
+  // after it).
   double await_running(std::size_t workers, double since) {
-    const auto paths = watcher_->wait("start.", workers, std::chrono::milliseconds(120'000 + nodes_ * 100),
-                                      fmt::format("recovery of {} agents ({})", nodes_, logs_.back()));
-    double last = 0;
-    for (const auto& p : paths) {
-      const double v = stamp_value(p);
-      if (v < since) throw Error(fmt::format("stamp {} predates the failure", p));
-      last = std::max(last, v);
+    const auto prefix = o_.torchrun || o_.node_death ? "start." : "start.1.";
+    const auto timeout = std::chrono::milliseconds(120'000 + nodes_ * 100);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::size_t wanted = workers;
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto paths = watcher_->wait(prefix, wanted, std::max(left, 1ms),
+                                        fmt::format("recovery of {} agents ({})", nodes_,
+                                                    logs_.back()));
+      double last = 0;
+      std::size_t fresh = 0;
+      for (const auto& p : paths) {
+        const double v = stamp_value(p);
+        if (v < since) continue;
+        ++fresh;
+        last = std::max(last, v);
+      }
+      if (fresh >= workers) return last;
+      wanted = paths.size() + (workers - fresh);
     }
-    return last;
   }
 
   // Every agent's events once `name` has appeared after `after` in each (bounded wait: the
@@ -420,9 +437,10 @@ void measure(const Options& o, int nodes, const EtcdCluster* etcd) {
                                    "the agent that spent the most, store's host excepted");
   auto host_cpu = make_series(o, nodes, "store host CPU per node", "us",
                               o.backend == "etcd"
-                                  ? "the etcd members' CPU over the recovery, divided by N"
-                                  : "node 0's CPU over the recovery less the median agent's, "
-                                    "divided by N");
+                                  ? "the etcd members' CPU from the failure to every worker "
+                                    "running, divided by N"
+                                  : "node 0's CPU (its threads' schedstat) from the failure to "
+                                    "every worker running, less the median agent's, divided by N");
   auto host_rss = make_series(o, nodes, "store host resident memory", "MiB",
                               o.backend == "etcd" ? "the etcd members' VmRSS, summed"
                                                   : "node 0's VmRSS after the recovery");
@@ -433,29 +451,29 @@ void measure(const Options& o, int nodes, const EtcdCluster* etcd) {
     std::filesystem::create_directories(run_dir);
     Job job(o, nodes, i, run_dir, etcd);
     std::this_thread::sleep_for(std::chrono::duration<double>(o.settle));
-    std::vector<double> etcd_cpu0;
+    // The store's host: node 0's threads (static, c10d), or the etcd members, from just before
+    // the failure to every worker running again.
+    std::vector<pid_t> hosts;
     if (etcd) {
-      for (int m = 0; m < etcd->size(); ++m) etcd_cpu0.push_back(process_cpu_s(etcd->pid(m)));
+      for (int m = 0; m < etcd->size(); ++m) hosts.push_back(etcd->pid(m));
+    } else {
+      hosts.push_back(job.pid(0));
     }
+    std::vector<double> host_cpu0;
+    for (const auto pid : hosts) host_cpu0.push_back(process_cpu_s(pid));
     const double failed = o.node_death ? job.kill_last() : job.fail();
     const double running = job.await_running(static_cast<std::size_t>(survivors * o.workers), failed);
+    double host = 0, rss = 0;
+    for (std::size_t h = 0; h < hosts.size(); ++h) {
+      host += process_cpu_s(hosts[h]) - host_cpu0[h];
+      rss += static_cast<double>(status_kib(hosts[h], "VmRSS")) / 1024;
+    }
     if (!recorded) return;
     recovery.samples.push_back(running - failed);
     if (o.torchrun) return;
-    if (etcd) {
-      double cpu = 0, rss = 0;
-      for (int m = 0; m < etcd->size(); ++m) {
-        cpu += process_cpu_s(etcd->pid(m)) - etcd_cpu0[static_cast<std::size_t>(m)];
-        rss += static_cast<double>(status_kib(etcd->pid(m), "VmRSS")) / 1024;
-      }
-      host_cpu.samples.push_back(cpu / nodes * 1e6);
-      host_rss.samples.push_back(rss);
-    } else {
-      host_rss.samples.push_back(static_cast<double>(status_kib(job.pid(0), "VmRSS")) / 1024);
-    }
+    host_rss.samples.push_back(rss);
     const auto all = job.events_with("workers_started", failed, survivors);
     double last_news = 0, last_agreed = 0, last_started = 0;
-    double host = 0;
     std::vector<double> cpus;
     for (int k = 0; k < survivors; ++k) {
       const auto& ev = all[static_cast<std::size_t>(k)];
@@ -467,11 +485,7 @@ void measure(const Options& o, int nodes, const EtcdCluster* etcd) {
       const auto restart = first_after(ev, "restart", failed);
       if (!restart.is_null()) last_agreed = std::max(last_agreed, restart.at("mono").get<double>());
       const double cpu = (begun.value("cpu", 0.0) - decided.value("cpu", 0.0)) * 1e3;
-      if (k == 0 && o.backend != "etcd") {
-        host = cpu;
-      } else {
-        cpus.push_back(cpu);
-      }
+      if (k != 0 || etcd) cpus.push_back(cpu);
     }
     news.samples.push_back(last_news - failed);
     if (last_agreed > 0) agreed.samples.push_back(last_agreed - failed);
@@ -479,7 +493,8 @@ void measure(const Options& o, int nodes, const EtcdCluster* etcd) {
     const double typical = cpus.empty() ? 0 : median(cpus);
     agent_cpu.samples.push_back(typical);
     agent_cpu_max.samples.push_back(cpus.empty() ? 0 : *std::max_element(cpus.begin(), cpus.end()));
-    if (o.backend != "etcd") host_cpu.samples.push_back((host - typical) / nodes * 1e3);
+    // Node 0's own agent did what the median agent did; the rest is the store's.
+    host_cpu.samples.push_back((host * 1e3 - (etcd ? 0 : typical)) / nodes * 1e3);
   });
   append_series(o.common.results, recovery);
   // Where the time and the CPU go, from 256 nodes up: below that a per-node share of the

@@ -1,6 +1,5 @@
 #include "monitor/status_client.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,11 +58,14 @@ std::string control_get(const std::string& path, const std::string& target, Dead
                                    format_duration(budget)));
   }
   if (failure) {
-    if (std::string_view(step) != "connecting") {
-      throw Error(fmt::format("control socket {}: {} failed: {}", path, step, failure.message()));
+    const auto what =
+        fmt::format("control socket {}: {} failed: {}", path, step, failure.message());
+    if (std::string_view(step) != "connecting") throw Error(what);
+    if (failure == asio::error::connection_refused ||
+        failure == beast::errc::no_such_file_or_directory) {
+      throw NobodyListensError(what);
     }
-    throw ConnectionError(fmt::format("control socket {}: {} failed: {}", path, step,
-                                      failure.message()));
+    throw ConnectionError(what);
   }
   auto res = parser.release();
   if (res.result() != http::status::ok) {
@@ -118,15 +120,11 @@ LocalScan scan_local(Deadline deadline) {
       p.pid = socket_pid(sockets[i]);
       for (const auto& node : body.at("nodes")) p.nodes.push_back(NodeStatus::from_json(node));
       scan.processes.push_back(std::move(p));
-    } catch (const ConnectionError& e) {
-      // Nobody listens. If its process is gone (killed before it could remove it), the socket
-      // is ours to remove; a live one may be between binding it and listening.
-      const int pid = socket_pid(sockets[i]);
-      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-        ::unlink(sockets[i].c_str());
-      } else {
-        scan.unanswered.push_back(fmt::format("{}: {}", sockets[i], e.what()));
-      }
+    } catch (const NobodyListensError&) {
+      // An agent's socket takes its name only once it listens (it is bound under another and
+      // renamed), so one that refuses was left by a process killed before it could remove it,
+      // whatever process has its pid now (pids are reused). It is ours to remove.
+      ::unlink(sockets[i].c_str());
     } catch (const std::exception& e) {
       scan.unanswered.push_back(fmt::format("{}: {}", sockets[i], e.what()));
     }

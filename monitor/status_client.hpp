@@ -9,12 +9,20 @@
 
 #include "agent/status_board.hpp"
 #include "common/deadline.hpp"
+#include "common/error.hpp"
 
 namespace ddprun {
 
+// The control socket is there but nobody listens on it, or it is gone.
+class NobodyListensError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
 // GET `target` from the control socket at `path`; returns the body of a 200 answer. Throws
-// ConnectionError when it cannot connect (nobody listens: the process is gone), TimeoutError
-// by `deadline`, or Error for a broken exchange or any other answer (with the body's "error").
+// NobodyListensError when the socket refuses or is gone (its process is), ConnectionError when
+// it cannot connect otherwise, TimeoutError by `deadline`, or Error for a broken exchange or any
+// other answer (with the body's "error").
 std::string control_get(const std::string& path, const std::string& target, Deadline deadline);
 
 struct LocalProcess {

@@ -25,15 +25,27 @@ std::string info_key(int g) { return fmt::format("static/node/{}/info", g); }
 
 constexpr const char* kAbortKey = "static/abort";
 constexpr const char* kSettingsKey = "static/settings";
-// How many nodes have written their record, and the key the last of them sets: each node waits
-// on this one key, not on every node's record (N waits of N keys each would hold N^2 waiters
-// in the store's host: 1M at 1,024 nodes).
+// How many nodes have written their record, and the key set once all have (or to end the
+// rendezvous): each node waits on this one key, not on every node's record (N waits of N keys
+// each would hold N^2 waiters in the store's host: 1M at 1,024 nodes). The key only wakes the
+// nodes; what they do is decided from the records, where a marker never replaces a real one.
 constexpr const char* kJoinedKey = "static/joined";
 constexpr const char* kAllJoinedKey = "static/all_joined";
 
+std::string counted_key(int g) { return fmt::format("static/node/{}/counted", g); }
+
+// Counts this node among the joined once (a node started again with the same record is not
+// counted twice), and wakes every node when the count is full.
+void count_joined(store::Store& store, int node_rank, int nnodes, Deadline deadline) {
+  if (store.add(counted_key(node_rank), 1, deadline) != 1) return;
+  if (store.add(kJoinedKey, 1, deadline) >= nnodes) {
+    store.compare_set(kAllJoinedKey, "", "all", deadline);
+  }
+}
+
 // Ends the rendezvous for every node of the job: the first reason given stands, and every
-// node's record is filled with a marker, then the waiting nodes are woken: each reads the
-// records, finds a marker and the reason, instead of waiting out its join timeout.
+// node's record still empty is filled with a marker, then the waiting nodes are woken: each
+// reads the records, finds a marker and the reason, instead of waiting out its join timeout.
 [[noreturn]] void abort_for_all(store::Store& store, int nodes, const std::string& why,
                                 Deadline deadline) {
   const auto reason = store.compare_set(kAbortKey, "", why, deadline);
@@ -51,7 +63,7 @@ constexpr const char* kAllJoinedKey = "static/all_joined";
     }
   }
   try {
-    store.set(kAllJoinedKey, "abort", deadline);
+    store.compare_set(kAllJoinedKey, "", "abort", deadline);
   } catch (const RendezvousError&) {
     throw;
   } catch (const Error& e) {
@@ -130,7 +142,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     throw RendezvousError(
         store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
   }
-  if (store.add(kJoinedKey, 1, deadline) == o.nnodes) store.set(kAllJoinedKey, "1", deadline);
+  count_joined(store, o.node_rank, o.nnodes, deadline);
   std::vector<std::string> keys;
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
   spdlog::info("rendezvous: node {} of {} joined; waiting for the others (store at {})",
@@ -145,10 +157,9 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     return missing;
   };
   ProgressClock progress(o.progress_interval);
-  std::string joined;
   while (true) {
     try {
-      joined = store.get(kAllJoinedKey, progress.slice(deadline));
+      store.wait({kAllJoinedKey}, progress.slice(deadline));
       break;
     } catch (const TimeoutError&) {
       if (deadline.expired()) {
@@ -160,6 +171,11 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
       }
     }
     if (progress.due()) {
+      // The node whose count filled it may have died before it woke the others.
+      if (store.add(kJoinedKey, 0, deadline) >= o.nnodes) {
+        store.compare_set(kAllJoinedKey, "", "all", deadline);
+        continue;
+      }
       const auto missing = missing_ranks();
       spdlog::info("rendezvous: {}/{} nodes joined, missing node ranks {}; {} (store at {})",
                    o.nnodes - static_cast<int>(missing.size()), o.nnodes, missing,
@@ -167,10 +183,6 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     }
   }
 
-  if (joined == "abort") {
-    throw RendezvousError(
-        store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
-  }
   RendezvousResult result;
   std::vector<int> sizes;
   for (const auto& text : store.multi_get(keys, deadline)) {
@@ -228,13 +240,16 @@ void StaticRendezvous::join() {
                                 {"local_world_size", joined_->ranks.local_world_size}});
 }
 
-// Every node arrives; the last one to arrive opens the gate.
-void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
+// Every node arrives; the last one to arrive opens the gate. A node that knows every node is
+// back (`wait` false) only counts itself: a node that did not learn it (its read of the root
+// cause timed out) still waits here, and the gate opens for it when the others have counted.
+void StaticRendezvous::start_barrier(const std::string& prefix, int attempt, bool wait) {
   store::PrefixStore round(prefix, store_);
   const auto op = [&] { return Deadline::after(options_.join_timeout); };
   const int nodes = joined_->ranks.group_world_size;
   auto arrived = round.add("arrived", 1, op());
   if (arrived == nodes) round.set("go", "1", op());
+  if (!wait) return;
   const auto deadline = op();
   ProgressClock progress(options_.progress_interval);
   while (true) {
@@ -257,9 +272,9 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
 
 // After a worker failure every node stops its workers, then counts itself settled, and the
 // root cause is chosen once every node has: that count is already the barrier the next attempt
-// would wait in, so it is not waited for twice (a request, a wake-up and a round trip per node
-// on the recovery's path). A node that does not come back after all (a signal) is missed by
-// the keep-alive of the next attempt, as one that dies later would be.
+// would wait in, so it is not waited for twice (a wait, a wake-up and a round trip per node on
+// the recovery's path). A node that does not come back after all (a signal) is missed by the
+// keep-alive of the next attempt, as one that dies later would be.
 void StaticRendezvous::round_ended(const Round& round, bool all_stopped) {
   all_back_for_.reset();
   if (all_stopped) all_back_for_ = round.restart_count + 1;
@@ -274,7 +289,7 @@ NextRound StaticRendezvous::next_round(int restart_count) {
   round.restart_count = restart_count;
   round.master_addr = master_addr_;
   for (const auto& node : joined_->nodes) round.hosts.push_back(node.host);
-  if (all_back_for_ != restart_count) start_barrier(round.prefix, restart_count);
+  start_barrier(round.prefix, restart_count, all_back_for_ != restart_count);
   all_back_for_.reset();
   return NextRound{std::move(round), {}};
 }

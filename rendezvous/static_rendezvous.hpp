@@ -68,7 +68,7 @@ class StaticRendezvous final : public RendezvousHandler {
 
  private:
   void join();
-  void start_barrier(const std::string& prefix, int attempt);
+  void start_barrier(const std::string& prefix, int attempt, bool wait);
 
   store::Store& store_;
   store::StoreOpener open_store_;

@@ -6,7 +6,8 @@ add_executable(rendezvous_unit_tests
   unit/rendezvous/test_elastic_rendezvous.cpp
   unit/rendezvous/test_heartbeat.cpp
   unit/rendezvous/test_rank_assignment.cpp
-  unit/rendezvous/test_round_records.cpp)
+  unit/rendezvous/test_round_records.cpp
+  unit/rendezvous/test_static_rendezvous.cpp)
 target_link_libraries(rendezvous_unit_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_rendezvous ddprun_etcd)
 catch_discover_tests(rendezvous_unit_tests TEST_PREFIX "unit: ")

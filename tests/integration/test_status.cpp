@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "integration/ddprun_process.hpp"
@@ -239,6 +240,29 @@ TEST_CASE("a static two-node job from this machine, from its store and as metric
   const auto gone = status(rt, remote);
   CHECK(gone.code == 3);
   CHECK_THAT(gone.output, Catch::Contains("cannot read the status of job 'watched'"));
+}
+
+TEST_CASE("a control socket left by a killed agent is removed even when its pid is in use again",
+          "[status]") {
+  Runtime rt;
+  const auto dir = rt.path + "/ddprun";
+  std::filesystem::create_directory(dir);
+  ::chmod(dir.c_str(), 0700);
+  // Bound and never listened on, as an agent killed with its guardian leaves it; named after a
+  // process that lives (this test), as a reused pid would be.
+  const auto path = fmt::format("{}/{}.sock", dir, ::getpid());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  ::close(fd);
+  REQUIRE(std::filesystem::exists(path));
+  const auto answer = status(rt, {});
+  CHECK(answer.code == 3);
+  CHECK_THAT(answer.output, Catch::Contains("no running ddprun job of this user on this machine"));
+  CHECK_FALSE(std::filesystem::exists(path));
 }
 
 TEST_CASE("a c10d job from its store, and usage errors", "[status]") {

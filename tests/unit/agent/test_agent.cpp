@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "agent/agent.hpp"
+#include "agent/outcome_watcher.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/job_report.hpp"
@@ -272,9 +273,11 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   auto store = shared.connect();
   const auto op = Deadline::after(5s);
   // The first attempt waits for every node; the restart does not wait again: every node
-  // settled the failure, and the root cause says so.
+  // settled the failure, and the root cause says so. Each still counts its arrival, so that a
+  // node that missed the root cause would not wait alone; nobody waited for the gate.
   CHECK(store->add("attempt/0/arrived", 0, op) == 2);
-  CHECK_FALSE(store->check({"attempt/1/arrived"}, op));
+  CHECK(store->add("attempt/1/arrived", 0, op) == 2);
+  CHECK(store->check({"attempt/1/go"}, op));
   const auto cause = nlohmann::json::parse(store->get("attempt/0/root_cause", op));
   CHECK(cause.at("all_stopped") == true);
   CHECK(cause.at("node") == 1);
@@ -288,6 +291,68 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   n1.runner.exit_all(0);
   CHECK(exit_code_of(n0.finish()) == 0);
   CHECK(exit_code_of(n1.finish()) == 0);
+}
+
+namespace {
+
+// A connection the store's end has closed: every request fails as a closed one does.
+class ClosedStore final : public store::Store {
+ public:
+  [[noreturn]] static void closed() { throw ConnectionError("the store closed the connection"); }
+  void set(const std::string&, const std::string&, Deadline) override { closed(); }
+  std::string get(const std::string&, Deadline) override { closed(); }
+  std::optional<std::string> try_get(const std::string&, Deadline) override { closed(); }
+  bool check(const std::vector<std::string>&, Deadline) override { closed(); }
+  std::int64_t add(const std::string&, std::int64_t, Deadline) override { closed(); }
+  std::string compare_set(const std::string&, const std::string&, const std::string&,
+                          Deadline) override {
+    closed();
+  }
+  bool erase(const std::string&, Deadline) override { closed(); }
+  std::vector<std::string> multi_get(const std::vector<std::string>&, Deadline) override {
+    closed();
+  }
+  void multi_set(const std::vector<std::string>&, const std::vector<std::string>&,
+                 Deadline) override {
+    closed();
+  }
+  void wait(const std::vector<std::string>&, Deadline) override { closed(); }
+  std::int64_t num_keys(Deadline) override { closed(); }
+  void ping(Deadline) override { closed(); }
+  std::string describe() const override { return "closed"; }
+  void interrupt() override {}
+};
+
+}  // namespace
+
+TEST_CASE("outcome watcher: a kept connection found closed is replaced once, then reused",
+          "[agent]") {
+  store::MemoryStore shared;
+  EventQueue events;
+  int reopened = 0;
+  OutcomeWatcher watcher(std::make_unique<ClosedStore>(), "r/0/outcome", 0, events, [&] {
+    ++reopened;
+    return std::unique_ptr<store::Store>(shared.connect());
+  });
+  shared.connect()->set("r/0/outcome", "success", Deadline::after(kHang));
+  auto e = events.pop(Deadline::after(kHang));
+  REQUIRE(e);
+  CHECK(e->kind == AgentEvent::Kind::kOutcome);
+  CHECK(e->text == "success");
+  CHECK(reopened == 1);
+  // It read its outcome: its connection is idle and goes to the next round's watcher.
+  CHECK(watcher.release_if_idle() != nullptr);
+}
+
+TEST_CASE("outcome watcher: a closed connection without a way to reopen is a lost store",
+          "[agent]") {
+  EventQueue events;
+  OutcomeWatcher watcher(std::make_unique<ClosedStore>(), "r/0/outcome", 0, events);
+  auto e = events.pop(Deadline::after(kHang));
+  REQUIRE(e);
+  CHECK(e->kind == AgentEvent::Kind::kStoreLost);
+  CHECK_THAT(e->text, Catch::Contains("closed the connection"));
+  CHECK(watcher.release_if_idle() == nullptr);
 }
 
 TEST_CASE("agent: one node's failure is every node's root cause", "[agent]") {

@@ -1,0 +1,74 @@
+// The static rendezvous over the in-memory store: the join's single wake-up key, and the start
+// barrier a restart skips when every node settled the failure.
+
+#include <catch2/catch.hpp>
+
+#include <future>
+
+#include "common/error.hpp"
+#include "rendezvous/static_rendezvous.hpp"
+#include "store/memory_store.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kHang = 30s;  // only catches hangs
+
+StaticRendezvousOptions options(int nnodes, int node_rank, std::chrono::milliseconds join_timeout) {
+  StaticRendezvousOptions o;
+  o.nnodes = nnodes;
+  o.node_rank = node_rank;
+  o.self = NodeInfo{"host" + std::to_string(node_rank), 1, 1000 + node_rank};
+  o.join_timeout = join_timeout;
+  return o;
+}
+
+struct Node {
+  Node(store::MemoryStore& shared, int nnodes, int rank, std::chrono::milliseconds join_timeout)
+      : store(shared.connect()),
+        rdzv(*store, [&shared](Deadline) { return std::unique_ptr<store::Store>(shared.connect()); },
+             options(nnodes, rank, join_timeout), "10.0.0.1", KeepAliveTiming{}) {}
+  std::unique_ptr<store::Store> store;
+  StaticRendezvous rdzv;
+};
+
+}  // namespace
+
+TEST_CASE("static rendezvous: the nodes wake on one key, each counted once", "[rendezvous]") {
+  store::MemoryStore shared;
+  Node a(shared, 2, 0, kHang), b(shared, 2, 1, kHang);
+  auto first = std::async(std::launch::async, [&] { return a.rdzv.next_round(0); });
+  auto second = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
+  REQUIRE(first.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(second.wait_for(kHang) == std::future_status::ready);
+  CHECK(first.get().round->ranks.world_size == 2);
+  CHECK(second.get().round->hosts == std::vector<std::string>{"host0", "host1"});
+  auto store = shared.connect();
+  CHECK(store->get("static/all_joined", Deadline::after(kHang)) == "all");
+  CHECK(store->add("static/joined", 0, Deadline::after(kHang)) == 2);
+}
+
+TEST_CASE("static rendezvous: a restart every node settled does not wait at the start barrier",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  // A node that waits at a barrier nobody else reaches fails after this.
+  Node a(shared, 2, 0, 2s), b(shared, 2, 1, 2s);
+  auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
+  auto round0 = a.rdzv.next_round(0).round;
+  REQUIRE(joined.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(round0);
+
+  // Node 1 never comes back. With every node settled, node 0 goes on at once.
+  a.rdzv.round_ended(*round0, true);
+  auto round1 = a.rdzv.next_round(1).round;
+  REQUIRE(round1);
+  CHECK(round1->prefix == "attempt/1");
+  CHECK(shared.connect()->add("attempt/1/arrived", 0, Deadline::after(kHang)) == 1);
+
+  // Without it, node 0 waits for node 1 at the barrier, and says which attempt it waited for.
+  a.rdzv.round_ended(*round1, false);
+  CHECK_THROWS_WITH(a.rdzv.next_round(2),
+                    Catch::Contains("attempt 2: not every node came back to start workers"));
+}

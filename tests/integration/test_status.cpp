@@ -439,6 +439,18 @@ TEST_CASE("the watch mode (--watch) in a real terminal redraws in place until th
   const auto command = "XDG_RUNTIME_DIR=" + rt.path + " " + DDPRUN_BINARY +
                        " status --watch=0.3 --rdzv-id=in-tmux; echo \"status exited $?\"; read x";
   run(rt.dir, {"tmux", "-S", sock, "new-session", "-d", "-x", "150", "-y", "30", command});
+  // The tmux server outlives a failed REQUIRE too: it is ended on any way out.
+  struct EndServer {
+    const TempDir& dir;
+    std::string sock;
+    ~EndServer() {
+      try {
+        run(dir, {"tmux", "-S", sock, "kill-server"});
+      } catch (const std::exception& e) {
+        WARN("tmux kill-server: " << e.what());
+      }
+    }
+  } end_server{rt.dir, sock};
   const auto pane = [&] { return run(rt.dir, {"tmux", "-S", sock, "capture-pane", "-p"}); };
   std::string screen;
   REQUIRE(wait_until([&] {
@@ -453,5 +465,4 @@ TEST_CASE("the watch mode (--watch) in a real terminal redraws in place until th
   CHECK(job.wait(60s) == 0);
   REQUIRE(wait_until([&] { return pane().find("status exited 3") != std::string::npos; }, 60s));
   CHECK_THAT(pane(), Catch::Contains("no running ddprun job"));
-  run(rt.dir, {"tmux", "-S", sock, "kill-server"});
 }

@@ -23,8 +23,13 @@ fi
 ddprun=$(realpath "$1")
 work=$(mktemp -d)
 tag="sl$$"
+# The user's private cache under /tmp, which the nodes share with this machine (see
+# check_staging_hosts_slurm).
+private_cache=/tmp/ddprun-$(id -u)/cache
 cleanup() {
   "$slurm" down "$tag" "$work" || true
+  local e
+  for e in "$work"/aside/*; do [[ -e $e ]] && mv "$e" "$private_cache/"; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -165,7 +170,14 @@ check_sbatch_hosts_slurm() {
 # the cache (one directory for both nodes here: the filesystem is shared); sbcast's copies are
 # removed once taken.
 check_staging_hosts_slurm() {
-  local out=$work/staged
+  local out=$work/staged e
+  # A node also looks for a cached copy in the private cache under /tmp, which other jobs on
+  # this machine may have filled: this build's entries wait in $work/aside until the script
+  # ends (cleanup puts them back), so that the nodes lack ddprun as this check needs.
+  mkdir -p "$work/aside"
+  for e in "$private_cache/$("$ddprun" --version | cut -d' ' -f2)"-*; do
+    [[ -e $e ]] && mv "$e" "$work/aside/"
+  done
   sbatch_env_job staged \
     "env XDG_CACHE_HOME=$out/cache $ddprun --hosts=slurm --remote-ddprun=/nonexistent/ddprun"
   grep -q "sent ddprun .* to every node of the allocation with sbcast" "$out/log" ||

@@ -1,6 +1,5 @@
 #include "agent/event_log.hpp"
 
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/limits.hpp"
 
 namespace ddprun {
 
@@ -18,17 +18,6 @@ double clock_seconds(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// User plus system CPU of every thread of this process so far (exited threads included, its
-// children not), so that a benchmark can tell what one stretch of the agent's life cost it.
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto seconds = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
-  };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
 }  // namespace
@@ -52,6 +41,7 @@ void EventLog::write(const std::string& name, nlohmann::json fields) {
   fields["mono"] = clock_seconds(CLOCK_MONOTONIC);
   fields["unix"] = clock_seconds(CLOCK_REALTIME);
   fields["pid"] = static_cast<int>(getpid());
+  // The agent's own CPU so far, so that a benchmark can tell what one stretch of its life cost.
   fields["cpu"] = process_cpu_seconds();
   auto line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard lock(mutex_);

@@ -38,21 +38,6 @@ struct Options {
   int etcd_members = 0;  // > 0: --rdzv-backend=etcd against a cluster of this many members
 };
 
-// The first event named `event` in `path` that satisfies `pred`, waiting for it until
-// `timeout`. The wait is a harness-side poll; the figure comes from the event's own timestamp.
-nlohmann::json await_event(const std::string& path, const std::string& event,
-                           const std::function<bool(const nlohmann::json&)>& pred,
-                           std::chrono::milliseconds timeout, const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    for (const auto& e : events_named(path, event)) {
-      if (pred(e)) return e;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  throw TimeoutError(fmt::format("no {} in {} after {} ms ({})", event, path, timeout.count(), what));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

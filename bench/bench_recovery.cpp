@@ -175,7 +175,8 @@ class Job {
       // c10d: the first agent binds the endpoint and serves the store, so that the store's host
       // is known (agent 0) and is never the one killed.
       if (k == 0 && o.backend == "c10d" && !o.torchrun) {
-        await_event(0, "rendezvous_started", 30s);
+        await_event(events_[0], "rendezvous_started", [](const auto&) { return true; }, 30s,
+                    logs_[0]);
       }
     }
     const auto world = static_cast<std::size_t>(nodes * o.workers);
@@ -255,21 +256,11 @@ class Job {
   std::vector<std::vector<nlohmann::json>> events_with(const std::string& name, double after,
                                                        int agents) {
     std::vector<std::vector<nlohmann::json>> all;
-    for (int k = 0; k < agents; ++k) {
-      const auto deadline = std::chrono::steady_clock::now() + 30s;
-      while (true) {
-        auto events = read_json_lines(events_[static_cast<std::size_t>(k)]);
-        if (!first_after(events, name, after).is_null()) {
-          all.push_back(std::move(events));
-          break;
-        }
-        if (std::chrono::steady_clock::now() > deadline) {
-          throw TimeoutError(fmt::format("no {} in {} 30 s after the failure ({})", name,
-                                         events_[static_cast<std::size_t>(k)],
-                                         logs_[static_cast<std::size_t>(k)]));
-        }
-        std::this_thread::sleep_for(5ms);
-      }
+    for (std::size_t k = 0; k < static_cast<std::size_t>(agents); ++k) {
+      await_event(events_[k], name,
+                  [after](const nlohmann::json& e) { return e.value("mono", 0.0) >= after; },
+                  30s, logs_[k]);
+      all.push_back(read_json_lines(events_[k]));
     }
     return all;
   }
@@ -312,17 +303,6 @@ class Job {
     argv.insert(argv.end(), {o_.worker, "--sleep=3600", fmt::format("--fail-once-rank={}", world - 1),
                              "--fail-when-opened=" + fifo_});
     return argv;
-  }
-
-  void await_event(int k, const std::string& name, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (events_named(events_[static_cast<std::size_t>(k)], name).empty()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw TimeoutError(fmt::format("no {} from agent {} in {} s ({})", name, k,
-                                       timeout.count() / 1000, tail(logs_[static_cast<std::size_t>(k)], 5)));
-      }
-      std::this_thread::sleep_for(5ms);
-    }
   }
 
   // Elastic: a round may close with fewer nodes than were started (one joins late, and the

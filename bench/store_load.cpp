@@ -1,7 +1,6 @@
 #include "bench/store_load.hpp"
 
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -14,25 +13,13 @@
 
 #include "bench/sys_util.hpp"
 #include "common/error.hpp"
+#include "common/limits.hpp"
 #include "store/tcp_store_client.hpp"
 #include "testing/child.hpp"
 
 namespace ddprun::bench {
 
 using Seconds = std::chrono::duration<double>;
-
-namespace {
-
-double self_cpu_s() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto sec = [](const timeval& tv) {
-    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
-  };
-  return sec(u.ru_utime) + sec(u.ru_stime);
-}
-
-}  // namespace
 
 LoadResult run_load(const StoreSubject& subject, std::uint16_t port, pid_t server_pid,
                     int clients, std::chrono::duration<double> duration) {
@@ -77,7 +64,7 @@ LoadResult run_load(const StoreSubject& subject, std::uint16_t port, pid_t serve
       }
     });
   }
-  const double server_cpu = process_cpu_s(server_pid), client_cpu = self_cpu_s();
+  const double server_cpu = process_cpu_s(server_pid), client_cpu = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex);
@@ -90,7 +77,7 @@ LoadResult run_load(const StoreSubject& subject, std::uint16_t port, pid_t serve
   LoadResult r;
   r.seconds = Seconds(std::chrono::steady_clock::now() - start).count();
   r.server_cpu_s = process_cpu_s(server_pid) - server_cpu;
-  r.client_cpu_s = self_cpu_s() - client_cpu;
+  r.client_cpu_s = process_cpu_seconds() - client_cpu;
   for (std::size_t i = 0; i < latencies.size(); ++i) {
     if (!errors[i].empty()) {
       throw Error(fmt::format("{}: client {} of {} failed: {}", subject.label, i, clients, errors[i]));

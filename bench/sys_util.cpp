@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "common/error.hpp"
 
@@ -89,6 +92,19 @@ std::vector<nlohmann::json> events_named(const std::string& path, const std::str
     if (j.is_object() && j.value("event", "") == event) out.push_back(std::move(j));
   }
   return out;
+}
+
+nlohmann::json await_event(const std::string& path, const std::string& event,
+                           const std::function<bool(const nlohmann::json&)>& pred,
+                           std::chrono::milliseconds timeout, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& e : events_named(path, event)) {
+      if (pred(e)) return e;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  throw TimeoutError(fmt::format("no {} in {} after {} ms ({})", event, path, timeout.count(), what));
 }
 
 std::vector<double> read_stamps(const std::string& dir, const std::string& prefix) {

@@ -4,7 +4,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,12 @@ std::string read_text(const std::string& path);
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
 // The events named `event` from a ddprun --events-file, in order.
 std::vector<nlohmann::json> events_named(const std::string& path, const std::string& event);
+// The first event named `event` in `path` that satisfies `pred`, waiting for it until
+// `timeout` (TimeoutError naming `what`). The wait is a harness-side poll; a figure comes from
+// the event's own timestamp.
+nlohmann::json await_event(const std::string& path, const std::string& event,
+                           const std::function<bool(const nlohmann::json&)>& pred,
+                           std::chrono::milliseconds timeout, const std::string& what);
 
 // The CLOCK_MONOTONIC stamps bench_worker wrote to `dir` in files named `<prefix>*`.
 std::vector<double> read_stamps(const std::string& dir, const std::string& prefix);

@@ -25,4 +25,13 @@ long raise_open_files_limit() {
 
 const rlimit* inherited_open_files_limit() { return g_raised ? &g_inherited : nullptr; }
 
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 }  // namespace ddprun

@@ -1,5 +1,5 @@
 #pragma once
-// Process resource limits.
+// Process resources: limits, and what the process has used.
 
 #include <sys/resource.h>
 
@@ -16,5 +16,9 @@ long raise_open_files_limit();
 // table by the limit, must see what it would see without ddprun). Null when the limit was never
 // raised. Read in a child between clone and exec: plain memory, no allocation.
 const rlimit* inherited_open_files_limit();
+
+// User plus system CPU seconds of every thread of this process so far (exited threads
+// included, its children not), from getrusage.
+double process_cpu_seconds();
 
 }  // namespace ddprun

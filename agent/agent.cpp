@@ -186,12 +186,14 @@ RunResult Agent::finished_without_this_node(const std::string& outcome) const {
 }
 
 RunResult Agent::finish_success() {
+  ctx_.rendezvous->job_ended();
   say_goodbye(-1);
   return result(RunResult::End::kSucceeded,
                 fmt::format("all {} workers succeeded", round_->ranks.world_size));
 }
 
 RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
+  ctx_.rendezvous->job_ended();
   // With the store gone there is nobody to say goodbye to.
   if (!store_lost) say_goodbye(f.lost_node);
   auto r = result(RunResult::End::kFailed,

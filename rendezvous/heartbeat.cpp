@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -129,6 +130,70 @@ std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store,
   o.timing = timing;
   return std::make_unique<Heartbeat>(open_store(Deadline::after(timing.read_timeout)), o,
                                      std::move(on_lost), std::move(on_error));
+}
+
+struct StandingRing::Listeners {
+  std::mutex mutex;
+  RendezvousHandler::LostCallback on_lost;
+  RendezvousHandler::ErrorCallback on_error;
+  std::optional<int> lost;            // reported while nobody was attached
+  std::optional<std::string> error;
+
+  // Called from the heartbeat's thread; the callbacks run under the lock, so that a handle
+  // being destroyed on the agent's thread waits for a call in progress instead of racing it.
+  void report_lost(int group_rank) {
+    std::lock_guard lock(mutex);
+    if (on_lost) {
+      on_lost(group_rank);
+    } else {
+      lost = group_rank;
+    }
+  }
+  void report_error(std::string message) {
+    std::lock_guard lock(mutex);
+    if (on_error) {
+      on_error(std::move(message));
+    } else {
+      error = std::move(message);
+    }
+  }
+};
+
+class StandingRing::Handle final : public KeepAlive {
+ public:
+  explicit Handle(std::shared_ptr<Listeners> listeners) : listeners_(std::move(listeners)) {}
+  ~Handle() override {
+    std::lock_guard lock(listeners_->mutex);
+    listeners_->on_lost = nullptr;
+    listeners_->on_error = nullptr;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+ private:
+  std::shared_ptr<Listeners> listeners_;
+};
+
+StandingRing::StandingRing(const store::StoreOpener& open_store, HeartbeatOptions options)
+    : listeners_(std::make_shared<Listeners>()) {
+  const auto timeout = options.timing.read_timeout;
+  heartbeat_ = std::make_unique<Heartbeat>(
+      open_store(Deadline::after(timeout)), std::move(options),
+      [l = listeners_](int group_rank) { l->report_lost(group_rank); },
+      [l = listeners_](std::string message) { l->report_error(std::move(message)); });
+}
+
+StandingRing::~StandingRing() = default;
+
+std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback on_lost,
+                                                RendezvousHandler::ErrorCallback on_error) {
+  std::lock_guard lock(listeners_->mutex);
+  // Each is reported once: to the attempt that was attached, or to the next one.
+  if (listeners_->lost) on_lost(*std::exchange(listeners_->lost, std::nullopt));
+  if (listeners_->error) on_error(*std::exchange(listeners_->error, std::nullopt));
+  listeners_->on_lost = std::move(on_lost);
+  listeners_->on_error = std::move(on_error);
+  return std::make_unique<Handle>(listeners_);
 }
 
 void mark_left_on_purpose(store::Store& store, const Round& round, Deadline deadline) {

@@ -72,6 +72,29 @@ std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store,
                                            RendezvousHandler::LostCallback on_lost,
                                            RendezvousHandler::ErrorCallback on_error);
 
+// A ring kept for the whole job, for a membership that never changes (the static rendezvous):
+// the ring of one attempt would be the ring of the next, and forming it anew costs every node a
+// connection and four requests on the recovery's path, times N on the store's host. It starts
+// on the first attach; each attempt attaches its callbacks for as long as the returned handle
+// lives. What happens while none is attached (between attempts) is kept and given to the next
+// one to attach, at once: a node that died between attempts ends the next one.
+class StandingRing {
+ public:
+  StandingRing(const store::StoreOpener& open_store, HeartbeatOptions options);
+  ~StandingRing();
+  StandingRing(const StandingRing&) = delete;
+  StandingRing& operator=(const StandingRing&) = delete;
+
+  std::unique_ptr<KeepAlive> attach(RendezvousHandler::LostCallback on_lost,
+                                    RendezvousHandler::ErrorCallback on_error);
+
+ private:
+  struct Listeners;
+  class Handle;
+  std::shared_ptr<Listeners> listeners_;
+  std::unique_ptr<Heartbeat> heartbeat_;
+};
+
 // "<prefix>/hb/<group rank>": the key a member's beat counter lives at.
 std::string beat_key(const std::string& prefix, int group_rank);
 

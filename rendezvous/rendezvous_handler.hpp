@@ -83,6 +83,10 @@ class RendezvousHandler {
   // members: tells them it left on purpose, so that its silence is not taken for death.
   virtual void leave_early(const Round& round) = 0;
 
+  // The job's outcome is known to this node and no round follows: whatever still watches the
+  // members across rounds stops, so that nodes leaving now are not taken for dead.
+  virtual void job_ended() {}
+
   // True when the job goes on without a node that leaves or dies (the others re-form); false
   // when the membership is fixed and losing a node ends the job.
   virtual bool can_reform() const = 0;

@@ -25,6 +25,8 @@ std::string info_key(int g) { return fmt::format("static/node/{}/info", g); }
 
 constexpr const char* kAbortKey = "static/abort";
 constexpr const char* kSettingsKey = "static/settings";
+// The keep-alive ring's keys are the job's, not an attempt's ("static/hb/<g>").
+constexpr const char* kRingPrefix = "static";
 // How many nodes have written their record, and the key set once all have (or to end the
 // rendezvous): each node waits on this one key, not on every node's record (N waits of N keys
 // each would hold N^2 waiters in the store's host: 1M at 1,024 nodes). The key only wakes the
@@ -296,11 +298,25 @@ NextRound StaticRendezvous::next_round(int restart_count) {
 
 std::unique_ptr<KeepAlive> StaticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
                                                         ErrorCallback on_error) {
-  return ring_keep_alive(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
+  if (round.ranks.group_world_size < 2) return nullptr;  // nobody to watch
+  if (!ring_) {
+    HeartbeatOptions o;
+    o.prefix = kRingPrefix;
+    o.group_rank = round.ranks.group_rank;
+    o.members = round.ranks.group_world_size;
+    o.timing = keep_alive_;
+    ring_ = std::make_unique<StandingRing>(open_store_, o);
+  }
+  return ring_->attach(std::move(on_lost), std::move(on_error));
 }
 
 void StaticRendezvous::leave_early(const Round& round) {
-  mark_left_on_purpose(store_, round, Deadline::after(keep_alive_.read_timeout));
+  ring_.reset();  // its next beat would overwrite the mark
+  Round ring = round;
+  ring.prefix = kRingPrefix;
+  mark_left_on_purpose(store_, ring, Deadline::after(keep_alive_.read_timeout));
 }
+
+void StaticRendezvous::job_ended() { ring_.reset(); }
 
 }  // namespace ddprun

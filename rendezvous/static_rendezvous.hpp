@@ -6,7 +6,8 @@
 //
 // As a RendezvousHandler (StaticRendezvous): the membership is formed once; each attempt is a
 // round ("attempt/<restart count>") that opens when every node has come back to it (a start
-// barrier). Losing a node ends the job: the node count is fixed.
+// barrier). Losing a node ends the job: the node count is fixed, and so is the keep-alive's
+// ring, formed once and kept across attempts (StandingRing).
 
 #include <string>
 #include <vector>
@@ -64,6 +65,7 @@ class StaticRendezvous final : public RendezvousHandler {
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
+  void job_ended() override;
   bool can_reform() const override { return false; }
 
  private:
@@ -78,6 +80,7 @@ class StaticRendezvous final : public RendezvousHandler {
   std::optional<RendezvousResult> joined_;
   // The attempt every node is known to be back for (the last one ended with all stopped).
   std::optional<int> all_back_for_;
+  std::unique_ptr<StandingRing> ring_;
 };
 
 }  // namespace ddprun

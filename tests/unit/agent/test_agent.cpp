@@ -260,7 +260,7 @@ TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]")
 }
 
 TEST_CASE("agent: a static restart after a settled failure skips the start barrier and "
-          "reuses the outcome watcher's connection", "[agent]") {
+          "reuses the outcome watcher's connection and the keep-alive ring", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;
   Node n0(shared, config_for(2, 0, 1, 2), "hostA", dir.file("n0"));
@@ -282,8 +282,11 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   CHECK(cause.at("all_stopped") == true);
   CHECK(cause.at("node") == 1);
   // Node 0 learnt of the failure from its outcome watcher, whose idle connection watches the
-  // next attempt: one connection per attempt for its keep-alive, one watcher's in all.
-  CHECK(n0.opened == 3);
+  // next attempt; the keep-alive ring is the job's: two connections in all.
+  CHECK(n0.opened == 2);
+  CHECK(!store->check({"attempt/1/hb/0"}, op));
+  CHECK(test::wait_until([&] { return store->add("static/hb/0", 0, Deadline::after(5s)) >= 1; },
+                         30s));
   // Both nodes run the next attempt with the same restart count, and end it the same way.
   CHECK(env_of_start(n0.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
   CHECK(env_of_start(n1.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");

@@ -153,3 +153,51 @@ TEST_CASE("heartbeat: an interrupted store stops it quietly, and destruction doe
   CHECK(errors == 0);
   CHECK(beats(store, 0) == 0);
 }
+
+TEST_CASE("standing ring: one connection for every attempt, beating between them",
+          "[heartbeat]") {
+  store::MemoryStore store;
+  int opened = 0;
+  const store::StoreOpener open = [&](Deadline) {
+    ++opened;
+    return store.connect();
+  };
+  store.add("r/0/hb/1", 1, Deadline::after(kHang));  // the watched member has beaten once
+  StandingRing ring(open, options(0, 2, 20ms, 1000));
+  std::atomic<int> calls{0};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto handle = ring.attach([&](int) { ++calls; }, [&](std::string) { ++calls; });
+    REQUIRE(beats_more(store, 0, 2));
+    handle.reset();
+    REQUIRE(beats_more(store, 0, 2));  // no attempt attached: the ring goes on
+  }
+  CHECK(opened == 1);
+  CHECK(calls == 0);
+}
+
+TEST_CASE("standing ring: a death between attempts goes to the next attempt, once",
+          "[heartbeat]") {
+  store::MemoryStore store;
+  store.add("r/0/hb/1", 1, Deadline::after(kHang));  // one beat, then silence
+  StandingRing ring([&](Deadline) { return store.connect(); }, options(0, 2, 20ms, 3));
+  // No attempt is attached while the ring beats alone for far more than the three intervals
+  // of silence after which it declares member 1 dead (the same thread does both).
+  REQUIRE(beats_more(store, 0, 20));
+  std::mutex mutex;
+  std::vector<int> lost;
+  auto next = ring.attach(
+      [&](int g) {
+        std::lock_guard lock(mutex);
+        lost.push_back(g);
+      },
+      [](std::string) {});
+  {
+    std::lock_guard lock(mutex);
+    CHECK(lost == std::vector<int>{1});
+  }
+  next.reset();
+  std::atomic<int> again_lost{0};
+  auto again = ring.attach([&](int) { ++again_lost; }, [](std::string) {});
+  REQUIRE(beats_more(store, 0, 5));
+  CHECK(again_lost == 0);
+}

@@ -1,11 +1,16 @@
-// The static rendezvous over the in-memory store: the join's single wake-up key, and the start
-// barrier a restart skips when every node settled the failure.
+// The static rendezvous over the in-memory store: the join's single wake-up key, the start
+// barrier a restart skips when every node settled the failure, and the keep-alive ring kept
+// for the whole job.
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <future>
 
+#include <fmt/format.h>
+
 #include "common/error.hpp"
+#include "testing/test_util.hpp"
 #include "rendezvous/static_rendezvous.hpp"
 #include "store/memory_store.hpp"
 
@@ -26,13 +31,24 @@ StaticRendezvousOptions options(int nnodes, int node_rank, std::chrono::millisec
 }
 
 struct Node {
-  Node(store::MemoryStore& shared, int nnodes, int rank, std::chrono::milliseconds join_timeout)
+  Node(store::MemoryStore& shared, int nnodes, int rank, std::chrono::milliseconds join_timeout,
+       KeepAliveTiming keep_alive = {})
       : store(shared.connect()),
-        rdzv(*store, [&shared](Deadline) { return std::unique_ptr<store::Store>(shared.connect()); },
-             options(nnodes, rank, join_timeout), "10.0.0.1", KeepAliveTiming{}) {}
+        rdzv(*store,
+             [&shared, this](Deadline) {
+               ++opened;
+               return std::unique_ptr<store::Store>(shared.connect());
+             },
+             options(nnodes, rank, join_timeout), "10.0.0.1", keep_alive) {}
   std::unique_ptr<store::Store> store;
+  std::atomic<int> opened{0};  // connections the handler opened of its own
   StaticRendezvous rdzv;
 };
+
+std::int64_t beats(store::MemoryStore& shared, int g) {
+  auto v = shared.connect()->try_get("static/hb/" + std::to_string(g), Deadline::after(kHang));
+  return v && *v != kHeartbeatDone ? store::parse_counter(*v, "hb") : 0;
+}
 
 }  // namespace
 
@@ -71,4 +87,33 @@ TEST_CASE("static rendezvous: a restart every node settled does not wait at the 
   a.rdzv.round_ended(*round1, false);
   CHECK_THROWS_WITH(a.rdzv.next_round(2),
                     Catch::Contains("attempt 2: not every node came back to start workers"));
+}
+
+TEST_CASE("static rendezvous: one keep-alive ring for every attempt, marked when leaving early",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  const KeepAliveTiming timing{20ms, 1000, 5s};
+  Node a(shared, 2, 0, kHang, timing), b(shared, 2, 1, kHang, timing);
+  auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
+  auto round = a.rdzv.next_round(0).round;
+  REQUIRE(joined.wait_for(kHang) == std::future_status::ready);
+  REQUIRE(round);
+  std::atomic<int> reports{0};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto watch = a.rdzv.keep_alive(*round, [&](int) { ++reports; }, [&](std::string) { ++reports; });
+    REQUIRE(watch);
+    watch.reset();
+    a.rdzv.round_ended(*round, true);
+    round->prefix = fmt::format("attempt/{}", attempt + 1);
+  }
+  // The ring beats under the job's keys, on the one connection it opened.
+  const auto before = beats(shared, 0);
+  REQUIRE(test::wait_until([&] { return beats(shared, 0) > before; }, kHang));
+  CHECK(a.opened == 1);
+  CHECK(!shared.connect()->check({"attempt/1/hb/0"}, Deadline::after(kHang)));
+
+  // Leaving early stops the ring first, so that no beat overwrites the mark.
+  a.rdzv.leave_early(*round);
+  CHECK(shared.connect()->get("static/hb/0", Deadline::after(kHang)) == kHeartbeatDone);
+  CHECK(reports == 0);
 }

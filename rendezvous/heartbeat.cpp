@@ -136,13 +136,16 @@ struct StandingRing::Listeners {
   std::mutex mutex;
   RendezvousHandler::LostCallback on_lost;
   RendezvousHandler::ErrorCallback on_error;
-  std::optional<int> lost;            // reported while nobody was attached
-  std::optional<std::string> error;
+  // The ring has reported (it no longer watches, or its thread ended): the next attempt
+  // forms it again, whether or not the report reached an attempt that still handled it.
+  bool spent = false;
+  std::optional<int> lost;  // reported while nobody was attached
 
   // Called from the heartbeat's thread; the callbacks run under the lock, so that a handle
   // being destroyed on the agent's thread waits for a call in progress instead of racing it.
   void report_lost(int group_rank) {
     std::lock_guard lock(mutex);
+    spent = true;
     if (on_lost) {
       on_lost(group_rank);
     } else {
@@ -151,11 +154,10 @@ struct StandingRing::Listeners {
   }
   void report_error(std::string message) {
     std::lock_guard lock(mutex);
-    if (on_error) {
-      on_error(std::move(message));
-    } else {
-      error = std::move(message);
-    }
+    spent = true;
+    // Between attempts it is not kept: the ring formed again for the next one opens a fresh
+    // connection, which says whether the store is really gone.
+    if (on_error) on_error(std::move(message));
   }
 };
 
@@ -174,23 +176,38 @@ class StandingRing::Handle final : public KeepAlive {
   std::shared_ptr<Listeners> listeners_;
 };
 
-StandingRing::StandingRing(const store::StoreOpener& open_store, HeartbeatOptions options)
-    : listeners_(std::make_shared<Listeners>()) {
-  const auto timeout = options.timing.read_timeout;
-  heartbeat_ = std::make_unique<Heartbeat>(
-      open_store(Deadline::after(timeout)), std::move(options),
-      [l = listeners_](int group_rank) { l->report_lost(group_rank); },
-      [l = listeners_](std::string message) { l->report_error(std::move(message)); });
+StandingRing::StandingRing(store::StoreOpener open_store, HeartbeatOptions options)
+    : open_store_(std::move(open_store)),
+      options_(std::move(options)),
+      listeners_(std::make_shared<Listeners>()) {
+  form();
 }
 
 StandingRing::~StandingRing() = default;
 
+void StandingRing::form() {
+  heartbeat_ = std::make_unique<Heartbeat>(
+      open_store_(Deadline::after(options_.timing.read_timeout)), options_,
+      [l = listeners_](int group_rank) { l->report_lost(group_rank); },
+      [l = listeners_](std::string message) { l->report_error(std::move(message)); });
+}
+
 std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback on_lost,
                                                 RendezvousHandler::ErrorCallback on_error) {
+  bool spent = false;
+  {
+    std::lock_guard lock(listeners_->mutex);
+    spent = std::exchange(listeners_->spent, false);
+  }
+  if (spent) {
+    // Joined outside the lock: its thread may be waiting for the lock to report.
+    heartbeat_.reset();
+    form();
+  }
   std::lock_guard lock(listeners_->mutex);
-  // Each is reported once: to the attempt that was attached, or to the next one.
+  // A death seen between attempts is the next attempt's, at once (the ring formed again
+  // watches on, in case that attempt ends before handling it).
   if (listeners_->lost) on_lost(*std::exchange(listeners_->lost, std::nullopt));
-  if (listeners_->error) on_error(*std::exchange(listeners_->error, std::nullopt));
   listeners_->on_lost = std::move(on_lost);
   listeners_->on_error = std::move(on_error);
   return std::make_unique<Handle>(listeners_);

@@ -74,13 +74,15 @@ std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store,
 
 // A ring kept for the whole job, for a membership that never changes (the static rendezvous):
 // the ring of one attempt would be the ring of the next, and forming it anew costs every node a
-// connection and four requests on the recovery's path, times N on the store's host. It starts
-// on the first attach; each attempt attaches its callbacks for as long as the returned handle
-// lives. What happens while none is attached (between attempts) is kept and given to the next
-// one to attach, at once: a node that died between attempts ends the next one.
+// connection and four requests on the recovery's path, times N on the store's host. Each attempt
+// attaches its callbacks for as long as the returned handle lives. A death seen while none is
+// attached (between attempts) goes to the next one to attach, at once. A ring that has reported
+// (a death, or a store error: it watches no more) is formed again at the next attach, as a ring
+// of that attempt's own would be.
 class StandingRing {
  public:
-  StandingRing(const store::StoreOpener& open_store, HeartbeatOptions options);
+  // Opens its connection and starts beating; throws what `open_store` throws.
+  StandingRing(store::StoreOpener open_store, HeartbeatOptions options);
   ~StandingRing();
   StandingRing(const StandingRing&) = delete;
   StandingRing& operator=(const StandingRing&) = delete;
@@ -91,6 +93,10 @@ class StandingRing {
  private:
   struct Listeners;
   class Handle;
+  void form();
+
+  store::StoreOpener open_store_;
+  HeartbeatOptions options_;
   std::shared_ptr<Listeners> listeners_;
   std::unique_ptr<Heartbeat> heartbeat_;
 };

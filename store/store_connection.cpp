@@ -227,8 +227,10 @@ void Connection::handle(const Request& request) {
   if (request.command == Command::kHello) throw ProtocolError("second hello");
   if (request.command == Command::kAuth) throw ProtocolError("auth after the handshake");
   context_.requests_served.fetch_add(1, std::memory_order_relaxed);
-  spdlog::trace("store: {} {} from {}", command_name(request.command),
-                request.keys.empty() ? std::string() : request.keys.front(), peer_);
+  if (spdlog::should_log(spdlog::level::trace)) {
+    spdlog::trace("store: {} {} from {}", command_name(request.command),
+                  request.keys.empty() ? std::string() : request.keys.front(), peer_);
+  }
 
   StoreState::WaiterId waiter = 0;
   std::weak_ptr<Connection> weak = shared_from_this();

@@ -157,13 +157,14 @@ TEST_CASE("heartbeat: an interrupted store stops it quietly, and destruction doe
 TEST_CASE("standing ring: one connection for every attempt, beating between them",
           "[heartbeat]") {
   store::MemoryStore store;
-  int opened = 0;
+  std::atomic<int> opened{0};
   const store::StoreOpener open = [&](Deadline) {
     ++opened;
     return store.connect();
   };
-  store.add("r/0/hb/1", 1, Deadline::after(kHang));  // the watched member has beaten once
-  StandingRing ring(open, options(0, 2, 20ms, 1000));
+  // The watched member beat once; the silence allowed (20 ms x 100,000) outlasts any test.
+  store.add("r/0/hb/1", 1, Deadline::after(kHang));
+  StandingRing ring(open, options(0, 2, 20ms, 100'000));
   std::atomic<int> calls{0};
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto handle = ring.attach([&](int) { ++calls; }, [&](std::string) { ++calls; });
@@ -175,29 +176,58 @@ TEST_CASE("standing ring: one connection for every attempt, beating between them
   CHECK(calls == 0);
 }
 
-TEST_CASE("standing ring: a death between attempts goes to the next attempt, once",
+TEST_CASE("standing ring: a death between attempts goes to the next attempt, which watches on",
           "[heartbeat]") {
   store::MemoryStore store;
+  std::atomic<int> opened{0};
   store.add("r/0/hb/1", 1, Deadline::after(kHang));  // one beat, then silence
-  StandingRing ring([&](Deadline) { return store.connect(); }, options(0, 2, 20ms, 3));
+  StandingRing ring(
+      [&](Deadline) {
+        ++opened;
+        return store.connect();
+      },
+      options(0, 2, 20ms, 3));
   // No attempt is attached while the ring beats alone for far more than the three intervals
   // of silence after which it declares member 1 dead (the same thread does both).
   REQUIRE(beats_more(store, 0, 20));
-  std::mutex mutex;
-  std::vector<int> lost;
+  std::atomic<int> lost{0};
+  std::atomic<int> lost_rank{-1};
   auto next = ring.attach(
       [&](int g) {
-        std::lock_guard lock(mutex);
-        lost.push_back(g);
+        lost_rank = g;
+        ++lost;
       },
       [](std::string) {});
-  {
-    std::lock_guard lock(mutex);
-    CHECK(lost == std::vector<int>{1});
-  }
-  next.reset();
-  std::atomic<int> again_lost{0};
-  auto again = ring.attach([&](int) { ++again_lost; }, [](std::string) {});
-  REQUIRE(beats_more(store, 0, 5));
-  CHECK(again_lost == 0);
+  CHECK(lost == 1);  // at once, on attaching
+  CHECK(lost_rank == 1);
+  // The ring was formed again for this attempt, and finds member 1 silent again.
+  REQUIRE(test::wait_until([&] { return lost.load() == 2; }, kHang));
+  CHECK(opened == 2);
+}
+
+TEST_CASE("standing ring: after a store error the next attempt gets a ring on a fresh connection",
+          "[heartbeat]") {
+  store::MemoryStore store;
+  std::atomic<int> opened{0};
+  store.set("r/0/hb/0", "not a counter", Deadline::after(kHang));  // its own beat fails
+  StandingRing ring(
+      [&](Deadline) {
+        ++opened;
+        return store.connect();
+      },
+      options(0, 2, 20ms, 100'000));
+  std::atomic<int> errors{0};
+  auto first = ring.attach([](int) {}, [&](std::string) { ++errors; });
+  // Reported to this attempt, or between (then dropped, and the ring formed again here fails
+  // the same way while attached).
+  REQUIRE(test::wait_until([&] { return errors.load() >= 1; }, kHang));
+  first.reset();
+  store.erase("r/0/hb/0", Deadline::after(kHang));  // the store is fine again
+  const int before = opened;
+  auto second = ring.attach([](int) {}, [&](std::string) { ++errors; });
+  CHECK(opened == before + 1);
+  REQUIRE(beats_more(store, 0, 3));
+  const int seen = errors;
+  REQUIRE(beats_more(store, 0, 3));
+  CHECK(errors == seen);
 }

@@ -92,7 +92,7 @@ TEST_CASE("static rendezvous: a restart every node settled does not wait at the 
 TEST_CASE("static rendezvous: one keep-alive ring for every attempt, marked when leaving early",
           "[rendezvous]") {
   store::MemoryStore shared;
-  const KeepAliveTiming timing{20ms, 1000, 5s};
+  const KeepAliveTiming timing{20ms, 100'000, 5s};  // node 1 never beats: a silence no test outlasts
   Node a(shared, 2, 0, kHang, timing), b(shared, 2, 1, kHang, timing);
   auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
   auto round = a.rdzv.next_round(0).round;
@@ -102,13 +102,13 @@ TEST_CASE("static rendezvous: one keep-alive ring for every attempt, marked when
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto watch = a.rdzv.keep_alive(*round, [&](int) { ++reports; }, [&](std::string) { ++reports; });
     REQUIRE(watch);
+    // The ring beats under the job's keys, on the one connection it opened.
+    const auto before = beats(shared, 0);
+    REQUIRE(test::wait_until([&] { return beats(shared, 0) > before; }, kHang));
     watch.reset();
     a.rdzv.round_ended(*round, true);
     round->prefix = fmt::format("attempt/{}", attempt + 1);
   }
-  // The ring beats under the job's keys, on the one connection it opened.
-  const auto before = beats(shared, 0);
-  REQUIRE(test::wait_until([&] { return beats(shared, 0) > before; }, kHang));
   CHECK(a.opened == 1);
   CHECK(!shared.connect()->check({"attempt/1/hb/0"}, Deadline::after(kHang)));
 

@@ -65,6 +65,24 @@ std::vector<RoundMember> order_members(std::vector<RoundCandidate> candidates) {
   return members;
 }
 
+int kept_ring(const std::vector<RoundCandidate>& candidates) {
+  const int n = static_cast<int>(candidates.size());
+  if (n < 2) return -1;
+  const auto& first = candidates.front().node;
+  if (first.prev_round < 0 || first.prev_ring < 0) return -1;
+  std::vector<bool> taken(static_cast<std::size_t>(n), false);
+  for (const auto& c : candidates) {
+    const auto& p = c.node;
+    if (p.prev_round != first.prev_round || p.prev_ring != first.prev_ring ||
+        p.prev_members != n || p.prev_rank < 0 || p.prev_rank >= n ||
+        taken[static_cast<std::size_t>(p.prev_rank)]) {
+      return -1;
+    }
+    taken[static_cast<std::size_t>(p.prev_rank)] = true;
+  }
+  return first.prev_ring;
+}
+
 namespace {
 
 // One node's join of one round (see the header): takes a slot, publishes its descriptor, closes
@@ -123,6 +141,7 @@ class RoundJoin {
       candidates.push_back({static_cast<int>(i), decode_node(*records[i])});
       closed.failures = std::max(closed.failures, candidates.back().node.failures);
     }
+    closed.ring_round = kept_ring(candidates);
     const auto members = order_members(std::move(candidates));
     closed.members = static_cast<int>(members.size());
     std::vector<std::string> keys;
@@ -188,6 +207,7 @@ class RoundJoin {
     result.slot = slot;
     result.members = closed.members;
     result.failures = closed.failures;
+    result.ring_round = closed.ring_round >= 0 ? closed.ring_round : round_;
     result.master_host = closed.master_host;
     auto assignment = rs_.try_get(fmt::format("assign/{}", slot), op());
     result.member = assignment.has_value();
@@ -277,6 +297,9 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
     round.ranks = joined.ranks;
     round.restart_count = joined.failures;
     round.master_addr = joined.master_host;
+    // The ring's keys; a keep-alive of the store's own (etcd's leases) stays under the round's.
+    if (!keep_alive_factory_) round.ring_prefix = round_prefix(joined.ring_round);
+    ring_round_ = joined.ring_round;
     // Only the hosts this node needs: group rank 0's (the master) and the one it watches.
     round.hosts.assign(static_cast<std::size_t>(joined.members), std::string());
     round.hosts[0] = joined.master_host;
@@ -291,8 +314,13 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
 }
 
 // An elastic round is formed anew whatever the last one's end: nodes may have joined meanwhile.
+// What this node was in it goes into its next descriptor, for the closer to see whether the
+// next round has the same members and can keep the ring.
 void ElasticRendezvous::round_ended(const Round& round, bool /*all_stopped*/) {
   self_.prev_rank = round.ranks.group_rank;
+  self_.prev_round = round.id;
+  self_.prev_members = round.ranks.group_world_size;
+  self_.prev_ring = ring_round_;
   round_ = advance_round(store_, round.id, op());
 }
 
@@ -328,11 +356,14 @@ std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {
 std::unique_ptr<KeepAlive> ElasticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
                                                          ErrorCallback on_error) {
   if (keep_alive_factory_) return keep_alive_factory_(round, std::move(on_lost), std::move(on_error));
-  return ring_keep_alive(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
+  return ring_.attach(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
 }
 
 void ElasticRendezvous::leave_early(const Round& round) {
+  ring_.stop();  // its next beat would overwrite the mark
   mark_left_on_purpose(store_, round, op());
 }
+
+void ElasticRendezvous::job_ended() { ring_.stop(); }
 
 }  // namespace ddprun

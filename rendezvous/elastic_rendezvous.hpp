@@ -11,7 +11,10 @@
 // waits.
 //
 // Group ranks are deterministic: nodes that were members of the previous round keep their
-// relative order, newcomers follow in join order (order_members, a pure function).
+// relative order, newcomers follow in join order (order_members, a pure function). A round
+// whose members are exactly the last round's keeps that round's keep-alive ring (kept_ring):
+// the closer says so in "closed", so every member decides alike, and a recovery after a worker
+// failure forms no ring anew.
 //
 // As a RendezvousHandler (ElasticRendezvous): a node that comes while a round runs asks its
 // members to re-form with it (it writes a membership record to the round's outcome); beyond
@@ -20,7 +23,8 @@
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
 // "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer),
 // "r/<r>/assign/<slot>" (a member's group rank and base rank), "r/<r>/closed" (member count,
-// world size, restart count, master host: JSON).
+// world size, restart count, master host, the ring kept: JSON), "r/<r>/hb/<g>" (the ring of
+// round r, also for the later rounds that keep it).
 
 #include <string>
 #include <vector>
@@ -54,6 +58,7 @@ struct RoundResult {
   int slot = 0;
   int members = 0;      // how many nodes the round has
   int failures = 0;     // restart count the round starts with (max over its members)
+  int ring_round = 0;   // the round whose keep-alive ring this one uses (itself, or kept)
   NodeRanks ranks;               // valid when member
   std::string master_host;       // group rank 0's address (MASTER_ADDR)
   std::string successor_host;    // the member this node watches (group rank + 1)
@@ -77,6 +82,12 @@ struct RoundMember {
 // their old order; newcomers after them, in join (slot) order. Ranks are prefix sums of the
 // worker counts in that order (assign_all_ranks). Pure; throws ConfigError on a bad nproc.
 std::vector<RoundMember> order_members(std::vector<RoundCandidate> candidates);
+
+// The round whose keep-alive ring a closing round with these candidates keeps, or -1 to form
+// its own: every candidate was a member of the same last round, which had exactly this many
+// members, each at a different group rank (so order_members gives each the group rank it had),
+// and used the same ring. Pure.
+int kept_ring(const std::vector<RoundCandidate>& candidates);
 
 // The round a newcomer should join now.
 int current_round(store::Store& store, Deadline deadline);
@@ -102,7 +113,7 @@ class ElasticRendezvous final : public RendezvousHandler {
 
   // `store` is the agent's own connection (used from its thread only). `max_restarts` tells a
   // spare whether a failed round was the job's last. Without `keep_alive_factory`, the members
-  // watch each other with the heartbeat ring (ring_keep_alive).
+  // watch each other with the heartbeat ring (RingKeeper).
   ElasticRendezvous(store::Store& store, store::StoreOpener open_store, ElasticRendezvousOptions options,
                     ElasticNode self, KeepAliveTiming keep_alive, int max_restarts,
                     KeepAliveFactory keep_alive_factory = nullptr);
@@ -112,6 +123,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
+  void job_ended() override;
   bool can_reform() const override { return true; }
 
  private:
@@ -130,6 +142,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   int max_restarts_ = 0;
   KeepAliveFactory keep_alive_factory_;
   int round_ = -1;  // the round to join next; -1: not looked up yet
+  int ring_round_ = -1;  // the ring of the round this node is a member of
+  RingKeeper ring_;
 };
 
 }  // namespace ddprun

@@ -118,20 +118,6 @@ void Heartbeat::run() {
   }
 }
 
-std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store, const Round& round,
-                                           const KeepAliveTiming& timing,
-                                           RendezvousHandler::LostCallback on_lost,
-                                           RendezvousHandler::ErrorCallback on_error) {
-  if (round.ranks.group_world_size < 2) return nullptr;  // nobody to watch
-  HeartbeatOptions o;
-  o.prefix = round.prefix;
-  o.group_rank = round.ranks.group_rank;
-  o.members = round.ranks.group_world_size;
-  o.timing = timing;
-  return std::make_unique<Heartbeat>(open_store(Deadline::after(timing.read_timeout)), o,
-                                     std::move(on_lost), std::move(on_error));
-}
-
 struct StandingRing::Listeners {
   std::mutex mutex;
   RendezvousHandler::LostCallback on_lost;
@@ -213,8 +199,33 @@ std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback 
   return std::make_unique<Handle>(listeners_);
 }
 
+std::unique_ptr<KeepAlive> RingKeeper::attach(const store::StoreOpener& open_store,
+                                              const Round& round, const KeepAliveTiming& timing,
+                                              RendezvousHandler::LostCallback on_lost,
+                                              RendezvousHandler::ErrorCallback on_error) {
+  if (round.ranks.group_world_size < 2) {
+    ring_.reset();
+    return nullptr;  // nobody to watch
+  }
+  const auto& prefix = round.keep_alive_prefix();
+  if (!ring_ || prefix != prefix_ || round.ranks.group_rank != group_rank_ ||
+      round.ranks.group_world_size != members_) {
+    ring_.reset();  // another ring: what the old one saw is about other members
+    HeartbeatOptions o;
+    o.prefix = prefix;
+    o.group_rank = round.ranks.group_rank;
+    o.members = round.ranks.group_world_size;
+    o.timing = timing;
+    ring_ = std::make_unique<StandingRing>(open_store, o);
+    prefix_ = prefix;
+    group_rank_ = o.group_rank;
+    members_ = o.members;
+  }
+  return ring_->attach(std::move(on_lost), std::move(on_error));
+}
+
 void mark_left_on_purpose(store::Store& store, const Round& round, Deadline deadline) {
-  store.set(beat_key(round.prefix, round.ranks.group_rank), kHeartbeatDone, deadline);
+  store.set(beat_key(round.keep_alive_prefix(), round.ranks.group_rank), kHeartbeatDone, deadline);
 }
 
 }  // namespace ddprun

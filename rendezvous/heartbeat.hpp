@@ -66,12 +66,6 @@ class Heartbeat final : public KeepAlive {
   std::thread thread_;
 };
 
-// The ring keep-alive of `round` on a connection of its own; nullptr for a round of one node.
-std::unique_ptr<KeepAlive> ring_keep_alive(const store::StoreOpener& open_store, const Round& round,
-                                           const KeepAliveTiming& timing,
-                                           RendezvousHandler::LostCallback on_lost,
-                                           RendezvousHandler::ErrorCallback on_error);
-
 // A ring kept for the whole job, for a membership that never changes (the static rendezvous):
 // the ring of one attempt would be the ring of the next, and forming it anew costs every node a
 // connection and four requests on the recovery's path, times N on the store's host. Each attempt
@@ -101,6 +95,28 @@ class StandingRing {
   std::unique_ptr<Heartbeat> heartbeat_;
 };
 
+// The ring this node takes part in, kept from one round to the next while it is the same ring:
+// the same keys (Round::keep_alive_prefix), this node at the same place among as many members.
+// A static job's ring is the job's; an elastic round keeps the last round's ring when its closer
+// found the same members in the same order, and forms its own otherwise.
+class RingKeeper {
+ public:
+  // The keep-alive of `round` (nullptr for a round of one node), on the kept ring when it is
+  // the same, else on a new one (a connection of its own).
+  std::unique_ptr<KeepAlive> attach(const store::StoreOpener& open_store, const Round& round,
+                                    const KeepAliveTiming& timing,
+                                    RendezvousHandler::LostCallback on_lost,
+                                    RendezvousHandler::ErrorCallback on_error);
+  // Stops the ring: this node leaves, or the job is over for it.
+  void stop() { ring_.reset(); }
+
+ private:
+  std::unique_ptr<StandingRing> ring_;
+  std::string prefix_;
+  int group_rank_ = -1;
+  int members_ = 0;
+};
+
 // "<prefix>/hb/<group rank>": the key a member's beat counter lives at.
 std::string beat_key(const std::string& prefix, int group_rank);
 
@@ -108,7 +124,7 @@ std::string beat_key(const std::string& prefix, int group_rank);
 // (see above). Returns the new count.
 std::int64_t beat(store::Store& store, const std::string& key, Deadline deadline);
 
-// Marks this node of `round` as gone on purpose (see kHeartbeatDone).
+// Marks this node of `round`'s ring as gone on purpose (see kHeartbeatDone).
 void mark_left_on_purpose(store::Store& store, const Round& round, Deadline deadline);
 
 }  // namespace ddprun

@@ -32,6 +32,11 @@ struct Round {
   int restart_count = 0;   // worker-failure restarts before this round (TORCHELASTIC_RESTART_COUNT)
   std::string master_addr; // group rank 0's address, the workers' MASTER_ADDR
   std::vector<std::string> hosts;  // by group rank; "" where this node does not know the host
+  // Where the keep-alive ring's keys live ("<ring_prefix>/hb/<group rank>"), when not under
+  // `prefix`: a ring kept from an earlier round with the same members, or the job's own.
+  std::string ring_prefix;
+
+  const std::string& keep_alive_prefix() const { return ring_prefix.empty() ? prefix : ring_prefix; }
 
   // The host of a group rank, "?" when unknown.
   std::string host_of(int group_rank) const;

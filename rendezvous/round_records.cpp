@@ -25,14 +25,27 @@ T decode(const std::string& text, const char* what, Read read) {
 }  // namespace
 
 std::string encode_node(const ElasticNode& n) {
-  return json{{"id", n.id}, {"host", n.host}, {"nproc", n.nproc}, {"prev_rank", n.prev_rank},
-              {"failures", n.failures}}.dump();
+  return json{{"id", n.id},
+              {"host", n.host},
+              {"nproc", n.nproc},
+              {"prev_rank", n.prev_rank},
+              {"failures", n.failures},
+              {"prev_round", n.prev_round},
+              {"prev_members", n.prev_members},
+              {"prev_ring", n.prev_ring}}
+      .dump();
 }
 
 ElasticNode decode_node(const std::string& text) {
   return decode<ElasticNode>(text, "node descriptor", [](const json& j) {
-    return ElasticNode{j.at("id"), j.at("host"), j.at("nproc"), j.at("prev_rank"),
-                       j.at("failures")};
+    return ElasticNode{j.at("id"),
+                       j.at("host"),
+                       j.at("nproc"),
+                       j.at("prev_rank"),
+                       j.at("failures"),
+                       j.value("prev_round", -1),
+                       j.value("prev_members", 0),
+                       j.value("prev_ring", -1)};
   });
 }
 
@@ -48,14 +61,16 @@ RoundAssignment decode_assignment(const std::string& text) {
 }
 
 std::string encode_closed(const ClosedRound& c) {
-  return json{{"members", c.members}, {"world_size", c.world_size}, {"failures", c.failures},
-              {"master_host", c.master_host}}.dump();
+  return json{{"members", c.members},       {"world_size", c.world_size},
+              {"failures", c.failures},     {"master_host", c.master_host},
+              {"ring_round", c.ring_round}}
+      .dump();
 }
 
 ClosedRound decode_closed(const std::string& text) {
   return decode<ClosedRound>(text, "round record", [](const json& j) {
     return ClosedRound{j.at("members"), j.at("world_size"), j.at("failures"),
-                       j.at("master_host")};
+                       j.at("master_host"), j.value("ring_round", -1)};
   });
 }
 

@@ -16,6 +16,11 @@ struct ElasticNode {
   int nproc = 1;
   int prev_rank = -1;  // group rank in the last round this node was a member of
   int failures = 0;    // worker-failure restarts this node has seen
+  // That last round: its number, its member count, and the round whose keep-alive ring it kept
+  // (itself when it formed its own); -1, 0, -1 for a node that was never a member.
+  int prev_round = -1;
+  int prev_members = 0;
+  int prev_ring = -1;
 };
 
 // What the closer tells one member.
@@ -31,6 +36,7 @@ struct ClosedRound {
   int world_size = 0;
   int failures = 0;         // restart count the round starts with (max over its members)
   std::string master_host;  // group rank 0's address; empty for a round without members
+  int ring_round = -1;      // the earlier round whose keep-alive ring this one keeps; -1: none
 };
 
 std::string encode_node(const ElasticNode& node);

@@ -290,6 +290,7 @@ NextRound StaticRendezvous::next_round(int restart_count) {
   round.ranks = joined_->ranks;
   round.restart_count = restart_count;
   round.master_addr = master_addr_;
+  round.ring_prefix = kRingPrefix;
   for (const auto& node : joined_->nodes) round.hosts.push_back(node.host);
   start_barrier(round.prefix, restart_count, all_back_for_ != restart_count);
   all_back_for_.reset();
@@ -298,25 +299,14 @@ NextRound StaticRendezvous::next_round(int restart_count) {
 
 std::unique_ptr<KeepAlive> StaticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
                                                         ErrorCallback on_error) {
-  if (round.ranks.group_world_size < 2) return nullptr;  // nobody to watch
-  if (!ring_) {
-    HeartbeatOptions o;
-    o.prefix = kRingPrefix;
-    o.group_rank = round.ranks.group_rank;
-    o.members = round.ranks.group_world_size;
-    o.timing = keep_alive_;
-    ring_ = std::make_unique<StandingRing>(open_store_, o);
-  }
-  return ring_->attach(std::move(on_lost), std::move(on_error));
+  return ring_.attach(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
 }
 
 void StaticRendezvous::leave_early(const Round& round) {
-  ring_.reset();  // its next beat would overwrite the mark
-  Round ring = round;
-  ring.prefix = kRingPrefix;
-  mark_left_on_purpose(store_, ring, Deadline::after(keep_alive_.read_timeout));
+  ring_.stop();  // its next beat would overwrite the mark
+  mark_left_on_purpose(store_, round, Deadline::after(keep_alive_.read_timeout));
 }
 
-void StaticRendezvous::job_ended() { ring_.reset(); }
+void StaticRendezvous::job_ended() { ring_.stop(); }
 
 }  // namespace ddprun

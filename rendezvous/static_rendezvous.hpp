@@ -80,7 +80,7 @@ class StaticRendezvous final : public RendezvousHandler {
   std::optional<RendezvousResult> joined_;
   // The attempt every node is known to be back for (the last one ended with all stopped).
   std::optional<int> all_back_for_;
-  std::unique_ptr<StandingRing> ring_;
+  RingKeeper ring_;
 };
 
 }  // namespace ddprun

@@ -12,6 +12,8 @@
 #include <future>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "agent/agent.hpp"
 #include "agent/outcome_watcher.hpp"
 #include "common/error.hpp"
@@ -562,9 +564,13 @@ TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next 
   REQUIRE(b.runner.wait_for_start(2));
   CHECK(env_of_start(a.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
   CHECK(env_of_start(b.runner, 1, 0, "TORCHELASTIC_RESTART_COUNT") == "1");
-  // The members keep their order in the new round.
+  // The members keep their order in the new round, and with it round 0's keep-alive ring: a's
+  // only connections are round 0's ring and its outcome watcher (idle, it watches round 1).
   CHECK(env_of_start(a.runner, 1, 0, "GROUP_RANK") == "0");
-  CHECK(shared.check({"r/1/closed"}, Deadline::after(kHang)));
+  const auto closed = nlohmann::json::parse(shared.get("r/1/closed", Deadline::after(kHang)));
+  CHECK(closed.at("ring_round") == 0);
+  CHECK(a.opened == 2);
+  CHECK(!shared.check({"r/1/hb/0"}, Deadline::after(kHang)));
   b.runner.exit_all(9);
   auto ra = a.finish();
   CHECK(exit_code_of(ra) == 9);
@@ -591,6 +597,14 @@ TEST_CASE("agent, elastic: a late node makes the round re-form without spending 
   CHECK(env_of_start(a.runner, last_a, 0, "GROUP_RANK") == "0");  // the stayer comes first
   CHECK(env_of_start(b.runner, last_b, 0, "GROUP_RANK") == "1");
   CHECK(env_of_start(a.runner, last_a, 0, "TORCHELASTIC_RESTART_COUNT") == "0");
+  // Other members than the last round's: the round forms a ring of its own.
+  const int round = a.runner.starts() - 1;
+  const auto closed = nlohmann::json::parse(
+      shared.get(fmt::format("r/{}/closed", round), Deadline::after(kHang)));
+  CHECK(closed.at("ring_round") == -1);
+  CHECK(test::wait_until(
+      [&] { return shared.check({fmt::format("r/{}/hb/1", round)}, Deadline::after(kHang)); },
+      kHang));
   a.runner.exit_all(0);
   b.runner.exit_all(0);
   auto ra = a.finish();

@@ -72,3 +72,41 @@ TEST_CASE("order_members: one member watches itself, none gives none", "[rendezv
 TEST_CASE("order_members: a node with no workers is refused", "[rendezvous]") {
   CHECK_THROWS_AS(order_members({candidate(0, "a", 1), candidate(1, "b", 0)}), ConfigError);
 }
+
+namespace {
+
+// A member of round `round` (of `members`, ring of `ring`) at group rank `rank`.
+RoundCandidate stayer(int slot, int rank, int round, int members, int ring) {
+  ElasticNode n{"h" + std::to_string(slot) + ":1", "h" + std::to_string(slot), 1, rank, 0};
+  n.prev_round = round;
+  n.prev_members = members;
+  n.prev_ring = ring;
+  return RoundCandidate{slot, n};
+}
+
+}  // namespace
+
+TEST_CASE("kept_ring: the same members as the last round keep its ring", "[rendezvous]") {
+  // Joined in another order than their ranks: order_members gives each its old rank back.
+  CHECK(kept_ring({stayer(0, 2, 5, 3, 4), stayer(1, 0, 5, 3, 4), stayer(2, 1, 5, 3, 4)}) == 4);
+  const auto members = order_members({stayer(0, 2, 5, 3, 4), stayer(1, 0, 5, 3, 4),
+                                      stayer(2, 1, 5, 3, 4)});
+  CHECK(members[0].slot == 1);
+  CHECK(members[2].slot == 0);
+}
+
+TEST_CASE("kept_ring: any other membership forms a ring of its own", "[rendezvous]") {
+  // A newcomer.
+  CHECK(kept_ring({stayer(0, 0, 5, 2, 5), candidate(1, "new", 1)}) == -1);
+  // One member of the last round is missing.
+  CHECK(kept_ring({stayer(0, 0, 5, 3, 5), stayer(1, 1, 5, 3, 5)}) == -1);
+  // Members of different last rounds (one sat out as a spare), or of different rings.
+  CHECK(kept_ring({stayer(0, 0, 5, 2, 5), stayer(1, 1, 4, 2, 4)}) == -1);
+  CHECK(kept_ring({stayer(0, 0, 5, 2, 5), stayer(1, 1, 5, 2, 3)}) == -1);
+  // Two claims on one group rank, or a rank outside the round.
+  CHECK(kept_ring({stayer(0, 0, 5, 2, 5), stayer(1, 0, 5, 2, 5)}) == -1);
+  CHECK(kept_ring({stayer(0, 0, 5, 2, 5), stayer(1, 2, 5, 2, 5)}) == -1);
+  // One node watches nobody.
+  CHECK(kept_ring({stayer(0, 0, 5, 1, 5)}) == -1);
+  CHECK(kept_ring({}) == -1);
+}

@@ -17,6 +17,17 @@ TEST_CASE("round records: descriptors, assignments and the closed round round-tr
   CHECK(n.nproc == 4);
   CHECK(n.prev_rank == 2);
   CHECK(n.failures == 1);
+  CHECK(n.prev_round == -1);
+  CHECK(n.prev_members == 0);
+  CHECK(n.prev_ring == -1);
+  ElasticNode stayer = node;
+  stayer.prev_round = 7;
+  stayer.prev_members = 3;
+  stayer.prev_ring = 6;
+  const auto s = decode_node(encode_node(stayer));
+  CHECK(s.prev_round == 7);
+  CHECK(s.prev_members == 3);
+  CHECK(s.prev_ring == 6);
 
   const auto a = decode_assignment(encode_assignment({3, 12, "10.0.0.9"}));
   CHECK(a.group_rank == 3);
@@ -28,6 +39,11 @@ TEST_CASE("round records: descriptors, assignments and the closed round round-tr
   CHECK(c.world_size == 20);
   CHECK(c.failures == 2);
   CHECK(c.master_host == "10.0.0.1");
+  CHECK(c.ring_round == -1);
+  CHECK(decode_closed(encode_closed({5, 20, 2, "10.0.0.1", 4})).ring_round == 4);
+  // A record without the ring's fields keeps no ring.
+  CHECK(decode_closed("{\"members\":2,\"world_size\":2,\"failures\":0,\"master_host\":\"h\"}")
+            .ring_round == -1);
 }
 
 TEST_CASE("round records: a value that is not the record is a rendezvous error naming it",

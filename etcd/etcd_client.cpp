@@ -10,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "common/strings.hpp"
 #include "store/libcrypto.hpp"
@@ -164,6 +165,9 @@ class EtcdClient::Impl {
   json call(const std::string& path, const json& body, Deadline deadline) {
     const auto started = Clock::now();
     const std::string payload = body.dump();
+    if (spdlog::should_log(spdlog::level::trace)) {
+      spdlog::trace("etcd: {} ({} bytes)", path, payload.size());
+    }
     return with_failover(path, started, deadline, [&](Deadline attempt) {
       return call_once(path, payload, attempt);
     });
@@ -173,6 +177,7 @@ class EtcdClient::Impl {
              const std::function<bool(const EtcdEvent&)>& on_event) {
     const auto started = Clock::now();
     std::int64_t next = start_revision;
+    if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("etcd: /v3/watch {}", key);
     with_failover("/v3/watch", started, deadline, [&](Deadline) {
       watch_once(key, &next, deadline, on_event);
       return json();

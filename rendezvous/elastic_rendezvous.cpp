@@ -287,6 +287,7 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
                                 {"max_nodes", options_.max_nodes}});
     auto joined = join_round(store_, round_, self_, options_);
     if (!joined.member) {
+      ring_.stop();  // a spare or a latecomer watches nobody; its old ring's members moved on
       if (auto outcome = outsider(joined)) return NextRound{std::nullopt, *outcome};
       round_ = advance_round(store_, round_, op());
       continue;

@@ -125,24 +125,21 @@ struct StandingRing::Listeners {
   // The ring has reported (it no longer watches, or its thread ended): the next attempt
   // forms it again, whether or not the report reached an attempt that still handled it.
   bool spent = false;
-  std::optional<int> lost;  // reported while nobody was attached
 
   // Called from the heartbeat's thread; the callbacks run under the lock, so that a handle
   // being destroyed on the agent's thread waits for a call in progress instead of racing it.
+  // A report while no attempt is attached is not kept: it may be stale (a member whose own
+  // ring lost its connection between attempts stops beating, and forms its ring again on a
+  // fresh one when it attaches); the ring formed again finds a member that is really gone
+  // within its deadline.
   void report_lost(int group_rank) {
     std::lock_guard lock(mutex);
     spent = true;
-    if (on_lost) {
-      on_lost(group_rank);
-    } else {
-      lost = group_rank;
-    }
+    if (on_lost) on_lost(group_rank);
   }
   void report_error(std::string message) {
     std::lock_guard lock(mutex);
     spent = true;
-    // Between attempts it is not kept: the ring formed again for the next one opens a fresh
-    // connection, which says whether the store is really gone.
     if (on_error) on_error(std::move(message));
   }
 };
@@ -191,9 +188,6 @@ std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback 
     form();
   }
   std::lock_guard lock(listeners_->mutex);
-  // A death seen between attempts is the next attempt's, at once (the ring formed again
-  // watches on, in case that attempt ends before handling it).
-  if (listeners_->lost) on_lost(*std::exchange(listeners_->lost, std::nullopt));
   listeners_->on_lost = std::move(on_lost);
   listeners_->on_error = std::move(on_error);
   return std::make_unique<Handle>(listeners_);

@@ -69,10 +69,9 @@ class Heartbeat final : public KeepAlive {
 // A ring kept for the whole job, for a membership that never changes (the static rendezvous):
 // the ring of one attempt would be the ring of the next, and forming it anew costs every node a
 // connection and four requests on the recovery's path, times N on the store's host. Each attempt
-// attaches its callbacks for as long as the returned handle lives. A death seen while none is
-// attached (between attempts) goes to the next one to attach, at once. A ring that has reported
-// (a death, or a store error: it watches no more) is formed again at the next attach, as a ring
-// of that attempt's own would be.
+// attaches its callbacks for as long as the returned handle lives. A ring that has reported (a
+// death, or a store error: it watches no more), to an attempt or between attempts, is formed
+// again at the next attach, on the same keys, as a ring of that attempt's own would be.
 class StandingRing {
  public:
   // Opens its connection and starts beating; throws what `open_store` throws.

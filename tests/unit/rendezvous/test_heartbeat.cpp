@@ -41,6 +41,14 @@ bool beats_more(store::MemoryStore& store, int g, int n) {
   return test::wait_until([&] { return beats(store, g) >= target; }, kHang);
 }
 
+// Opens connections to `store`, counting them in `opened`.
+store::StoreOpener counting_opener(store::MemoryStore& store, std::atomic<int>& opened) {
+  return [&store, &opened](Deadline) {
+    ++opened;
+    return store.connect();
+  };
+}
+
 }  // namespace
 
 TEST_CASE("heartbeat: a silent successor is declared dead once", "[heartbeat]") {
@@ -158,10 +166,7 @@ TEST_CASE("standing ring: one connection for every attempt, beating between them
           "[heartbeat]") {
   store::MemoryStore store;
   std::atomic<int> opened{0};
-  const store::StoreOpener open = [&](Deadline) {
-    ++opened;
-    return store.connect();
-  };
+  const auto open = counting_opener(store, opened);
   // The watched member beat once; the silence allowed (20 ms x 100,000) outlasts any test.
   store.add("r/0/hb/1", 1, Deadline::after(kHang));
   StandingRing ring(open, options(0, 2, 20ms, 100'000));
@@ -181,12 +186,7 @@ TEST_CASE("standing ring: a death seen between attempts is found again by the ne
   store::MemoryStore store;
   std::atomic<int> opened{0};
   store.add("r/0/hb/1", 1, Deadline::after(kHang));  // one beat, then silence
-  StandingRing ring(
-      [&](Deadline) {
-        ++opened;
-        return store.connect();
-      },
-      options(0, 2, 20ms, 3));
+  StandingRing ring(counting_opener(store, opened), options(0, 2, 20ms, 3));
   // No attempt is attached while the ring beats alone for far more than the three intervals
   // of silence after which it declares member 1 dead (the same thread does both): that report
   // is not kept (it could be stale), and the next attempt's ring, formed again on the same
@@ -211,10 +211,7 @@ TEST_CASE("ring keeper: the same ring is kept, another is formed; leaving marks 
           "[heartbeat]") {
   store::MemoryStore store;
   std::atomic<int> opened{0};
-  const store::StoreOpener open = [&](Deadline) {
-    ++opened;
-    return store.connect();
-  };
+  const auto open = counting_opener(store, opened);
   const KeepAliveTiming timing{20ms, 100'000, 5s};
   Round round;
   round.prefix = "r/0";
@@ -251,12 +248,7 @@ TEST_CASE("standing ring: after a store error the next attempt gets a ring on a 
   store::MemoryStore store;
   std::atomic<int> opened{0};
   store.set("r/0/hb/0", "not a counter", Deadline::after(kHang));  // its own beat fails
-  StandingRing ring(
-      [&](Deadline) {
-        ++opened;
-        return store.connect();
-      },
-      options(0, 2, 20ms, 100'000));
+  StandingRing ring(counting_opener(store, opened), options(0, 2, 20ms, 100'000));
   std::atomic<int> errors{0};
   auto first = ring.attach([](int) {}, [&](std::string) { ++errors; });
   // Reported to this attempt, or between (then dropped, and the ring formed again here fails

@@ -45,12 +45,10 @@ std::string wake_key(const std::string& counter_key, std::int64_t count) {
 
 }  // namespace
 
-std::int64_t beat(store::Store& store, const std::string& key, Deadline deadline) {
-  const auto count = store.add(key, 1, deadline);
-  store.set(wake_key(key, count), "", deadline);
+void beat(store::Store& store, const std::string& key, std::int64_t count, Deadline deadline) {
+  store.multi_set({key, wake_key(key, count)}, {std::to_string(count), ""}, deadline);
   // Two wake-up keys stay, so a watcher one beat behind still finds the one it blocks on.
   if (count > 2) store.erase(wake_key(key, count - 2), deadline);
-  return count;
 }
 
 void Heartbeat::run() {
@@ -69,6 +67,11 @@ void Heartbeat::run() {
     return value ? store::parse_counter(*value, theirs) : 0;
   };
   try {
+    // This member's own count so far: a ring formed again on the same keys counts on.
+    std::int64_t beats = 0;
+    if (auto value = store_->try_get(mine, read()); value && *value != kHeartbeatDone) {
+      beats = store::parse_counter(*value, mine);
+    }
     bool watching = o.members > 1;
     std::int64_t seen = 0;  // the watched member's count at its last beat seen
     if (watching) {
@@ -80,7 +83,7 @@ void Heartbeat::run() {
     auto next_beat = Clock::now();
     while (true) {
       if (Clock::now() >= next_beat) {
-        beat(*store_, mine, read());
+        beat(*store_, mine, ++beats, read());
         next_beat = Clock::now() + t.interval;
       }
       if (!watching) {

@@ -5,8 +5,10 @@
 // interval x max_attempts of time is declared dead, once. Runs on its own thread with its own
 // store connection.
 //
-// A beat adds 1 to the member's counter, <prefix>/hb/<g>, and then creates the wake-up key
-// <prefix>/hb/<g>/<count> (erasing the one of two beats before). The watcher does not poll: it
+// A beat writes the member's next count to its counter, <prefix>/hb/<g>, together with the
+// wake-up key <prefix>/hb/<g>/<count> in one request, and erases the wake-up key of two beats
+// before. Only the member writes its counter: it reads it once when its ring starts (a ring
+// formed again on the same keys counts on) and keeps the count itself. The watcher does not poll: it
 // blocks on the wake-up key of the next beat, so it learns of a beat within a round trip of it
 // and of a death at the deadline itself, whatever the two members' phases. The counter is the
 // truth: at the deadline the watcher reads it before declaring anything (a watcher that fell
@@ -119,9 +121,9 @@ class RingKeeper {
 // "<prefix>/hb/<group rank>": the key a member's beat counter lives at.
 std::string beat_key(const std::string& prefix, int group_rank);
 
-// One beat of the member whose counter is at `key`: the counter's increment and its wake-up key
-// (see above). Returns the new count.
-std::int64_t beat(store::Store& store, const std::string& key, Deadline deadline);
+// Beat number `count` of the member whose counter is at `key`: the counter and its wake-up key
+// (see above).
+void beat(store::Store& store, const std::string& key, std::int64_t count, Deadline deadline);
 
 // Marks this node of `round`'s ring as gone on purpose (see kHeartbeatDone).
 void mark_left_on_purpose(store::Store& store, const Round& round, Deadline deadline);

@@ -89,10 +89,22 @@ TEST_CASE("heartbeat: a beating successor is alive", "[heartbeat]") {
   CHECK(calls == 0);
 }
 
+TEST_CASE("heartbeat: a ring started again on the same keys counts on from its counter",
+          "[heartbeat]") {
+  store::MemoryStore store;
+  store.set("r/0/hb/0", "7", Deadline::after(kHang));
+  // It beats at once, and not again for a minute.
+  Heartbeat hb(store.connect(), options(0, 2, 60s, 100), [](int) {}, [](std::string) {});
+  REQUIRE(test::wait_until([&] { return beats(store, 0) >= 8; }, kHang));
+  CHECK(beats(store, 0) == 8);
+  CHECK(store.check({"r/0/hb/0/8"}, Deadline::after(kHang)));
+}
+
 TEST_CASE("heartbeat: a beat bumps the counter and keeps the last two wake-up keys",
           "[heartbeat]") {
   store::MemoryStore store;
-  for (std::int64_t n = 1; n <= 5; ++n) CHECK(beat(store, "r/0/hb/3", Deadline::after(kHang)) == n);
+  for (std::int64_t n = 1; n <= 5; ++n) beat(store, "r/0/hb/3", n, Deadline::after(kHang));
+  CHECK(store.get("r/0/hb/3", Deadline::after(kHang)) == "5");
   CHECK(beats(store, 3) == 5);
   CHECK(store.check({"r/0/hb/3/4", "r/0/hb/3/5"}, Deadline::after(kHang)));
   for (const char* gone : {"r/0/hb/3/1", "r/0/hb/3/2", "r/0/hb/3/3"}) {

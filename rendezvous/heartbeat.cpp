@@ -59,23 +59,20 @@ void Heartbeat::run() {
   const auto theirs = beat_key(o.prefix, watched);
   const auto silence_limit = t.interval * t.max_attempts;
   const auto read = [&] { return Deadline::after(t.read_timeout); };
-  // What the watched counter says: nullopt when the member left on purpose ("done": nothing
-  // more to watch), else its count (0 before its first beat).
-  const auto read_count = [&]() -> std::optional<std::int64_t> {
-    auto value = store_->try_get(theirs, read());
+  // What a counter says: nullopt when the member left on purpose ("done": nothing more to
+  // watch), else its count (0 before its first beat).
+  const auto read_count = [&](const std::string& key) -> std::optional<std::int64_t> {
+    auto value = store_->try_get(key, read());
     if (value == kHeartbeatDone) return std::nullopt;
-    return value ? store::parse_counter(*value, theirs) : 0;
+    return value ? store::parse_counter(*value, key) : 0;
   };
   try {
     // This member's own count so far: a ring formed again on the same keys counts on.
-    std::int64_t beats = 0;
-    if (auto value = store_->try_get(mine, read()); value && *value != kHeartbeatDone) {
-      beats = store::parse_counter(*value, mine);
-    }
+    std::int64_t beats = read_count(mine).value_or(0);
     bool watching = o.members > 1;
     std::int64_t seen = 0;  // the watched member's count at its last beat seen
     if (watching) {
-      const auto count = read_count();
+      const auto count = read_count(theirs);
       watching = count.has_value();
       seen = count.value_or(0);
     }
@@ -101,7 +98,7 @@ void Heartbeat::run() {
       } catch (const TimeoutError&) {
       }
       if (Clock::now() < deadline) continue;  // our own beat is due
-      const auto count = read_count();
+      const auto count = read_count(theirs);
       if (!count) {
         watching = false;  // it finished and left on purpose
       } else if (*count > seen) {
@@ -204,19 +201,17 @@ std::unique_ptr<KeepAlive> RingKeeper::attach(const store::StoreOpener& open_sto
     ring_.reset();
     return nullptr;  // nobody to watch
   }
-  const auto& prefix = round.keep_alive_prefix();
-  if (!ring_ || prefix != prefix_ || round.ranks.group_rank != group_rank_ ||
-      round.ranks.group_world_size != members_) {
+  HeartbeatOptions o;
+  o.prefix = round.keep_alive_prefix();
+  o.group_rank = round.ranks.group_rank;
+  o.members = round.ranks.group_world_size;
+  o.timing = timing;
+  const auto same = [&](const HeartbeatOptions& kept) {
+    return kept.prefix == o.prefix && kept.group_rank == o.group_rank && kept.members == o.members;
+  };
+  if (!ring_ || !same(ring_->options())) {
     ring_.reset();  // another ring: what the old one saw is about other members
-    HeartbeatOptions o;
-    o.prefix = prefix;
-    o.group_rank = round.ranks.group_rank;
-    o.members = round.ranks.group_world_size;
-    o.timing = timing;
     ring_ = std::make_unique<StandingRing>(open_store, o);
-    prefix_ = prefix;
-    group_rank_ = o.group_rank;
-    members_ = o.members;
   }
   return ring_->attach(std::move(on_lost), std::move(on_error));
 }

@@ -8,8 +8,8 @@
 // A beat writes the member's next count to its counter, <prefix>/hb/<g>, together with the
 // wake-up key <prefix>/hb/<g>/<count> in one request, and erases the wake-up key of two beats
 // before. Only the member writes its counter: it reads it once when its ring starts (a ring
-// formed again on the same keys counts on) and keeps the count itself. The watcher does not poll: it
-// blocks on the wake-up key of the next beat, so it learns of a beat within a round trip of it
+// formed again on the same keys counts on) and keeps the count itself. The watcher does not
+// poll: it blocks on the wake-up key of the next beat, so it learns of a beat within a round trip of it
 // and of a death at the deadline itself, whatever the two members' phases. The counter is the
 // truth: at the deadline the watcher reads it before declaring anything (a watcher that fell
 // more than a beat behind finds its wake-up key erased and catches up from the counter).
@@ -85,6 +85,9 @@ class StandingRing {
   std::unique_ptr<KeepAlive> attach(RendezvousHandler::LostCallback on_lost,
                                     RendezvousHandler::ErrorCallback on_error);
 
+  // Which ring it is: its keys, this member's place and the member count.
+  const HeartbeatOptions& options() const { return options_; }
+
  private:
   struct Listeners;
   class Handle;
@@ -113,9 +116,6 @@ class RingKeeper {
 
  private:
   std::unique_ptr<StandingRing> ring_;
-  std::string prefix_;
-  int group_rank_ = -1;
-  int members_ = 0;
 };
 
 // "<prefix>/hb/<group rank>": the key a member's beat counter lives at.

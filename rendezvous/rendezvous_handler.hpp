@@ -36,7 +36,9 @@ struct Round {
   // `prefix`: a ring kept from an earlier round with the same members, or the job's own.
   std::string ring_prefix;
 
-  const std::string& keep_alive_prefix() const { return ring_prefix.empty() ? prefix : ring_prefix; }
+  const std::string& keep_alive_prefix() const {
+    return ring_prefix.empty() ? prefix : ring_prefix;
+  }
 
   // The host of a group rank, "?" when unknown.
   std::string host_of(int group_rank) const;

@@ -7,7 +7,7 @@
 // As a RendezvousHandler (StaticRendezvous): the membership is formed once; each attempt is a
 // round ("attempt/<restart count>") that opens when every node has come back to it (a start
 // barrier). Losing a node ends the job: the node count is fixed, and so is the keep-alive's
-// ring, formed once and kept across attempts (StandingRing).
+// ring, formed once and kept across attempts (RingKeeper).
 
 #include <string>
 #include <vector>

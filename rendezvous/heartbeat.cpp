@@ -118,51 +118,53 @@ void Heartbeat::run() {
   }
 }
 
-struct StandingRing::Listeners {
-  std::mutex mutex;
-  RendezvousHandler::LostCallback on_lost;
-  RendezvousHandler::ErrorCallback on_error;
-  // The ring has reported (it no longer watches, or its thread ended): the next attempt
-  // forms it again, whether or not the report reached an attempt that still handled it.
-  bool spent = false;
+bool RingListeners::attach(const RendezvousHandler::LostCallback& on_lost,
+                           const RendezvousHandler::ErrorCallback& on_error) {
+  std::lock_guard lock(mutex_);
+  if (spent_) return false;
+  on_lost_ = on_lost;
+  on_error_ = on_error;
+  return true;
+}
 
-  // Called from the heartbeat's thread; the callbacks run under the lock, so that a handle
-  // being destroyed on the agent's thread waits for a call in progress instead of racing it.
-  // A report while no attempt is attached is not kept: it may be stale (a member whose own
-  // ring lost its connection between attempts stops beating, and forms its ring again on a
-  // fresh one when it attaches); the ring formed again finds a member that is really gone
-  // within its deadline.
-  void report_lost(int group_rank) {
-    std::lock_guard lock(mutex);
-    spent = true;
-    if (on_lost) on_lost(group_rank);
-  }
-  void report_error(std::string message) {
-    std::lock_guard lock(mutex);
-    spent = true;
-    if (on_error) on_error(std::move(message));
-  }
-};
+void RingListeners::detach() {
+  std::lock_guard lock(mutex_);
+  on_lost_ = nullptr;
+  on_error_ = nullptr;
+}
+
+void RingListeners::lost(int group_rank) {
+  std::lock_guard lock(mutex_);
+  spent_ = true;
+  if (on_lost_) on_lost_(group_rank);
+}
+
+void RingListeners::error(std::string message) {
+  std::lock_guard lock(mutex_);
+  spent_ = true;
+  if (on_error_) on_error_(std::move(message));
+}
+
+void RingListeners::ended() {
+  std::lock_guard lock(mutex_);
+  spent_ = true;
+}
 
 class StandingRing::Handle final : public KeepAlive {
  public:
-  explicit Handle(std::shared_ptr<Listeners> listeners) : listeners_(std::move(listeners)) {}
-  ~Handle() override {
-    std::lock_guard lock(listeners_->mutex);
-    listeners_->on_lost = nullptr;
-    listeners_->on_error = nullptr;
-  }
+  explicit Handle(std::shared_ptr<RingListeners> listeners) : listeners_(std::move(listeners)) {}
+  ~Handle() override { listeners_->detach(); }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
  private:
-  std::shared_ptr<Listeners> listeners_;
+  std::shared_ptr<RingListeners> listeners_;
 };
 
 StandingRing::StandingRing(store::StoreOpener open_store, HeartbeatOptions options)
     : open_store_(std::move(open_store)),
       options_(std::move(options)),
-      listeners_(std::make_shared<Listeners>()) {
+      listeners_(std::make_shared<RingListeners>()) {
   form();
 }
 
@@ -171,25 +173,20 @@ StandingRing::~StandingRing() = default;
 void StandingRing::form() {
   heartbeat_ = std::make_unique<Heartbeat>(
       open_store_(Deadline::after(options_.timing.read_timeout)), options_,
-      [l = listeners_](int group_rank) { l->report_lost(group_rank); },
-      [l = listeners_](std::string message) { l->report_error(std::move(message)); });
+      [l = listeners_](int group_rank) { l->lost(group_rank); },
+      [l = listeners_](std::string message) { l->error(std::move(message)); });
 }
 
 std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback on_lost,
                                                 RendezvousHandler::ErrorCallback on_error) {
-  bool spent = false;
-  {
-    std::lock_guard lock(listeners_->mutex);
-    spent = std::exchange(listeners_->spent, false);
-  }
-  if (spent) {
-    // Joined outside the lock: its thread may be waiting for the lock to report.
+  if (!heartbeat_ || !listeners_->attach(on_lost, on_error)) {
+    // Formed again with listeners of its own, attached before its thread starts, so that a
+    // late word of the old ring reaches nobody and nothing the new one says is lost.
     heartbeat_.reset();
+    listeners_ = std::make_shared<RingListeners>();
+    listeners_->attach(on_lost, on_error);
     form();
   }
-  std::lock_guard lock(listeners_->mutex);
-  listeners_->on_lost = std::move(on_lost);
-  listeners_->on_error = std::move(on_error);
   return std::make_unique<Handle>(listeners_);
 }
 

@@ -68,6 +68,33 @@ class Heartbeat final : public KeepAlive {
   std::thread thread_;
 };
 
+// Where a keep-alive kept across attempts reports: the attempt attached now, if any. A watch
+// that has reported (a death, an error) or ended watches no more and takes no attempt: the
+// next one forms a new watch, with listeners of its own. A report while no attempt is attached
+// is not kept, since it may be stale (a member whose own ring lost its connection between
+// attempts stops beating until it attaches again); the watch formed again finds a member that
+// is really gone within its deadline. The callbacks run under the lock, so that a handle being
+// destroyed on the agent's thread waits for a call in progress instead of racing it.
+class RingListeners {
+ public:
+  // Whether the watch still watches; then its reports go to these callbacks until detach().
+  // The check and the attach are one step, so that no report falls between them.
+  bool attach(const RendezvousHandler::LostCallback& on_lost,
+              const RendezvousHandler::ErrorCallback& on_error);
+  void detach();
+
+  // From the watch's thread.
+  void lost(int group_rank);
+  void error(std::string message);
+  void ended();  // the watched member left on purpose: nothing more to watch
+
+ private:
+  std::mutex mutex_;
+  RendezvousHandler::LostCallback on_lost_;
+  RendezvousHandler::ErrorCallback on_error_;
+  bool spent_ = false;
+};
+
 // A ring kept for the whole job, for a membership that never changes (the static rendezvous):
 // the ring of one attempt would be the ring of the next, and forming it anew costs every node a
 // connection and four requests on the recovery's path, times N on the store's host. Each attempt
@@ -89,13 +116,12 @@ class StandingRing {
   const HeartbeatOptions& options() const { return options_; }
 
  private:
-  struct Listeners;
   class Handle;
   void form();
 
   store::StoreOpener open_store_;
   HeartbeatOptions options_;
-  std::shared_ptr<Listeners> listeners_;
+  std::shared_ptr<RingListeners> listeners_;
   std::unique_ptr<Heartbeat> heartbeat_;
 };
 

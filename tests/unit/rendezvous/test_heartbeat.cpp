@@ -276,3 +276,35 @@ TEST_CASE("standing ring: after a store error the next attempt gets a ring on a 
   REQUIRE(beats_more(store, 0, 3));
   CHECK(errors == seen);
 }
+
+TEST_CASE("ring listeners: reports reach the attempt attached; a spent watch takes no attempt",
+          "[heartbeat]") {
+  std::vector<int> lost;
+  std::vector<std::string> errors;
+  const RendezvousHandler::LostCallback on_lost = [&](int g) { lost.push_back(g); };
+  const RendezvousHandler::ErrorCallback on_error = [&](std::string m) { errors.push_back(m); };
+
+  SECTION("a death goes to the attempt attached, and the watch is spent") {
+    RingListeners l;
+    REQUIRE(l.attach(on_lost, on_error));
+    l.lost(3);
+    CHECK(lost == std::vector<int>{3});
+    CHECK_FALSE(l.attach(on_lost, on_error));
+  }
+  SECTION("a report while detached reaches nobody, and still spends the watch") {
+    RingListeners l;
+    REQUIRE(l.attach(on_lost, on_error));
+    l.detach();
+    l.error("the store went away");
+    CHECK(errors.empty());
+    CHECK_FALSE(l.attach(on_lost, on_error));
+  }
+  SECTION("a watched member that left on purpose ends the watch without a report") {
+    RingListeners l;
+    REQUIRE(l.attach(on_lost, on_error));
+    l.ended();
+    CHECK(lost.empty());
+    CHECK(errors.empty());
+    CHECK_FALSE(l.attach(on_lost, on_error));
+  }
+}

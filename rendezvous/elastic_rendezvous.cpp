@@ -298,8 +298,8 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
     round.ranks = joined.ranks;
     round.restart_count = joined.failures;
     round.master_addr = joined.master_host;
-    // The ring's keys; a keep-alive of the store's own (etcd's leases) stays under the round's.
-    if (!keep_alive_factory_) round.ring_prefix = round_prefix(joined.ring_round);
+    // The ring's keys, for the heartbeat ring and etcd's leases alike.
+    round.ring_prefix = round_prefix(joined.ring_round);
     ring_round_ = joined.ring_round;
     // Only the hosts this node needs: group rank 0's (the master) and the one it watches.
     round.hosts.assign(static_cast<std::size_t>(joined.members), std::string());

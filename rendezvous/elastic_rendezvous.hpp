@@ -113,7 +113,8 @@ class ElasticRendezvous final : public RendezvousHandler {
 
   // `store` is the agent's own connection (used from its thread only). `max_restarts` tells a
   // spare whether a failed round was the job's last. Without `keep_alive_factory`, the members
-  // watch each other with the heartbeat ring (RingKeeper).
+  // watch each other with the heartbeat ring (RingKeeper); either way a round's ring lives
+  // under its Round::keep_alive_prefix, the kept round's when the closer kept one.
   ElasticRendezvous(store::Store& store, store::StoreOpener open_store, ElasticRendezvousOptions options,
                     ElasticNode self, KeepAliveTiming keep_alive, int max_restarts,
                     KeepAliveFactory keep_alive_factory = nullptr);

@@ -158,30 +158,48 @@ class EtcdSession::Renewer {
   std::thread thread_;
 };
 
+// One attempt's keep-alive: its callbacks attached to the ring's watch (RingListeners) and
+// to the lease's renewer for as long as it lives.
+class EtcdSession::Handle final : public KeepAlive {
+ public:
+  Handle(std::shared_ptr<RingListeners> listeners, Renewer& renewer,
+         RendezvousHandler::ErrorCallback on_error)
+      : listeners_(std::move(listeners)), renewer_(renewer) {
+    renewer_.report_to(std::move(on_error));
+  }
+  ~Handle() override {
+    renewer_.report_to(nullptr);
+    listeners_->detach();
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+ private:
+  std::shared_ptr<RingListeners> listeners_;
+  Renewer& renewer_;
+};
+
 // Watches one member's liveness key on its own thread and connection: a delete (its lease
 // expired) is a death; a "done" written in its place is a member that left on purpose.
-class EtcdSession::Watch final : public KeepAlive {
+class EtcdSession::Watch {
  public:
   Watch(const EtcdStoreOptions& options, std::string key, int member, std::chrono::seconds ttl,
-        KeepAliveTiming timing, Renewer& renewer, RendezvousHandler::LostCallback on_lost,
-        RendezvousHandler::ErrorCallback on_error)
+        KeepAliveTiming timing, std::shared_ptr<RingListeners> listeners)
       : client_(options.endpoints),
         key_(std::move(key)),
         member_(member),
         ttl_(ttl),
         timing_(timing),
-        renewer_(renewer),
-        on_lost_(std::move(on_lost)),
-        on_error_(std::move(on_error)) {
-    renewer_.report_to(on_error_);
+        listeners_(std::move(listeners)) {
     thread_ = std::thread([this] { run(); });
   }
 
-  ~Watch() override {
-    renewer_.report_to(nullptr);
+  ~Watch() {
     client_.interrupt();
     thread_.join();
   }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
 
  private:
   void run() {
@@ -207,9 +225,9 @@ class EtcdSession::Watch final : public KeepAlive {
         const auto give_up = Deadline::after(limit);
         while (!appeared && budget.count() > 0) {
           if (give_up.expired()) {
-            on_error_(fmt::format("keep-alive: etcd had no leader for most of {} while node {} "
-                                  "was to register its lease",
-                                  format_duration(limit), member_));
+            listeners_->error(fmt::format("keep-alive: etcd had no leader for most of {} "
+                                          "while node {} was to register its lease",
+                                          format_duration(limit), member_));
             return;
           }
           const auto slice = std::min<std::chrono::milliseconds>(budget, std::chrono::seconds(1));
@@ -232,11 +250,14 @@ class EtcdSession::Watch final : public KeepAlive {
         if (!appeared) {
           spdlog::warn("keep-alive: node {} never registered its etcd lease within {}", member_,
                        format_duration(ttl_ + kEtcdAttemptTimeout));
-          on_lost_(member_);
+          listeners_->lost(member_);
           return;
         }
       }
-      if (value == kHeartbeatDone) return;
+      if (value == kHeartbeatDone) {
+        listeners_->ended();
+        return;
+      }
       // Re-armed every hour so that each wait is bounded like every other.
       bool done = false;
       while (!done) {
@@ -248,9 +269,10 @@ class EtcdSession::Watch final : public KeepAlive {
                             spdlog::warn("keep-alive: node {}'s etcd lease expired (no renewal "
                                          "for {})",
                                          member_, format_duration(ttl_));
-                            on_lost_(member_);
+                            listeners_->lost(member_);
                             done = true;
                           } else if (e.kv.value == kHeartbeatDone) {
+                            listeners_->ended();
                             done = true;
                           }
                           return done;
@@ -260,7 +282,7 @@ class EtcdSession::Watch final : public KeepAlive {
       }
     } catch (const InterruptedError&) {
     } catch (const std::exception& e) {
-      on_error_(fmt::format("keep-alive: watching node {} in etcd: {}", member_, e.what()));
+      listeners_->error(fmt::format("keep-alive: watching node {} in etcd: {}", member_, e.what()));
     }
   }
 
@@ -281,10 +303,18 @@ class EtcdSession::Watch final : public KeepAlive {
   int member_;
   std::chrono::seconds ttl_;
   KeepAliveTiming timing_;
-  Renewer& renewer_;
-  RendezvousHandler::LostCallback on_lost_;
-  RendezvousHandler::ErrorCallback on_error_;
+  std::shared_ptr<RingListeners> listeners_;
   std::thread thread_;
+};
+
+// The ring this node takes part in, and the lease its own key hangs on.
+struct EtcdSession::Ring {
+  std::string prefix;
+  int group_rank = 0;
+  int members = 0;
+  std::int64_t lease = 0;
+  std::shared_ptr<RingListeners> listeners;
+  std::unique_ptr<Watch> watch;
 };
 
 EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTiming timing,
@@ -315,6 +345,7 @@ EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTimi
 }
 
 EtcdSession::~EtcdSession() {
+  ring_.reset();
   renewer_.reset();
   try {
     const auto deadline = Deadline::after(kEndTimeout);
@@ -332,14 +363,41 @@ EtcdSession::~EtcdSession() {
 std::unique_ptr<KeepAlive> EtcdSession::keep_alive(const Round& round,
                                                    RendezvousHandler::LostCallback on_lost,
                                                    RendezvousHandler::ErrorCallback on_error) {
-  if (round.ranks.group_world_size < 2) return nullptr;
+  if (round.ranks.group_world_size < 2) {
+    ring_.reset();
+    return nullptr;
+  }
+  const auto& prefix = round.keep_alive_prefix();
   const int rank = round.ranks.group_rank;
-  store_->put(beat_key(round.prefix, rank), "alive", renewer_->lease(),
-              Deadline::after(timing_.read_timeout));
-  const int successor = (rank + 1) % round.ranks.group_world_size;
-  return std::make_unique<Watch>(options_, store_->full_key(beat_key(round.prefix, successor)),
-                                 successor, std::chrono::seconds(ttl_), timing_, *renewer_,
-                                 std::move(on_lost), std::move(on_error));
+  const int members = round.ranks.group_world_size;
+  const bool same_ring = ring_ && ring_->prefix == prefix && ring_->group_rank == rank &&
+                         ring_->members == members;
+  if (!same_ring) ring_.reset();  // another ring: what the old watch saw is about other members
+  // This member's key hangs on the lease: put once per ring, and again when the renewer had to
+  // take a new lease (the old one expired, and its key with it).
+  const auto lease = renewer_->lease();
+  if (!ring_ || ring_->lease != lease) {
+    store_->put(beat_key(prefix, rank), "alive", lease, Deadline::after(timing_.read_timeout));
+  }
+  if (!ring_) {
+    ring_ = std::make_unique<Ring>();
+    ring_->prefix = prefix;
+    ring_->group_rank = rank;
+    ring_->members = members;
+  }
+  ring_->lease = lease;
+  if (!ring_->watch || !ring_->listeners->attach(on_lost, on_error)) {
+    // A new watch, its callbacks attached before it starts, so that nothing it reports goes to
+    // nobody.
+    ring_->watch.reset();
+    ring_->listeners = std::make_shared<RingListeners>();
+    ring_->listeners->attach(on_lost, on_error);
+    const int successor = (rank + 1) % members;
+    ring_->watch = std::make_unique<Watch>(options_, store_->full_key(beat_key(prefix, successor)),
+                                           successor, std::chrono::seconds(ttl_), timing_,
+                                           ring_->listeners);
+  }
+  return std::make_unique<Handle>(ring_->listeners, *renewer_, std::move(on_error));
 }
 
 }  // namespace ddprun

@@ -26,17 +26,26 @@ class ElasticCluster {
         rendezvous_(std::move(rendezvous)),
         conf_(std::move(extra_conf)) {}
 
+  // Flags for every agent started from now on, and the workers' shell script in place of
+  // kGateWorker.
+  void set_extra(std::vector<std::string> args, std::string worker_script) {
+    extra_ = std::move(args);
+    worker_ = std::move(worker_script);
+  }
+
+  // A worker that waits at the cluster's gate, then succeeds.
+  static constexpr const char* kGateWorker = "exec flock -s \"$DDPRUN_TEST_GATE\" true";
+
   std::unique_ptr<DdprunProcess> start(const std::string& name, std::string run_id = "elastic") {
-    // A worker that waits at the cluster's gate, then succeeds.
     std::vector<std::string> args{"--nnodes=" + nnodes_};
     args.insert(args.end(), rendezvous_.begin(), rendezvous_.end());
+    args.insert(args.end(), extra_.begin(), extra_.end());
     for (std::string arg :
          {"--rdzv-id=" + run_id, std::string("--local-addr=127.0.0.1"),
           "--rdzv-conf=last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
           "join_timeout=30" + conf_,
           std::string("--shutdown-timeout=2"), std::string("--events-file"), events(name),
-          std::string("--no-python"), std::string("sh"), std::string("-c"),
-          std::string("exec flock -s \"$DDPRUN_TEST_GATE\" true")}) {
+          std::string("--no-python"), std::string("sh"), std::string("-c"), worker_}) {
       args.push_back(std::move(arg));
     }
     return std::make_unique<DdprunProcess>(
@@ -82,6 +91,8 @@ class ElasticCluster {
   std::string nnodes_;
   std::vector<std::string> rendezvous_;
   std::string conf_;
+  std::vector<std::string> extra_;
+  std::string worker_ = kGateWorker;
   TempDir dir_;
   Gate gate_;
 };

@@ -173,6 +173,49 @@ TEST_CASE("etcd rendezvous: SIGKILL of one of three agents, the lease expires an
   CHECK(c.wait_for_round("b", 2, 1s, round_of_3));
 }
 
+TEST_CASE("etcd rendezvous: a worker failure keeps the round's lease ring, which still finds a "
+          "death", "[etcd]") {
+  skip_unless_etcd();
+  EtcdCluster etcd;
+  auto c = etcd_job(etcd, "2:3");
+  // Rank 2 fails once, at once: the same three nodes form the next round.
+  c.set_extra({"--max-restarts=1"},
+              "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 2 ]; then exit 3; fi; " +
+                  std::string(ElasticCluster::kGateWorker));
+  auto a = c.start("a");
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b");
+  auto victim = c.start("v");
+  REQUIRE(c.wait_for_round("v", 3));
+  int failed_round = -1;
+  for (const auto& e : c.read("v", "rendezvous_completed")) {
+    if (e.at("world_size") == 3) {
+      failed_round = e.at("round").get<int>();
+      break;
+    }
+  }
+  REQUIRE(c.wait_for_round("v", 3, 40s, failed_round));
+  REQUIRE(c.wait_for_round("a", 3, 40s, failed_round));
+  REQUIRE(c.wait_for_round("b", 3, 40s, failed_round));
+  const int restarted = c.last_round("v");
+  auto run = view(etcd, "elastic");
+  auto closed = nlohmann::json::parse(run.get(fmt::format("r/{}/closed", restarted), soon()));
+  CHECK(closed.at("ring_round") == failed_round);
+  // The restarted round put no liveness key of its own: the members' keys are the kept ring's.
+  CHECK(wait_until(
+      [&] { return run.count_prefix(fmt::format("r/{}/hb/", failed_round), soon()) == 3; }, 20s));
+  CHECK(run.count_prefix(fmt::format("r/{}/hb/", restarted), soon()) == 0);
+
+  // The kept watches still watch: a member killed now is found by its lease's expiry.
+  kill(victim->pid(), SIGKILL);
+  REQUIRE(c.wait_for_round("a", 2, 40s, restarted));
+  REQUIRE(c.wait_for_round("b", 2, 40s, restarted));
+  CHECK_THAT(a->output() + b->output(), Catch::Contains("etcd lease expired"));
+  c.release_workers();
+  CHECK(a->wait() == 0);
+  CHECK(b->wait() == 0);
+}
+
 TEST_CASE("etcd rendezvous: with 2 of 3 members gone the agents fail saying etcd has no quorum",
           "[etcd]") {
   skip_unless_etcd();

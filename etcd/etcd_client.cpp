@@ -438,9 +438,10 @@ class EtcdClient::Impl {
         if (result.value("canceled", false)) {
           const auto compacted = json_int(result, "compact_revision");
           if (compacted > 0) {
-            throw EtcdError(11, fmt::format("watch of '{}' from revision {} canceled: compacted "
-                                            "up to {}",
-                                            key, *next, compacted));
+            throw EtcdError(kEtcdCompacted,
+                            fmt::format("watch of '{}' from revision {} canceled: compacted "
+                                        "up to {}",
+                                        key, *next, compacted));
           }
           throw Transient{fmt::format("watch canceled: {}", result.value("cancel_reason", ""))};
         }

@@ -54,6 +54,9 @@ class EtcdError : public RendezvousError {
   int code_;
 };
 
+// etcd's code for a watch whose start revision it compacted away (gRPC OUT_OF_RANGE).
+inline constexpr int kEtcdCompacted = 11;
+
 // No endpoint could serve a call before its deadline: the message names every endpoint and its
 // last error, and says when the cluster has no quorum.
 class EtcdUnavailable : public TimeoutError {

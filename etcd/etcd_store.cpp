@@ -85,23 +85,30 @@ std::optional<std::string> EtcdStore::try_get(const std::string& key, Deadline d
 
 std::string EtcdStore::get(const std::string& key, Deadline deadline) {
   const auto started = Clock::now();
-  auto r = read(key, deadline);
-  if (r.kv) return r.kv->value;
-  std::string value;
-  try {
-    client_.watch(full_key(key), r.revision + 1, deadline, [&](const EtcdEvent& event) {
-      if (event.deleted) return false;
-      value = event.kv.value;
-      return true;
-    });
-  } catch (const EtcdUnavailable& e) {
-    throw EtcdUnavailable(fmt::format("waiting for key '{}' for {}: {}", key,
-                                      format_duration(Clock::now() - started), e.what()));
-  } catch (const TimeoutError&) {
-    throw TimeoutError(fmt::format("etcd {}: key '{}' did not appear within {}", describe(), key,
-                                   format_duration(Clock::now() - started)));
+  while (true) {
+    auto r = read(key, deadline);
+    if (r.kv) return r.kv->value;
+    std::string value;
+    try {
+      client_.watch(full_key(key), r.revision + 1, deadline, [&](const EtcdEvent& event) {
+        if (event.deleted) return false;
+        value = event.kv.value;
+        return true;
+      });
+    } catch (const EtcdError& e) {
+      // A watch whose stream broke resumes on another member from the revision after its read;
+      // when etcd has compacted that history away, the key is read again as it is now.
+      if (e.code() == kEtcdCompacted) continue;
+      throw;
+    } catch (const EtcdUnavailable& e) {
+      throw EtcdUnavailable(fmt::format("waiting for key '{}' for {}: {}", key,
+                                        format_duration(Clock::now() - started), e.what()));
+    } catch (const TimeoutError&) {
+      throw TimeoutError(fmt::format("etcd {}: key '{}' did not appear within {}", describe(),
+                                     key, format_duration(Clock::now() - started)));
+    }
+    return value;
   }
-  return value;
 }
 
 bool EtcdStore::check(const std::vector<std::string>& keys, Deadline deadline) {

@@ -132,12 +132,7 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     client_ = std::make_unique<EtcdStore>(*etcd_, deadline);
     session_ = std::make_unique<EtcdSession>(*etcd_, fmt::format("{}:{}", host, getpid()),
                                              keep_alive_timing(config.rdzv_conf), deadline);
-    handler_ = make_rendezvous_handler(
-        config, *client_, opener(), host,
-        [session = session_.get()](const Round& round, RendezvousHandler::LostCallback on_lost,
-                                   RendezvousHandler::ErrorCallback on_error) {
-          return session->keep_alive(round, std::move(on_lost), std::move(on_error));
-        });
+    handler_ = make_rendezvous_handler(config, *client_, opener(), host, session_.get());
     return;
   }
   if (config.is_static()) {
@@ -172,7 +167,7 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
     const LaunchConfig& config, store::Store& store, store::StoreOpener open_store, const std::string& host,
-    ElasticRendezvous::KeepAliveFactory keep_alive) {
+    ElasticRendezvous::KeepAliveSource* keep_alive) {
   const auto timing = keep_alive_timing(config.rdzv_conf);
   if (config.is_static()) {
     StaticRendezvousOptions o;
@@ -198,7 +193,7 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
   self.host = host;
   self.nproc = config.nproc_per_node;
   return std::make_unique<ElasticRendezvous>(store, std::move(open_store), o, self, timing,
-                                             config.max_restarts, std::move(keep_alive));
+                                             config.max_restarts, keep_alive);
 }
 
 RendezvousBackend::~RendezvousBackend() {

@@ -62,7 +62,7 @@ class RendezvousBackend {
 // members watch each other with `keep_alive` when given (etcd), else with the heartbeat ring.
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
     const LaunchConfig& config, store::Store& store, store::StoreOpener open_store, const std::string& host,
-    ElasticRendezvous::KeepAliveFactory keep_alive = nullptr);
+    ElasticRendezvous::KeepAliveSource* keep_alive = nullptr);
 
 // Where a job's store is for a client anywhere: the etcd cluster, or the TCP store (static:
 // --master-addr:--master-port; c10d: --rdzv-endpoint, port 29400 by default), with the run id

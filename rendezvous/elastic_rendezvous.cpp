@@ -245,14 +245,14 @@ RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
 ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener open_store,
                                      ElasticRendezvousOptions options, ElasticNode self,
                                      KeepAliveTiming keep_alive, int max_restarts,
-                                     KeepAliveFactory keep_alive_factory)
+                                     KeepAliveSource* keep_alive_source)
     : store_(store),
       open_store_(std::move(open_store)),
       options_(options),
       self_(std::move(self)),
       keep_alive_(keep_alive),
       max_restarts_(max_restarts),
-      keep_alive_factory_(std::move(keep_alive_factory)) {}
+      keep_alive_source_(keep_alive_source) {}
 
 void ElasticRendezvous::check_settings() {
   const auto mine = nlohmann::json{{"host", self_.host},
@@ -287,7 +287,7 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
                                 {"max_nodes", options_.max_nodes}});
     auto joined = join_round(store_, round_, self_, options_);
     if (!joined.member) {
-      ring_.stop();  // a spare or a latecomer watches nobody; its old ring's members moved on
+      stop_ring();  // a spare or a latecomer watches nobody; its old ring's members moved on
       if (auto outcome = outsider(joined)) return NextRound{std::nullopt, *outcome};
       round_ = advance_round(store_, round_, op());
       continue;
@@ -356,15 +356,22 @@ std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {
 
 std::unique_ptr<KeepAlive> ElasticRendezvous::keep_alive(const Round& round, LostCallback on_lost,
                                                          ErrorCallback on_error) {
-  if (keep_alive_factory_) return keep_alive_factory_(round, std::move(on_lost), std::move(on_error));
+  if (keep_alive_source_) {
+    return keep_alive_source_->keep_alive(round, std::move(on_lost), std::move(on_error));
+  }
   return ring_.attach(open_store_, round, keep_alive_, std::move(on_lost), std::move(on_error));
 }
 
+void ElasticRendezvous::stop_ring() {
+  ring_.stop();
+  if (keep_alive_source_) keep_alive_source_->stop();
+}
+
 void ElasticRendezvous::leave_early(const Round& round) {
-  ring_.stop();  // its next beat would overwrite the mark
+  stop_ring();  // its next beat would overwrite the mark
   mark_left_on_purpose(store_, round, op());
 }
 
-void ElasticRendezvous::job_ended() { ring_.stop(); }
+void ElasticRendezvous::job_ended() { stop_ring(); }
 
 }  // namespace ddprun

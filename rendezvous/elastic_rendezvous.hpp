@@ -107,17 +107,24 @@ std::string round_key(int round, const std::string& name);
 class ElasticRendezvous final : public RendezvousHandler {
  public:
   // How a round's members watch each other when the store offers better than the heartbeat
-  // ring (etcd's leases).
-  using KeepAliveFactory =
-      std::function<std::unique_ptr<KeepAlive>(const Round&, LostCallback, ErrorCallback)>;
+  // ring (etcd's leases), kept across rounds like the ring.
+  class KeepAliveSource {
+   public:
+    virtual ~KeepAliveSource() = default;
+    // The keep-alive of `round` (nullptr for a round of one node).
+    virtual std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
+                                                  ErrorCallback on_error) = 0;
+    // This node watches nobody from now on (a spare, a node that left, the job's end).
+    virtual void stop() = 0;
+  };
 
   // `store` is the agent's own connection (used from its thread only). `max_restarts` tells a
-  // spare whether a failed round was the job's last. Without `keep_alive_factory`, the members
+  // spare whether a failed round was the job's last. Without `keep_alive_source`, the members
   // watch each other with the heartbeat ring (RingKeeper); either way a round's ring lives
   // under its Round::keep_alive_prefix, the kept round's when the closer kept one.
   ElasticRendezvous(store::Store& store, store::StoreOpener open_store, ElasticRendezvousOptions options,
                     ElasticNode self, KeepAliveTiming keep_alive, int max_restarts,
-                    KeepAliveFactory keep_alive_factory = nullptr);
+                    KeepAliveSource* keep_alive_source = nullptr);
 
   NextRound next_round(int restart_count) override;
   void round_ended(const Round& round, bool all_stopped) override;
@@ -134,6 +141,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   Deadline op() const { return Deadline::after(options_.read_timeout); }
   // Refuses this node when the job was started with other settings (options_.settings).
   void check_settings();
+  void stop_ring();
 
   store::Store& store_;
   store::StoreOpener open_store_;
@@ -141,7 +149,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   ElasticNode self_;
   KeepAliveTiming keep_alive_;
   int max_restarts_ = 0;
-  KeepAliveFactory keep_alive_factory_;
+  KeepAliveSource* keep_alive_source_;
   int round_ = -1;  // the round to join next; -1: not looked up yet
   int ring_round_ = -1;  // the ring of the round this node is a member of
   RingKeeper ring_;

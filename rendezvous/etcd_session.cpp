@@ -162,20 +162,21 @@ class EtcdSession::Renewer {
 // to the lease's renewer for as long as it lives.
 class EtcdSession::Handle final : public KeepAlive {
  public:
-  Handle(std::shared_ptr<RingListeners> listeners, Renewer& renewer,
+  Handle(std::shared_ptr<RingListeners> listeners, std::uint64_t attached, Renewer& renewer,
          RendezvousHandler::ErrorCallback on_error)
-      : listeners_(std::move(listeners)), renewer_(renewer) {
+      : listeners_(std::move(listeners)), attached_(attached), renewer_(renewer) {
     renewer_.report_to(std::move(on_error));
   }
   ~Handle() override {
     renewer_.report_to(nullptr);
-    listeners_->detach();
+    listeners_->detach(attached_);
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
  private:
   std::shared_ptr<RingListeners> listeners_;
+  std::uint64_t attached_;
   Renewer& renewer_;
 };
 
@@ -258,26 +259,43 @@ class EtcdSession::Watch {
         listeners_->ended();
         return;
       }
-      // Re-armed every hour so that each wait is bounded like every other.
+      // Re-armed every hour so that each wait is bounded like every other. A kept ring's watch
+      // lives as long as its members do, and etcd may compact the history it would resume
+      // from: after an hour of silence, or when etcd says so, it starts again from the key as
+      // it is now.
       bool done = false;
+      const auto lost = [&] {
+        spdlog::warn("keep-alive: node {}'s etcd lease expired (no renewal for {})", member_,
+                     format_duration(ttl_));
+        listeners_->lost(member_);
+        done = true;
+      };
       while (!done) {
         try {
           client_.watch(key_, revision + 1, Deadline::after(std::chrono::hours(1)),
                         [&](const EtcdEvent& e) {
                           revision = e.kv.mod_revision;
                           if (e.deleted) {
-                            spdlog::warn("keep-alive: node {}'s etcd lease expired (no renewal "
-                                         "for {})",
-                                         member_, format_duration(ttl_));
-                            listeners_->lost(member_);
-                            done = true;
+                            lost();
                           } else if (e.kv.value == kHeartbeatDone) {
                             listeners_->ended();
                             done = true;
                           }
                           return done;
                         });
+          continue;
         } catch (const TimeoutError&) {
+        } catch (const EtcdError& e) {
+          if (e.code() != kEtcdCompacted) throw;
+        }
+        auto now = client_.call("/v3/kv/range", key_only(key_),
+                                Deadline::after(timing_.read_timeout));
+        revision = json_int(now.at("header"), "revision");
+        if (!now.contains("kvs") || now["kvs"].empty()) {
+          lost();
+        } else if (parse_kv(now["kvs"][0]).value == kHeartbeatDone) {
+          listeners_->ended();
+          done = true;
         }
       }
     } catch (const InterruptedError&) {
@@ -360,6 +378,8 @@ EtcdSession::~EtcdSession() {
   }
 }
 
+void EtcdSession::stop() { ring_.reset(); }
+
 std::unique_ptr<KeepAlive> EtcdSession::keep_alive(const Round& round,
                                                    RendezvousHandler::LostCallback on_lost,
                                                    RendezvousHandler::ErrorCallback on_error) {
@@ -386,18 +406,19 @@ std::unique_ptr<KeepAlive> EtcdSession::keep_alive(const Round& round,
     ring_->members = members;
   }
   ring_->lease = lease;
-  if (!ring_->watch || !ring_->listeners->attach(on_lost, on_error)) {
+  auto attached = ring_->watch ? ring_->listeners->attach(on_lost, on_error) : std::nullopt;
+  if (!attached) {
     // A new watch, its callbacks attached before it starts, so that nothing it reports goes to
     // nobody.
     ring_->watch.reset();
     ring_->listeners = std::make_shared<RingListeners>();
-    ring_->listeners->attach(on_lost, on_error);
+    attached = ring_->listeners->attach(on_lost, on_error);
     const int successor = (rank + 1) % members;
     ring_->watch = std::make_unique<Watch>(options_, store_->full_key(beat_key(prefix, successor)),
                                            successor, std::chrono::seconds(ttl_), timing_,
                                            ring_->listeners);
   }
-  return std::make_unique<Handle>(ring_->listeners, *renewer_, std::move(on_error));
+  return std::make_unique<Handle>(ring_->listeners, *attached, *renewer_, std::move(on_error));
 }
 
 }  // namespace ddprun

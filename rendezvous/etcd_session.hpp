@@ -34,18 +34,19 @@
 #include <thread>
 
 #include "etcd/etcd_store.hpp"
+#include "rendezvous/elastic_rendezvous.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 
 namespace ddprun {
 
-class EtcdSession {
+class EtcdSession final : public ElasticRendezvous::KeepAliveSource {
  public:
   // Grants the lease and registers the agent (`id`: "host:pid") by `deadline`.
   EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTiming timing,
               Deadline deadline);
   // Stops renewing, removes the agent's marker and, when it was the last, the run's keys.
-  ~EtcdSession();
+  ~EtcdSession() override;
   EtcdSession(const EtcdSession&) = delete;
   EtcdSession& operator=(const EtcdSession&) = delete;
 
@@ -53,7 +54,9 @@ class EtcdSession {
   // successor's, unless the ring is the one already kept (see above) and its key still hangs on
   // the lease in use. nullptr for a round of one node.
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, RendezvousHandler::LostCallback on_lost,
-                                        RendezvousHandler::ErrorCallback on_error);
+                                        RendezvousHandler::ErrorCallback on_error) override;
+  // Drops the kept ring: its watch, and what it would still report.
+  void stop() override;
 
  private:
   class Renewer;

@@ -118,17 +118,19 @@ void Heartbeat::run() {
   }
 }
 
-bool RingListeners::attach(const RendezvousHandler::LostCallback& on_lost,
-                           const RendezvousHandler::ErrorCallback& on_error) {
+std::optional<std::uint64_t> RingListeners::attach(
+    const RendezvousHandler::LostCallback& on_lost,
+    const RendezvousHandler::ErrorCallback& on_error) {
   std::lock_guard lock(mutex_);
-  if (spent_) return false;
+  if (spent_) return std::nullopt;
   on_lost_ = on_lost;
   on_error_ = on_error;
-  return true;
+  return ++attached_;
 }
 
-void RingListeners::detach() {
+void RingListeners::detach(std::uint64_t attached) {
   std::lock_guard lock(mutex_);
+  if (attached != attached_) return;
   on_lost_ = nullptr;
   on_error_ = nullptr;
 }
@@ -152,13 +154,15 @@ void RingListeners::ended() {
 
 class StandingRing::Handle final : public KeepAlive {
  public:
-  explicit Handle(std::shared_ptr<RingListeners> listeners) : listeners_(std::move(listeners)) {}
-  ~Handle() override { listeners_->detach(); }
+  Handle(std::shared_ptr<RingListeners> listeners, std::uint64_t attached)
+      : listeners_(std::move(listeners)), attached_(attached) {}
+  ~Handle() override { listeners_->detach(attached_); }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
  private:
   std::shared_ptr<RingListeners> listeners_;
+  std::uint64_t attached_;
 };
 
 StandingRing::StandingRing(store::StoreOpener open_store, HeartbeatOptions options)
@@ -179,15 +183,16 @@ void StandingRing::form() {
 
 std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback on_lost,
                                                 RendezvousHandler::ErrorCallback on_error) {
-  if (!heartbeat_ || !listeners_->attach(on_lost, on_error)) {
+  auto attached = heartbeat_ ? listeners_->attach(on_lost, on_error) : std::nullopt;
+  if (!attached) {
     // Formed again with listeners of its own, attached before its thread starts, so that a
     // late word of the old ring reaches nobody and nothing the new one says is lost.
     heartbeat_.reset();
     listeners_ = std::make_shared<RingListeners>();
-    listeners_->attach(on_lost, on_error);
+    attached = listeners_->attach(on_lost, on_error);
     form();
   }
-  return std::make_unique<Handle>(listeners_);
+  return std::make_unique<Handle>(listeners_, *attached);
 }
 
 std::unique_ptr<KeepAlive> RingKeeper::attach(const store::StoreOpener& open_store,

@@ -16,9 +16,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -77,11 +79,14 @@ class Heartbeat final : public KeepAlive {
 // destroyed on the agent's thread waits for a call in progress instead of racing it.
 class RingListeners {
  public:
-  // Whether the watch still watches; then its reports go to these callbacks until detach().
-  // The check and the attach are one step, so that no report falls between them.
-  bool attach(const RendezvousHandler::LostCallback& on_lost,
-              const RendezvousHandler::ErrorCallback& on_error);
-  void detach();
+  // When the watch still watches, its reports go to these callbacks from now on, until
+  // detach() with the attach's number (nullopt: it watches no more). The check and the attach
+  // are one step, so that no report falls between them.
+  std::optional<std::uint64_t> attach(const RendezvousHandler::LostCallback& on_lost,
+                                      const RendezvousHandler::ErrorCallback& on_error);
+  // Takes off the callbacks of attach number `attached`, unless a later attach replaced them
+  // (an earlier attempt's handle outliving the next attach must not silence it).
+  void detach(std::uint64_t attached);
 
   // From the watch's thread.
   void lost(int group_rank);
@@ -92,6 +97,7 @@ class RingListeners {
   std::mutex mutex_;
   RendezvousHandler::LostCallback on_lost_;
   RendezvousHandler::ErrorCallback on_error_;
+  std::uint64_t attached_ = 0;  // the last attach's number
   bool spent_ = false;
 };
 

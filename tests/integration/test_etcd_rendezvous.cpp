@@ -112,7 +112,8 @@ TEST_CASE("etcd rendezvous: 3 agents form a round under the run's prefix, and th
   if (auto keys = etcdctl_keys(etcd, "/ddprun/job42/")) CHECK(keys->empty());
 }
 
-TEST_CASE("etcd rendezvous: the etcd leader is SIGKILLed mid-job and the job finishes",
+TEST_CASE("etcd rendezvous: the etcd leader is SIGKILLed mid-job, after a compaction of the "
+          "history its watches would resume from, and the job finishes",
           "[etcd]") {
   skip_unless_etcd();
   EtcdCluster etcd;
@@ -125,6 +126,18 @@ TEST_CASE("etcd rendezvous: the etcd leader is SIGKILLed mid-job and the job fin
   REQUIRE(c.wait_for_round("a", 3));
   REQUIRE(c.wait_for_round("b", 3));
   REQUIRE(c.wait_for_round("d", 3));
+  // Every member's liveness key is on its lease, so the watches of the keep-alive (and each
+  // agent's outcome watcher) wait from revisions now behind; two writes later, etcd compacts
+  // up to its present revision. When the leader dies, each watch resumes on another member
+  // from a revision etcd no longer has.
+  auto run = view(etcd, "elastic");
+  REQUIRE(wait_until([&] { return run.count_prefix("r/0/hb/", soon()) == 3; }, 20s));
+  run.set("unrelated/1", "x", soon());
+  run.set("unrelated/2", "x", soon());
+  const auto now = json_int(
+      run.client().call("/v3/kv/range", key_only(run.full_key("unrelated/2")), soon()).at("header"),
+      "revision");
+  run.client().call("/v3/kv/compaction", {{"revision", std::to_string(now)}}, soon());
   const int leader = etcd.leader();
   REQUIRE(leader >= 0);
   etcd.kill(leader);
@@ -177,7 +190,9 @@ TEST_CASE("etcd rendezvous: a worker failure keeps the round's lease ring, which
           "death", "[etcd]") {
   skip_unless_etcd();
   EtcdCluster etcd;
-  auto c = etcd_job(etcd, "2:3");
+  // A last call long enough that all three are back in the round after the failure, on a
+  // loaded machine too.
+  auto c = etcd_job(etcd, "2:3", std::string(kLeases) + ",last_call_timeout=5");
   // Rank 2 fails once, at once: the same three nodes form the next round.
   c.set_extra({"--max-restarts=1"},
               "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 2 ]; then exit 3; fi; " +
@@ -198,12 +213,30 @@ TEST_CASE("etcd rendezvous: a worker failure keeps the round's lease ring, which
   REQUIRE(c.wait_for_round("a", 3, 40s, failed_round));
   REQUIRE(c.wait_for_round("b", 3, 40s, failed_round));
   const int restarted = c.last_round("v");
+  // Every member's keep-alive of the restarted round has started once its workers have.
+  for (const char* name : {"a", "b", "v"}) {
+    REQUIRE(wait_until(
+        [&] {
+          for (const auto& e : c.read(name, "workers_started")) {
+            if (e.value("attempt", -1) == restarted) return true;
+          }
+          return false;
+        },
+        40s));
+  }
   auto run = view(etcd, "elastic");
-  auto closed = nlohmann::json::parse(run.get(fmt::format("r/{}/closed", restarted), soon()));
-  CHECK(closed.at("ring_round") == failed_round);
-  // The restarted round put no liveness key of its own: the members' keys are the kept ring's.
-  CHECK(wait_until(
-      [&] { return run.count_prefix(fmt::format("r/{}/hb/", failed_round), soon()) == 3; }, 20s));
+  auto closed_kv =
+      run.client().call("/v3/kv/range", key_only(run.full_key(fmt::format("r/{}/closed", restarted))),
+                        soon());
+  const auto closed = parse_kv(closed_kv.at("kvs").at(0));
+  CHECK(nlohmann::json::parse(closed.value).at("ring_round") == failed_round);
+  // The members' liveness keys are the kept ring's, none written since the restarted round
+  // closed, and the restarted round has none of its own.
+  auto keys = run.client().call(
+      "/v3/kv/range", prefix_range(run.full_key(fmt::format("r/{}/hb/", failed_round))), soon());
+  REQUIRE(keys.contains("kvs"));
+  REQUIRE(keys["kvs"].size() == 3);
+  for (const auto& kv : keys["kvs"]) CHECK(parse_kv(kv).mod_revision < closed.mod_revision);
   CHECK(run.count_prefix(fmt::format("r/{}/hb/", restarted), soon()) == 0);
 
   // The kept watches still watch: a member killed now is found by its lease's expiry.

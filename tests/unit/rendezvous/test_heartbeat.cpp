@@ -293,11 +293,22 @@ TEST_CASE("ring listeners: reports reach the attempt attached; a spent watch tak
   }
   SECTION("a report while detached reaches nobody, and still spends the watch") {
     RingListeners l;
-    REQUIRE(l.attach(on_lost, on_error));
-    l.detach();
+    const auto attached = l.attach(on_lost, on_error);
+    REQUIRE(attached);
+    l.detach(*attached);
     l.error("the store went away");
     CHECK(errors.empty());
     CHECK_FALSE(l.attach(on_lost, on_error));
+  }
+  SECTION("an earlier attempt's handle let go after the next attach does not silence it") {
+    RingListeners l;
+    const auto first = l.attach(on_lost, on_error);
+    const auto second = l.attach(on_lost, on_error);
+    REQUIRE(first);
+    REQUIRE(second);
+    l.detach(*first);
+    l.lost(1);
+    CHECK(lost == std::vector<int>{1});
   }
   SECTION("a watched member that left on purpose ends the watch without a report") {
     RingListeners l;

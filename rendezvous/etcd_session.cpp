@@ -205,13 +205,7 @@ class EtcdSession::Watch {
  private:
   void run() {
     try {
-      auto answer = client_.call("/v3/kv/range", key_only(key_),
-                                 Deadline::after(timing_.read_timeout));
-      std::int64_t revision = json_int(answer.at("header"), "revision");
-      std::optional<std::string> value;
-      if (answer.contains("kvs") && !answer["kvs"].empty()) {
-        value = parse_kv(answer["kvs"][0]).value;
-      }
+      auto [revision, value] = read();
       if (!value) {
         // The member puts its key when its keep-alive starts, moments after the round closed;
         // one that has not within the lease's TTL is as silent as a dead one, with two
@@ -288,12 +282,11 @@ class EtcdSession::Watch {
         } catch (const EtcdError& e) {
           if (e.code() != kEtcdCompacted) throw;
         }
-        auto now = client_.call("/v3/kv/range", key_only(key_),
-                                Deadline::after(timing_.read_timeout));
-        revision = json_int(now.at("header"), "revision");
-        if (!now.contains("kvs") || now["kvs"].empty()) {
+        auto now = read();
+        revision = now.revision;
+        if (!now.value) {
           lost();
-        } else if (parse_kv(now["kvs"][0]).value == kHeartbeatDone) {
+        } else if (*now.value == kHeartbeatDone) {
           listeners_->ended();
           done = true;
         }
@@ -302,6 +295,21 @@ class EtcdSession::Watch {
     } catch (const std::exception& e) {
       listeners_->error(fmt::format("keep-alive: watching node {} in etcd: {}", member_, e.what()));
     }
+  }
+
+  // The watched key as it is now, and the revision etcd read it at.
+  struct Read {
+    std::int64_t revision = 0;
+    std::optional<std::string> value;
+  };
+  Read read() {
+    auto answer =
+        client_.call("/v3/kv/range", key_only(key_), Deadline::after(timing_.read_timeout));
+    Read r{json_int(answer.at("header"), "revision"), std::nullopt};
+    if (answer.contains("kvs") && !answer["kvs"].empty()) {
+      r.value = parse_kv(answer["kvs"][0]).value;
+    }
+    return r;
   }
 
   // Whether etcd answers now with a leader (the client asks with "has leader" metadata).
@@ -406,19 +414,18 @@ std::unique_ptr<KeepAlive> EtcdSession::keep_alive(const Round& round,
     ring_->members = members;
   }
   ring_->lease = lease;
-  auto attached = ring_->watch ? ring_->listeners->attach(on_lost, on_error) : std::nullopt;
-  if (!attached) {
-    // A new watch, its callbacks attached before it starts, so that nothing it reports goes to
-    // nobody.
+  auto attached =
+      RingListeners::attach_kept(ring_->watch ? ring_->listeners : nullptr, on_lost, on_error);
+  if (attached.renewed) {
     ring_->watch.reset();
-    ring_->listeners = std::make_shared<RingListeners>();
-    attached = ring_->listeners->attach(on_lost, on_error);
+    ring_->listeners = attached.listeners;
     const int successor = (rank + 1) % members;
     ring_->watch = std::make_unique<Watch>(options_, store_->full_key(beat_key(prefix, successor)),
                                            successor, std::chrono::seconds(ttl_), timing_,
                                            ring_->listeners);
   }
-  return std::make_unique<Handle>(ring_->listeners, *attached, *renewer_, std::move(on_error));
+  return std::make_unique<Handle>(ring_->listeners, attached.number, *renewer_,
+                                  std::move(on_error));
 }
 
 }  // namespace ddprun

@@ -135,6 +135,17 @@ void RingListeners::detach(std::uint64_t attached) {
   on_error_ = nullptr;
 }
 
+RingListeners::Attached RingListeners::attach_kept(
+    std::shared_ptr<RingListeners> kept, const RendezvousHandler::LostCallback& on_lost,
+    const RendezvousHandler::ErrorCallback& on_error) {
+  if (kept) {
+    if (auto number = kept->attach(on_lost, on_error)) return {std::move(kept), *number, false};
+  }
+  auto fresh = std::make_shared<RingListeners>();
+  const auto number = *fresh->attach(on_lost, on_error);
+  return {std::move(fresh), number, true};
+}
+
 void RingListeners::lost(int group_rank) {
   std::lock_guard lock(mutex_);
   spent_ = true;
@@ -183,16 +194,14 @@ void StandingRing::form() {
 
 std::unique_ptr<KeepAlive> StandingRing::attach(RendezvousHandler::LostCallback on_lost,
                                                 RendezvousHandler::ErrorCallback on_error) {
-  auto attached = heartbeat_ ? listeners_->attach(on_lost, on_error) : std::nullopt;
-  if (!attached) {
-    // Formed again with listeners of its own, attached before its thread starts, so that a
-    // late word of the old ring reaches nobody and nothing the new one says is lost.
+  auto attached =
+      RingListeners::attach_kept(heartbeat_ ? listeners_ : nullptr, on_lost, on_error);
+  if (attached.renewed) {
     heartbeat_.reset();
-    listeners_ = std::make_shared<RingListeners>();
-    attached = listeners_->attach(on_lost, on_error);
+    listeners_ = attached.listeners;
     form();
   }
-  return std::make_unique<Handle>(listeners_, *attached);
+  return std::make_unique<Handle>(listeners_, attached.number);
 }
 
 std::unique_ptr<KeepAlive> RingKeeper::attach(const store::StoreOpener& open_store,

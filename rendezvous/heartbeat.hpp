@@ -88,6 +88,19 @@ class RingListeners {
   // (an earlier attempt's handle outliving the next attach must not silence it).
   void detach(std::uint64_t attached);
 
+  // An attempt's attach to a kept watch whose listeners are `kept` (null: no watch): to them
+  // while the watch still watches, else to new listeners (`renewed`), on which the caller then
+  // starts a new watch. Attached before that watch starts, nothing it says is lost, and a late
+  // word of the old one reaches nobody.
+  struct Attached {
+    std::shared_ptr<RingListeners> listeners;
+    std::uint64_t number = 0;
+    bool renewed = false;
+  };
+  static Attached attach_kept(std::shared_ptr<RingListeners> kept,
+                              const RendezvousHandler::LostCallback& on_lost,
+                              const RendezvousHandler::ErrorCallback& on_error);
+
   // From the watch's thread.
   void lost(int group_rank);
   void error(std::string message);

@@ -11,27 +11,30 @@ namespace ddprun {
 
 RoundChannel::RoundChannel(store::Store& store, const Round& round,
                            std::chrono::milliseconds read_timeout)
-    : store_(round.prefix, store), round_(round), read_timeout_(read_timeout) {}
+    : store_(round.prefix, store),
+      news_(round.news_prefix(), store),
+      round_(round),
+      read_timeout_(read_timeout) {}
 
-std::string RoundChannel::outcome_key() const { return round_.prefix + "/outcome"; }
+std::string RoundChannel::outcome_key() const { return round_.news_prefix() + "/outcome"; }
 
 void RoundChannel::publish_master_port(int port) {
-  store_.set("master_port", std::to_string(port), op());
+  news_.set("master_port", std::to_string(port), op());
 }
 
 int RoundChannel::master_port(Deadline deadline) {
-  return static_cast<int>(store::parse_counter(store_.get("master_port", deadline), "master_port"));
+  return static_cast<int>(store::parse_counter(news_.get("master_port", deadline), "master_port"));
 }
 
 std::string RoundChannel::publish_outcome(const std::string& value) {
-  return store_.compare_set("outcome", "", value, op());
+  return news_.compare_set("outcome", "", value, op());
 }
 
 std::optional<std::string> RoundChannel::report_success() {
   store_.set(fmt::format("done/{}", round_.ranks.group_rank), "1", op());
   const auto done = store_.add("succeeded", 1, op());
   if (done != round_.ranks.group_world_size) return std::nullopt;
-  return store_.compare_set("outcome", "", kRoundSucceeded, op());
+  return news_.compare_set("outcome", "", kRoundSucceeded, op());
 }
 
 std::vector<int> RoundChannel::nodes_still_running() {
@@ -105,7 +108,7 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
     if (!chooser) {
       // A little longer than the chooser may wait, so that its answer is not missed.
       return parse_root_cause(
-          store_.get("root_cause", Deadline::at(deadline.when() + std::chrono::seconds(5))));
+          news_.get("root_cause", Deadline::at(deadline.when() + std::chrono::seconds(5))));
     }
     bool all_stopped = true;
     try {
@@ -126,7 +129,7 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
     if (refine) refine(earliest);
     auto record = nlohmann::json::parse(earliest.to_json());
     record[kAllStopped] = all_stopped;
-    store_.set("root_cause", record.dump(), op());
+    news_.set("root_cause", record.dump(), op());
     return RootCause{earliest, all_stopped};
   } catch (const Error& e) {
     spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",

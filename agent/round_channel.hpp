@@ -1,7 +1,8 @@
 #pragma once
 // What the agents of one round tell each other through the store, under the round's prefix:
 // the workers' master port, the round's outcome (the first writer wins), every worker failure
-// and the root cause chosen among them, and the goodbyes at the end of the job.
+// and the root cause chosen among them, and the goodbyes at the end of the job. The port, the
+// outcome and the root cause, which every node waits for, are under the round's news prefix.
 
 #include <chrono>
 #include <functional>
@@ -81,6 +82,7 @@ class RoundChannel {
   Deadline op() const { return Deadline::after(read_timeout_); }
 
   store::PrefixStore store_;
+  store::PrefixStore news_;  // what every node of the round waits for (kNewsPrefix)
   Round round_;
   std::chrono::milliseconds read_timeout_;
 };

@@ -98,7 +98,7 @@ RunTimes run_once(const Context& c, int n) {
   const double start = test::mono_now();
   t.connect_s = start - spawned;
   sync->set("go", "1", Deadline::after(10s));
-  await([&](Deadline d) { (void)watcher->get(round_key(0, "closed"), d); }, procs, logs, 180s,
+  await([&](Deadline d) { (void)watcher->get(news_key(0, "closed"), d); }, procs, logs, 180s,
         "the round to close");
   t.closed_s = test::mono_now() - start;
   double last = 0;
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
         all.target_text = fmt::format("{} agents in <= 3 s on 2 cores", n);
       }
       closed.metric = "release to the round closed";
-      closed.note = "the N-th join closed the round (a watcher's get of r/0/closed)";
+      closed.note = "the N-th join closed the round (a watcher's get of news/r/0/closed)";
       conn.metric = "starting the agent processes, connecting N clients";
       conn.note = "before the release; not part of the figure";
       agent_mem.metric = "memory per simulated agent";

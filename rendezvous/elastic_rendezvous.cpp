@@ -33,6 +33,10 @@ std::string round_key(int round, const std::string& name) {
   return round_prefix(round) + "/" + name;
 }
 
+std::string news_key(int round, const std::string& name) {
+  return kNewsPrefix + round_key(round, name);
+}
+
 int current_round(store::Store& store, Deadline deadline) {
   return to_int(store.compare_set("round", "", "0", deadline), "the round");
 }
@@ -156,7 +160,7 @@ class RoundJoin {
       closed.world_size = members.front().ranks.world_size;
       closed.master_host = members.front().host;
     }
-    rs_.set("closed", encode_closed(closed), op());
+    store_.set(news_key(round_, "closed"), encode_closed(closed), op());
   }
 
   // The descriptors of slots 0..slots-1, nullopt for a slot that published none. One multi_get;
@@ -180,7 +184,7 @@ class RoundJoin {
   std::optional<std::string> await_closed(Deadline deadline, bool last_call) {
     while (true) {
       try {
-        return rs_.get("closed", progress_.slice(deadline));
+        return store_.get(news_key(round_, "closed"), progress_.slice(deadline));
       } catch (const TimeoutError&) {
         if (deadline.expired()) return std::nullopt;
       }
@@ -326,7 +330,7 @@ void ElasticRendezvous::round_ended(const Round& round, bool /*all_stopped*/) {
 }
 
 std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {
-  const auto outcome_key = round_key(r.round, "outcome");
+  const auto outcome_key = news_key(r.round, "outcome");
   std::string value;
   if (r.members < options_.max_nodes) {
     spdlog::info("rendezvous: round {} runs with {} nodes; asking them to re-form with this one",

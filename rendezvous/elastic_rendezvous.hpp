@@ -22,9 +22,9 @@
 //
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
 // "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer),
-// "r/<r>/assign/<slot>" (a member's group rank and base rank), "r/<r>/closed" (member count,
-// world size, restart count, master host, the ring kept: JSON), "r/<r>/hb/<g>" (the ring of
-// round r, also for the later rounds that keep it).
+// "r/<r>/assign/<slot>" (a member's group rank and base rank), "news/r/<r>/closed" (member
+// count, world size, restart count, master host, the ring kept: JSON), "r/<r>/hb/<g>" (the ring
+// of round r, also for the later rounds that keep it).
 
 #include <string>
 #include <vector>
@@ -103,6 +103,8 @@ int advance_round(store::Store& store, int round, Deadline deadline);
 // "r/<round>": where round `round`'s keys live.
 std::string round_prefix(int round);
 std::string round_key(int round, const std::string& name);
+// "news/r/<round>/<name>": a key of round `round` that every node waits for (kNewsPrefix).
+std::string news_key(int round, const std::string& name);
 
 class ElasticRendezvous final : public RendezvousHandler {
  public:

@@ -8,7 +8,7 @@
 // The agent never asks which implementation it has; where behaviour differs (a lost node ends
 // the job, or the others re-form without it), it asks can_reform().
 //
-// A round ends with the first value written to "<prefix>/outcome" in the store (compare_set
+// A round ends with the first value written to "news/<prefix>/outcome" in the store (compare_set
 // from ""): "success" (kRoundSucceeded), or a Failure record (common/failure_record.hpp). The
 // rendezvous itself writes membership records there (a late joiner asking the members to
 // re-form); the agent writes the rest.
@@ -25,6 +25,12 @@
 
 namespace ddprun {
 
+// The keys that every node of a round waits for (its close, its outcome, its root cause, its
+// master port) live under "news/<round prefix>/", apart from the records each node writes, so
+// that a store can serve all of them from one watch of "news/" (EtcdMirror) instead of a read
+// and a watch per node and key.
+inline constexpr const char* kNewsPrefix = "news/";
+
 struct Round {
   int id = 0;              // the attempt (static) or round (elastic): the log dir attempt_<id>
   std::string prefix;      // this round's keys in the store live under "<prefix>/"
@@ -36,6 +42,8 @@ struct Round {
   // `prefix`: a ring kept from an earlier round with the same members, or the job's own.
   std::string ring_prefix;
 
+  // Where this round's news lives: "news/<prefix>" (see kNewsPrefix).
+  std::string news_prefix() const { return kNewsPrefix + prefix; }
   const std::string& keep_alive_prefix() const {
     return ring_prefix.empty() ? prefix : ring_prefix;
   }

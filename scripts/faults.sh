@@ -332,7 +332,7 @@ elif kind == "forge":
     # A hello with no proof of the secret, then the forged outcome.
     def key(b): return struct.pack(">I", len(b)) + b
     hello = b"\x01" + struct.pack(">IH", 0x44445052, 2) + key(b"none") + key(b"n" * 32)
-    forged = b"\x02" + key(b"attempt/0/outcome") + key(b"success")
+    forged = b"\x02" + key(b"news/attempt/0/outcome") + key(b"success")
     s = conn()
     s.sendall(struct.pack(">Q", len(hello)) + hello + struct.pack(">Q", len(forged)) + forged)
     s.settimeout(5)

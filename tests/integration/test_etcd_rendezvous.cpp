@@ -90,14 +90,14 @@ TEST_CASE("etcd rendezvous: 3 agents form a round under the run's prefix, and th
     const auto left = json_int(time_to_live(), "TTL");
     REQUIRE(left > 0);
   }
-  auto closed = nlohmann::json::parse(run.get("r/0/closed", soon()));
+  auto closed = nlohmann::json::parse(run.get("news/r/0/closed", soon()));
   CHECK(closed.at("members") == 3);
   CHECK(closed.at("world_size") == 3);
   // Each member's liveness key, on its lease, once its keep-alive started.
   CHECK(wait_until([&] { return run.count_prefix("r/0/hb/", soon()) == 3; }, 20s));
   if (auto keys = etcdctl_keys(etcd, "/ddprun/job42/")) {
     CHECK_THAT(*keys, Catch::Contains("/ddprun/job42/agents/127.0.0.1:") &&
-                          Catch::Contains("/ddprun/job42/r/0/closed") &&
+                          Catch::Contains("/ddprun/job42/news/r/0/closed") &&
                           Catch::Contains("/ddprun/job42/r/0/hb/2"));
   } else {
     WARN("etcdctl (Debian's etcd-client) is not installed: the keys were read with ddprun's "
@@ -226,7 +226,7 @@ TEST_CASE("etcd rendezvous: a worker failure keeps the round's lease ring, which
   }
   auto run = view(etcd, "elastic");
   auto closed_kv =
-      run.client().call("/v3/kv/range", key_only(run.full_key(fmt::format("r/{}/closed", restarted))),
+      run.client().call("/v3/kv/range", key_only(run.full_key(fmt::format("news/r/{}/closed", restarted))),
                         soon());
   const auto closed = parse_kv(closed_kv.at("kvs").at(0));
   CHECK(nlohmann::json::parse(closed.value).at("ring_round") == failed_round);

@@ -52,7 +52,7 @@ void connect_as(std::uint16_t port, const std::string& run_id, const std::string
   o.run_id = run_id;
   o.secret = secret;
   store::TcpStoreClient client(o, Deadline::after(10s));
-  client.set(run_id + "/attempt/0/outcome", "success", Deadline::after(5s));
+  client.set(run_id + "/news/attempt/0/outcome", "success", Deadline::after(5s));
 }
 
 }  // namespace

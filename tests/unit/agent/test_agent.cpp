@@ -280,7 +280,7 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   CHECK(store->add("attempt/0/arrived", 0, op) == 2);
   CHECK(store->add("attempt/1/arrived", 0, op) == 2);
   CHECK(store->check({"attempt/1/go"}, op));
-  const auto cause = nlohmann::json::parse(store->get("attempt/0/root_cause", op));
+  const auto cause = nlohmann::json::parse(store->get("news/attempt/0/root_cause", op));
   CHECK(cause.at("all_stopped") == true);
   CHECK(cause.at("node") == 1);
   // Node 0 learnt of the failure from its outcome watcher, whose idle connection watches the
@@ -567,7 +567,7 @@ TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next 
   // The members keep their order in the new round, and with it round 0's keep-alive ring: a's
   // only connections are round 0's ring and its outcome watcher (idle, it watches round 1).
   CHECK(env_of_start(a.runner, 1, 0, "GROUP_RANK") == "0");
-  const auto closed = nlohmann::json::parse(shared.get("r/1/closed", Deadline::after(kHang)));
+  const auto closed = nlohmann::json::parse(shared.get("news/r/1/closed", Deadline::after(kHang)));
   CHECK(closed.at("ring_round") == 0);
   CHECK(a.opened == 2);
   CHECK(!shared.check({"r/1/hb/0"}, Deadline::after(kHang)));
@@ -600,7 +600,7 @@ TEST_CASE("agent, elastic: a late node makes the round re-form without spending 
   // Other members than the last round's: the round forms a ring of its own.
   const int round = a.runner.starts() - 1;
   const auto closed = nlohmann::json::parse(
-      shared.get(fmt::format("r/{}/closed", round), Deadline::after(kHang)));
+      shared.get(fmt::format("news/r/{}/closed", round), Deadline::after(kHang)));
   CHECK(closed.at("ring_round") == -1);
   CHECK(test::wait_until(
       [&] { return shared.check({fmt::format("r/{}/hb/1", round)}, Deadline::after(kHang)); },
@@ -627,7 +627,7 @@ TEST_CASE("agent, elastic: a node that stops answering is dropped and the others
     o.last_call_timeout = kHang;  // the round closes when a joins (MAX)
     o.join_timeout = kHang;
     auto joined = join_round(*ghost_store, 0, ElasticNode{"ghost:1", "ghost", 1, -1, 0}, o);
-    if (joined.member) ghost_store->set("r/0/master_port", "23456", Deadline::after(kHang));
+    if (joined.member) ghost_store->set("news/r/0/master_port", "23456", Deadline::after(kHang));
     return joined.member;
   });
   shared.wait({"r/0/node/0"}, Deadline::after(kHang));
@@ -640,7 +640,7 @@ TEST_CASE("agent, elastic: a node that stops answering is dropped and the others
   // a's keep-alive declares the ghost dead, and a goes on alone in the next round.
   REQUIRE(a.runner.wait_for_start(2));
   CHECK(env_of_start(a.runner, 1, 0, "WORLD_SIZE") == "1");
-  auto outcome = Failure::from_json(shared.get("r/0/outcome", Deadline::after(kHang)));
+  auto outcome = Failure::from_json(shared.get("news/r/0/outcome", Deadline::after(kHang)));
   CHECK(outcome.kind == Failure::Kind::kMembership);
   CHECK(outcome.lost_node == 0);
   CHECK_THAT(outcome.message, Catch::Contains("ghost"));

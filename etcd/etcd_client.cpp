@@ -173,13 +173,16 @@ class EtcdClient::Impl {
     });
   }
 
-  void watch(const std::string& key, std::int64_t start_revision, Deadline deadline,
-             const std::function<bool(const EtcdEvent&)>& on_event) {
+  // A watch of `key` alone (`range_end` empty) or of [key, range_end).
+  void watch(const std::string& key, const std::string& range_end, std::int64_t start_revision,
+             Deadline deadline, const std::function<bool(const EtcdEvent&)>& on_event) {
     const auto started = Clock::now();
     std::int64_t next = start_revision;
-    if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("etcd: /v3/watch {}", key);
+    if (spdlog::should_log(spdlog::level::trace)) {
+      spdlog::trace("etcd: /v3/watch {}{}", key, range_end.empty() ? "" : "*");
+    }
     with_failover("/v3/watch", started, deadline, [&](Deadline) {
-      watch_once(key, &next, deadline, on_event);
+      watch_once(key, range_end, &next, deadline, on_event);
       return json();
     });
   }
@@ -392,12 +395,13 @@ class EtcdClient::Impl {
     return answer;
   }
 
-  void watch_once(const std::string& key, std::int64_t* next, Deadline deadline,
-                  const std::function<bool(const EtcdEvent&)>& on_event) {
+  void watch_once(const std::string& key, const std::string& range_end, std::int64_t* next,
+                  Deadline deadline, const std::function<bool(const EtcdEvent&)>& on_event) {
     beast::tcp_stream stream(io_);
     const auto connect_by = deadline.min(Deadline::after(attempt_timeout_));
     connect(stream, connect_by);
     json create{{"key", base64_encode(key)}, {"start_revision", *next}};
+    if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
     send(stream, "/v3/watch", json{{"create_request", create}}.dump(), connect_by);
 
     beast::flat_buffer buffer;
@@ -486,7 +490,13 @@ json EtcdClient::call(const std::string& path, const json& body, Deadline deadli
 
 void EtcdClient::watch(const std::string& key, std::int64_t start_revision, Deadline deadline,
                        const std::function<bool(const EtcdEvent&)>& on_event) {
-  impl_->watch(key, start_revision, deadline, on_event);
+  impl_->watch(key, "", start_revision, deadline, on_event);
+}
+
+void EtcdClient::watch_prefix(const std::string& prefix, std::int64_t start_revision,
+                              Deadline deadline,
+                              const std::function<bool(const EtcdEvent&)>& on_event) {
+  impl_->watch(prefix, prefix_range_end(prefix), start_revision, deadline, on_event);
 }
 
 void EtcdClient::interrupt() { impl_->interrupt(); }

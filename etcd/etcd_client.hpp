@@ -112,6 +112,9 @@ class EtcdClient {
   // good (e.g. the start revision was compacted).
   void watch(const std::string& key, std::int64_t start_revision, Deadline deadline,
              const std::function<bool(const EtcdEvent&)>& on_event);
+  // The same over every key starting with `prefix`.
+  void watch_prefix(const std::string& prefix, std::int64_t start_revision, Deadline deadline,
+                    const std::function<bool(const EtcdEvent&)>& on_event);
 
   // Thread-safe and final: the call in progress and every later call throw InterruptedError.
   void interrupt();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
 #include "common/random.hpp"
@@ -83,7 +84,26 @@ std::optional<std::string> EtcdStore::try_get(const std::string& key, Deadline d
   return r.kv->value;
 }
 
+std::optional<std::string> EtcdStore::get_mirrored(const std::string& key, Deadline deadline) {
+  const auto full = full_key(key);
+  if (!options_.mirror || !options_.mirror->covers(full)) return std::nullopt;
+  // The last part of the wait (up to 2 s) is this store's own read and watch: a key the copy
+  // missed (its watch broken, etcd unreachable from it) is still found, and a wait that fails
+  // says why in this store's words.
+  const auto started = Clock::now();
+  const auto own = std::min<Clock::duration>(deadline.remaining() / 2, std::chrono::seconds(2));
+  auto value = options_.mirror->wait(full, Deadline::at(deadline.when() - own), interrupted_);
+  if (interrupted_) throw InterruptedError(fmt::format("{}: interrupted", describe()));
+  if (!value && !deadline.expired()) {
+    spdlog::debug("{}: key '{}' not in the copy after {}; reading it ({})", describe(), key,
+                  format_duration(Clock::now() - started),
+                  options_.mirror->state());
+  }
+  return value;
+}
+
 std::string EtcdStore::get(const std::string& key, Deadline deadline) {
+  if (auto mirrored = get_mirrored(key, deadline)) return *mirrored;
   const auto started = Clock::now();
   while (true) {
     auto r = read(key, deadline);
@@ -265,6 +285,10 @@ std::string EtcdStore::describe() const {
   return fmt::format("etcd {} under {}", client_.describe(), run_prefix_);
 }
 
-void EtcdStore::interrupt() { client_.interrupt(); }
+void EtcdStore::interrupt() {
+  interrupted_ = true;
+  client_.interrupt();
+  if (options_.mirror) options_.mirror->wake();
+}
 
 }  // namespace ddprun

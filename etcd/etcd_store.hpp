@@ -8,11 +8,13 @@
 // read (no polling); multi_get and multi_set are single transactions (in chunks of etcd's
 // default limit of 128 operations). See EtcdClient for failover between endpoints.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "etcd/etcd_client.hpp"
+#include "etcd/etcd_mirror.hpp"
 #include "store/store.hpp"
 
 namespace ddprun {
@@ -21,6 +23,9 @@ struct EtcdStoreOptions {
   std::vector<EtcdEndpoint> endpoints;
   std::string prefix = "/ddprun";  // --rdzv-conf etcd_prefix
   std::string run_id = "default";
+  // When set, get and wait serve the keys under its prefix from its copy (see EtcdMirror); the
+  // stores of one agent share it.
+  std::shared_ptr<EtcdMirror> mirror;
 
   // "<prefix>/<run id>/": where the run's keys live.
   std::string run_prefix() const;
@@ -80,6 +85,9 @@ class EtcdStore final : public store::Store {
     std::int64_t revision = 0;
   };
   Read read(const std::string& key, Deadline deadline);
+  // get() from the mirror's copy, when the mirror covers the key: the value, or nullopt when
+  // the rest of the wait is left to a read and a watch of this store's own.
+  std::optional<std::string> get_mirrored(const std::string& key, Deadline deadline);
   // Where the increments of counter `key` live.
   std::string counter_prefix(const std::string& key) const;
   static constexpr const char* kCounterDir = "/+/";
@@ -87,6 +95,7 @@ class EtcdStore final : public store::Store {
   EtcdStoreOptions options_;
   std::string run_prefix_;
   EtcdClient client_;
+  std::atomic<bool> interrupted_{false};
 };
 
 }  // namespace ddprun

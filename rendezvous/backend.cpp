@@ -129,6 +129,8 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
 
   if (address.etcd) {
     etcd_ = *address.etcd;
+    // This agent's stores wait for the rounds' news through one watch (EtcdMirror).
+    etcd_->mirror = std::make_shared<EtcdMirror>(etcd_->endpoints, etcd_->run_prefix() + kNewsPrefix);
     client_ = std::make_unique<EtcdStore>(*etcd_, deadline);
     session_ = std::make_unique<EtcdSession>(*etcd_, fmt::format("{}:{}", host, getpid()),
                                              keep_alive_timing(config.rdzv_conf), deadline);

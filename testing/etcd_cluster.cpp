@@ -130,7 +130,7 @@ std::string EtcdCluster::endpoints_leader_first() const {
   return out;
 }
 
-int EtcdCluster::watchers(int member) const {
+double EtcdCluster::metric(int member, const std::string& series) const {
   namespace asio = boost::asio;
   namespace http = boost::beast::http;
   try {
@@ -144,13 +144,23 @@ int EtcdCluster::watchers(int member) const {
     boost::beast::flat_buffer buffer;
     http::response<http::string_body> response;
     http::read(socket, buffer, response);
-    const std::string name = "\netcd_debugging_mvcc_watcher_total ";
-    const auto at = response.body().find(name);
+    const std::string line = "\n" + series + " ";
+    const auto at = response.body().find(line);
     if (at == std::string::npos) return -1;
-    return std::atoi(response.body().c_str() + at + name.size());
+    return std::atof(response.body().c_str() + at + line.size());
   } catch (const std::exception&) {
     return -1;
   }
+}
+
+int EtcdCluster::watchers(int member) const {
+  return static_cast<int>(metric(member, "etcd_debugging_mvcc_watcher_total"));
+}
+
+int EtcdCluster::watch_streams_started(int member) const {
+  return static_cast<int>(metric(
+      member, "grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\","
+              "grpc_type=\"bidi_stream\"}"));
 }
 
 std::string EtcdCluster::endpoints() const {

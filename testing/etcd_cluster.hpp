@@ -39,6 +39,9 @@ class EtcdCluster {
   std::string endpoints_leader_first() const;
   // Watchers open on a member now (etcd's etcd_debugging_mvcc_watcher_total), -1 if unreadable.
   int watchers(int member) const;
+  // Watch streams a member has opened since it started (gRPC's grpc_server_started_total for
+  // etcd's Watch; the JSON gateway opens one per HTTP watch), -1 if unreadable.
+  int watch_streams_started(int member) const;
   // The member that leads now, asked of a live member; -1 when none answers with one.
   int leader() const;
   // SIGKILLs a member and reaps it.
@@ -55,6 +58,9 @@ class EtcdCluster {
  private:
   // One try: "" when every member answers with a leader, else what went wrong.
   std::string start(int members);
+  // The value of one series of a member's /metrics ("name{labels}" as etcd writes it), -1 if
+  // unreadable.
+  double metric(int member, const std::string& series) const;
 
   TempDir dir_;
   std::vector<std::uint16_t> client_ports_;

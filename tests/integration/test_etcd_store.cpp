@@ -4,8 +4,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <atomic>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "etcd/etcd_store.hpp"
@@ -244,4 +248,116 @@ TEST_CASE("etcd store: a watch whose member loses its quorum fails over, then ti
   // etcd cancels the watch ("no leader", inside the stream); that is not the end of the wait.
   CHECK_THAT(error, Catch::StartsWith("TimeoutError: ") && Catch::Contains("no quorum"));
   CHECK(Clock::now() - started < 45s);
+}
+
+namespace {
+
+int watch_streams_started(const EtcdCluster& etcd) {
+  int sum = 0;
+  for (int m = 0; m < etcd.size(); ++m) {
+    if (etcd.alive(m)) sum += etcd.watch_streams_started(m);
+  }
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("etcd store: keys under a mirror's prefix are waited for on its one watch, by every "
+          "store that shares it",
+          "[etcd]") {
+  skip_unless_etcd();
+  EtcdCluster etcd;
+  EtcdStore writer(options_for(etcd.endpoints(), "mirrored"), soon());
+  auto options = options_for(etcd.endpoints(), "mirrored");
+  writer.set("news/before", "early", soon());
+  options.mirror = std::make_shared<EtcdMirror>(options.endpoints, writer.full_key("news/"));
+  EtcdStore a(options, soon());
+  EtcdStore b(options, soon());
+  // The mirror's read and its watch, then nothing more.
+  REQUIRE(wait_until([&] { return watch_streams_started(etcd) == 1; }, 20s));
+  const int started = watch_streams_started(etcd);
+
+  std::string got_a, got_b;
+  std::thread wait_a([&] { got_a = a.get("news/r/1/closed", soon()); });
+  std::thread wait_b([&] { got_b = b.get("news/r/1/closed", soon()); });
+  writer.set("news/r/1/closed", "{\"members\":3}", soon());
+  wait_a.join();
+  wait_b.join();
+  CHECK(got_a == "{\"members\":3}");
+  CHECK(got_b == "{\"members\":3}");
+  CHECK(a.get("news/before", soon()) == "early");
+  for (int i = 0; i < 20; ++i) writer.set(fmt::format("news/k/{}", i), std::to_string(i), soon());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) keys.push_back(fmt::format("news/k/{}", i));
+  b.wait(keys, soon());
+  CHECK(b.get("news/k/19", soon()) == "19");
+  CHECK(watch_streams_started(etcd) == started);
+
+  // A key outside the prefix is waited for as before: a watch of its own.
+  std::thread plain([&] { got_a = a.get("r/1/node/0", soon()); });
+  REQUIRE(wait_until([&] { return watch_streams_started(etcd) > started; }, 20s));
+  writer.set("r/1/node/0", "x", soon());
+  plain.join();
+  CHECK(got_a == "x");
+
+  SECTION("a wait for a key that never comes ends at its deadline, or at once on interrupt") {
+    const auto t0 = Clock::now();
+    CHECK_THROWS_AS(b.get("news/never", Deadline::after(3s)), TimeoutError);
+    CHECK(Clock::now() - t0 >= 3s);
+    CHECK(Clock::now() - t0 < 15s);
+    std::string error;
+    std::thread waiter([&] {
+      try {
+        a.get("news/never", Deadline::after(120s));
+      } catch (const InterruptedError& e) {
+        error = e.what();
+      }
+    });
+    const auto t1 = Clock::now();
+    a.interrupt();
+    waiter.join();
+    CHECK_THAT(error, Catch::Contains("interrupted"));
+    CHECK(Clock::now() - t1 < 15s);
+  }
+}
+
+TEST_CASE("etcd store: a mirror whose member dies resumes elsewhere, and after a compaction of the "
+          "history it would resume from, it reads the prefix again",
+          "[etcd]") {
+  skip_unless_etcd();
+  EtcdCluster etcd;
+  // The mirror watches on member 0; the writer uses the other two.
+  const auto writer_endpoints = etcd.endpoint(1) + "," + etcd.endpoint(2);
+  EtcdStore writer(options_for(writer_endpoints, "resume"), soon());
+  auto options = options_for(etcd.endpoints(), "resume");
+  const int before = etcd.watchers(0);
+  options.mirror = std::make_shared<EtcdMirror>(options.endpoints, writer.full_key("news/"));
+  EtcdStore store(options, soon());
+  writer.set("news/gone", "1", soon());
+  REQUIRE(store.get("news/gone", soon()) == "1");
+  REQUIRE(wait_until([&] { return etcd.watchers(0) > before; }, 20s));
+
+  // Member 0 stops answering (its stream stays open, silent) while the others change the keys
+  // and compact the history; then it dies, and the mirror's stream breaks.
+  REQUIRE(::kill(etcd.pid(0), SIGSTOP) == 0);
+  writer.erase("news/gone", Deadline::after(60s));
+  writer.set("news/after", "2", Deadline::after(60s));
+  writer.set("unrelated", "3", Deadline::after(60s));
+  const auto now = json_int(writer.client()
+                                .call("/v3/kv/range", key_only(writer.full_key("unrelated")),
+                                      Deadline::after(60s))
+                                .at("header"),
+                            "revision");
+  writer.client().call("/v3/kv/compaction", {{"revision", std::to_string(now)}},
+                       Deadline::after(60s));
+  etcd.kill(0);
+
+  // From the copy: this store's own read would begin only in the wait's last 2 s.
+  const auto t0 = Clock::now();
+  CHECK(store.get("news/after", Deadline::after(60s)) == "2");
+  CHECK(Clock::now() - t0 < 40s);
+  CHECK_THAT(options.mirror->state(), Catch::Contains("follows etcd from revision"));
+  // The copy read again has no key that was erased while the history was lost: the wait for it
+  // ends at its deadline.
+  CHECK_THROWS_AS(store.get("news/gone", Deadline::after(2s)), TimeoutError);
 }

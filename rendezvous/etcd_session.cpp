@@ -213,7 +213,7 @@ class EtcdSession::Watch {
         // that lost its leader waits out one try (kEtcdAttemptTimeout) before it goes to
         // another, and while etcd has no leader (the election) nobody can register, just as no
         // lease can expire, so that time does not count.
-        const auto since = revision + 1;
+        auto since = revision + 1;
         bool appeared = false;
         std::chrono::milliseconds budget = ttl_ + kEtcdAttemptTimeout;
         const auto limit = budget + timing_.read_timeout;
@@ -236,6 +236,17 @@ class EtcdSession::Watch {
               return true;
             });
           } catch (const TimeoutError&) {
+          } catch (const EtcdError& e) {
+            // The history since the first look is compacted away (the key may have come and
+            // gone in it): the key as it is now.
+            if (e.code() != kEtcdCompacted) throw;
+            auto now = read();
+            since = now.revision + 1;
+            if (now.value) {
+              value = now.value;
+              revision = now.revision;
+              appeared = true;
+            }
           }
           if (!appeared && serving()) {
             budget -= std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -144,11 +144,12 @@ TEST_CASE("etcd rendezvous: the etcd leader is SIGKILLed mid-job, after a compac
   // The agents' leases are renewed through the new leader: nobody is taken for dead.
   REQUIRE(wait_until([&] { return etcd.leader() >= 0; }, 30s));
   c.release_workers();
-  CHECK(a->wait() == 0);
-  CHECK(b->wait() == 0);
-  CHECK(d->wait() == 0);
+  const int codes[] = {a->wait(), b->wait(), d->wait()};
   INFO("agent a:\n" << a->output() << "\nagent b:\n" << b->output() << "\nagent d:\n"
                      << d->output());
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+  CHECK(codes[2] == 0);
   for (const char* name : {"a", "b", "d"}) {
     CHECK(c.read(name, "rendezvous_completed").size() == 1);
     REQUIRE(c.read(name, "job_finished").size() == 1);

@@ -9,17 +9,19 @@ namespace ddprun {
 
 namespace {
 
-// A read of the prefix that no member answers within this is tried again; so is a watch that saw
-// no event for an hour (etcd sends nothing while the keys do not change).
+// A read of the prefix that no member answers within this is tried again.
 constexpr auto kReadTimeout = std::chrono::seconds(10);
-constexpr auto kWatchTimeout = std::chrono::hours(1);
 // After an answer that trying again at once would not change (a refused request).
 constexpr auto kErrorPause = std::chrono::seconds(1);
 
 }  // namespace
 
-EtcdMirror::EtcdMirror(std::vector<EtcdEndpoint> endpoints, std::string prefix)
-    : prefix_(std::move(prefix)), client_(std::move(endpoints)), thread_([this] { run(); }) {}
+EtcdMirror::EtcdMirror(std::vector<EtcdEndpoint> endpoints, std::string prefix,
+                       std::chrono::milliseconds quiet)
+    : prefix_(std::move(prefix)),
+      quiet_(quiet),
+      client_(std::move(endpoints)),
+      thread_([this] { run(); }) {}
 
 EtcdMirror::~EtcdMirror() {
   stopping_ = true;
@@ -47,7 +49,7 @@ void EtcdMirror::wake() {
 std::string EtcdMirror::state() const {
   std::lock_guard lock(mutex_);
   const std::string error = last_error_.empty() ? "" : "; last error: " + last_error_;
-  if (!synced_) return fmt::format("the copy of {} is not read yet{}", prefix_, error);
+  if (!synced_) return fmt::format("the copy of {} waits for a read of etcd{}", prefix_, error);
   return fmt::format("the copy of {} follows etcd from revision {}{}", prefix_, next_, error);
 }
 
@@ -65,7 +67,11 @@ void EtcdMirror::run() {
         std::lock_guard lock(mutex_);
         from = next_;
       }
-      client_.watch_prefix(prefix_, from, Deadline::after(kWatchTimeout), [this](const EtcdEvent& e) {
+      // A watch that saw no event for `quiet_` starts again from a read: etcd sends nothing
+      // while the keys do not change, and a member that froze (stopped, hung) keeps its
+      // connections open and silent, which only a request bounded by EtcdClient's try finds
+      // out and moves away from.
+      client_.watch_prefix(prefix_, from, Deadline::after(quiet_), [this](const EtcdEvent& e) {
         apply(e);
         return false;
       });
@@ -80,14 +86,19 @@ void EtcdMirror::run() {
       }
       fail(e.what());
       std::unique_lock lock(mutex_);
+      synced_ = false;
       changed_.wait_for(lock, kErrorPause, [this] { return stopping_.load(); });
     } catch (const TimeoutError& e) {
-      // An hour without an event, or no member answered the read: the loop resumes.
-      if (!dynamic_cast<const EtcdUnavailable*>(&e)) continue;
-      fail(e.what());
-    } catch (const Error& e) {
+      // A silent minute, or no member answered the read: read again.
+      if (dynamic_cast<const EtcdUnavailable*>(&e)) fail(e.what());
+      std::lock_guard lock(mutex_);
+      synced_ = false;
+    } catch (const std::exception& e) {
+      // Anything else (a refusal, an answer that is not what the API documents): after a pause,
+      // from a read.
       fail(e.what());
       std::unique_lock lock(mutex_);
+      synced_ = false;
       changed_.wait_for(lock, kErrorPause, [this] { return stopping_.load(); });
     }
   }
@@ -125,8 +136,15 @@ void EtcdMirror::apply(const EtcdEvent& event) {
 }
 
 void EtcdMirror::fail(const std::string& what) {
-  spdlog::debug("etcd mirror of {}: {}", prefix_, what);
   std::lock_guard lock(mutex_);
+  // The first failure after a success is worth a warning; the retries that follow are not.
+  if (last_error_.empty()) {
+    spdlog::warn("etcd: the copy of {} cannot follow etcd ({}); waits for its keys read etcd "
+                 "themselves in their last seconds until it can",
+                 prefix_, what);
+  } else {
+    spdlog::debug("etcd: the copy of {}: {}", prefix_, what);
+  }
   last_error_ = what;
 }
 

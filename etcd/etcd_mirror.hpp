@@ -10,9 +10,12 @@
 // The copy starts from one read of the prefix and follows the watch from the revision after
 // that read. A watch that breaks resumes on the next endpoint from the revision after the last
 // event seen (EtcdClient::watch_prefix); when etcd has compacted that history away, the prefix
-// is read whole again. A wait sees a key shortly after etcd applied it, never before.
+// is read whole again, and so it is after a minute without an event (a frozen member's stream
+// never breaks; the read, bounded by one try, moves on from it). A wait sees a key shortly
+// after etcd applied it, never before, and a deleted key until its delete reaches the copy.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -29,8 +32,10 @@ namespace ddprun {
 
 class EtcdMirror {
  public:
-  // Mirrors every key starting with `prefix` (a full etcd key: "/ddprun/<run id>/news/").
-  EtcdMirror(std::vector<EtcdEndpoint> endpoints, std::string prefix);
+  // Mirrors every key starting with `prefix` (a full etcd key: "/ddprun/<run id>/news/"); after
+  // `quiet` without an event the copy is read again (see above).
+  EtcdMirror(std::vector<EtcdEndpoint> endpoints, std::string prefix,
+             std::chrono::milliseconds quiet = std::chrono::minutes(1));
   // Stops the watch and joins its thread.
   ~EtcdMirror();
   EtcdMirror(const EtcdMirror&) = delete;
@@ -45,8 +50,8 @@ class EtcdMirror {
   // Makes every wait look at its `stop` flag now.
   void wake();
 
-  // For messages: how far the copy is, or why it is not ("following etcd from revision 42",
-  // "not started: <error>").
+  // For messages: how far the copy is and its last error ("the copy of /ddprun/job/news/
+  // follows etcd from revision 42", "... waits for a read of etcd; last error: ...").
   std::string state() const;
 
  private:
@@ -57,12 +62,13 @@ class EtcdMirror {
   void fail(const std::string& what);
 
   const std::string prefix_;
+  const std::chrono::milliseconds quiet_;
   EtcdClient client_;  // the thread's own: EtcdClient is not thread-safe
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::string> keys_;
-  bool synced_ = false;     // keys_ holds the prefix as of a read, and the watch follows it
+  bool synced_ = false;     // the watch follows keys_ from next_; false: read the prefix first
   std::int64_t next_ = 0;   // the revision the watch resumes from
   std::string last_error_;  // the last failure of the read or the watch, "" after a success
   std::atomic<bool> stopping_{false};

@@ -103,8 +103,8 @@ std::optional<std::string> EtcdStore::get_mirrored(const std::string& key, Deadl
 }
 
 std::string EtcdStore::get(const std::string& key, Deadline deadline) {
-  if (auto mirrored = get_mirrored(key, deadline)) return *mirrored;
   const auto started = Clock::now();
+  if (auto mirrored = get_mirrored(key, deadline)) return *mirrored;
   while (true) {
     auto r = read(key, deadline);
     if (r.kv) return r.kv->value;

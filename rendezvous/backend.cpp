@@ -129,11 +129,14 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
 
   if (address.etcd) {
     etcd_ = *address.etcd;
+    // The session first: it removes what a killed job with this run id left and registers this
+    // agent, after which nobody removes the run's keys until the job ends. Only then does the
+    // mirror read them, so that it never serves an old job's news.
+    session_ = std::make_unique<EtcdSession>(*etcd_, fmt::format("{}:{}", host, getpid()),
+                                             keep_alive_timing(config.rdzv_conf), deadline);
     // This agent's stores wait for the rounds' news through one watch (EtcdMirror).
     etcd_->mirror = std::make_shared<EtcdMirror>(etcd_->endpoints, etcd_->run_prefix() + kNewsPrefix);
     client_ = std::make_unique<EtcdStore>(*etcd_, deadline);
-    session_ = std::make_unique<EtcdSession>(*etcd_, fmt::format("{}:{}", host, getpid()),
-                                             keep_alive_timing(config.rdzv_conf), deadline);
     handler_ = make_rendezvous_handler(config, *client_, opener(), host, session_.get());
     return;
   }

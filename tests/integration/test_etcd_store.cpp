@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -321,67 +322,73 @@ TEST_CASE("etcd store: keys under a mirror's prefix are waited for on its one wa
   }
 }
 
+// A mirror whose watch is on member 0 (listed first), a store that waits through it, and a
+// writer on the other two members, which keep a quorum when member 0 stops.
+struct MirrorOnMemberZero {
+  explicit MirrorOnMemberZero(const std::string& run_id,
+                              std::chrono::milliseconds quiet = std::chrono::minutes(1))
+      : writer(options_for(etcd.endpoint(1) + "," + etcd.endpoint(2), run_id), soon()),
+        options(options_for(etcd.endpoints(), run_id)) {
+    const int before = etcd.watchers(0);
+    options.mirror = std::make_shared<EtcdMirror>(options.endpoints, writer.full_key("news/"), quiet);
+    store.emplace(options, soon());
+    REQUIRE(wait_until([&] { return etcd.watchers(0) > before; }, 20s));
+  }
+
+  // The time a wait for `key` takes, which must find `value`.
+  Clock::duration time_to_get(const std::string& key, const std::string& value) {
+    const auto t0 = Clock::now();
+    CHECK(store->get(key, Deadline::after(60s)) == value);
+    return Clock::now() - t0;
+  }
+
+  EtcdCluster etcd;
+  EtcdStore writer;
+  EtcdStoreOptions options;
+  std::optional<EtcdStore> store;
+};
+
 TEST_CASE("etcd store: a mirror whose member dies resumes elsewhere, and after a compaction of the "
           "history it would resume from, it reads the prefix again",
           "[etcd]") {
   skip_unless_etcd();
-  EtcdCluster etcd;
-  // The mirror watches on member 0; the writer uses the other two.
-  const auto writer_endpoints = etcd.endpoint(1) + "," + etcd.endpoint(2);
-  EtcdStore writer(options_for(writer_endpoints, "resume"), soon());
-  auto options = options_for(etcd.endpoints(), "resume");
-  const int before = etcd.watchers(0);
-  options.mirror = std::make_shared<EtcdMirror>(options.endpoints, writer.full_key("news/"));
-  EtcdStore store(options, soon());
-  writer.set("news/gone", "1", soon());
-  REQUIRE(store.get("news/gone", soon()) == "1");
-  REQUIRE(wait_until([&] { return etcd.watchers(0) > before; }, 20s));
+  MirrorOnMemberZero m("resume");
+  m.writer.set("news/gone", "1", soon());
+  REQUIRE(m.store->get("news/gone", soon()) == "1");
 
   // Member 0 stops answering (its stream stays open, silent) while the others change the keys
   // and compact the history; then it dies, and the mirror's stream breaks.
-  REQUIRE(::kill(etcd.pid(0), SIGSTOP) == 0);
-  writer.erase("news/gone", Deadline::after(60s));
-  writer.set("news/after", "2", Deadline::after(60s));
-  writer.set("unrelated", "3", Deadline::after(60s));
-  const auto now = json_int(writer.client()
-                                .call("/v3/kv/range", key_only(writer.full_key("unrelated")),
+  REQUIRE(::kill(m.etcd.pid(0), SIGSTOP) == 0);
+  m.writer.erase("news/gone", Deadline::after(60s));
+  m.writer.set("news/after", "2", Deadline::after(60s));
+  m.writer.set("unrelated", "3", Deadline::after(60s));
+  const auto now = json_int(m.writer.client()
+                                .call("/v3/kv/range", key_only(m.writer.full_key("unrelated")),
                                       Deadline::after(60s))
                                 .at("header"),
                             "revision");
-  writer.client().call("/v3/kv/compaction", {{"revision", std::to_string(now)}},
-                       Deadline::after(60s));
-  etcd.kill(0);
+  m.writer.client().call("/v3/kv/compaction", {{"revision", std::to_string(now)}},
+                         Deadline::after(60s));
+  m.etcd.kill(0);
 
   // From the copy: this store's own read would begin only in the wait's last 2 s.
-  const auto t0 = Clock::now();
-  CHECK(store.get("news/after", Deadline::after(60s)) == "2");
-  CHECK(Clock::now() - t0 < 40s);
-  CHECK_THAT(options.mirror->state(), Catch::Contains("follows etcd from revision"));
+  CHECK(m.time_to_get("news/after", "2") < 40s);
+  CHECK_THAT(m.options.mirror->state(), Catch::Contains("follows etcd from revision"));
   // The copy read again has no key that was erased while the history was lost: the wait for it
   // ends at its deadline.
-  CHECK_THROWS_AS(store.get("news/gone", Deadline::after(2s)), TimeoutError);
+  CHECK_THROWS_AS(m.store->get("news/gone", Deadline::after(2s)), TimeoutError);
 }
 
 TEST_CASE("etcd store: a mirror whose member freezes moves to another member after a quiet "
           "spell",
           "[etcd]") {
   skip_unless_etcd();
-  EtcdCluster etcd;
-  const auto writer_endpoints = etcd.endpoint(1) + "," + etcd.endpoint(2);
-  EtcdStore writer(options_for(writer_endpoints, "frozen"), soon());
-  auto options = options_for(etcd.endpoints(), "frozen");
-  const int before = etcd.watchers(0);
-  options.mirror =
-      std::make_shared<EtcdMirror>(options.endpoints, writer.full_key("news/"), 2s);
-  EtcdStore store(options, soon());
-  REQUIRE(wait_until([&] { return etcd.watchers(0) > before; }, 20s));
+  MirrorOnMemberZero m("frozen", 2s);
   // Stopped, member 0 keeps the mirror's connection open and silent: nothing breaks it.
-  REQUIRE(::kill(etcd.pid(0), SIGSTOP) == 0);
-  writer.set("news/while-frozen", "1", Deadline::after(60s));
-  const auto t0 = Clock::now();
-  CHECK(store.get("news/while-frozen", Deadline::after(60s)) == "1");
+  REQUIRE(::kill(m.etcd.pid(0), SIGSTOP) == 0);
+  m.writer.set("news/while-frozen", "1", Deadline::after(60s));
   // The quiet spell, one try on the frozen member and the read elsewhere; the store's own read
   // would come only in the wait's last 2 s.
-  CHECK(Clock::now() - t0 < 40s);
-  etcd.kill(0);
+  CHECK(m.time_to_get("news/while-frozen", "1") < 40s);
+  m.etcd.kill(0);
 }

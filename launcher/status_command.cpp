@@ -262,7 +262,12 @@ int run_status(const std::vector<std::string>& args) {
     // In place: the screen cleared once, then each frame from the top, erasing what the
     // previous one left.
     const bool terminal = isatty(STDOUT_FILENO) != 0;
-    if (terminal) std::fputs("\x1b[H\x1b[2J", stdout);
+    if (terminal) {
+      // A frame goes to the terminal in one write at its flush, not line by line, so that no
+      // half-drawn frame is ever on the screen.
+      std::setvbuf(stdout, nullptr, _IOFBF, 1 << 16);
+      std::fputs("\x1b[H\x1b[2J", stdout);
+    }
     while (true) {
       const auto next = Clock::now() + std::chrono::milliseconds(static_cast<long>(*o.watch * 1000));
       const auto found = look(o);

@@ -457,11 +457,11 @@ TEST_CASE("the watch mode (--watch) in a real terminal redraws in place until th
   REQUIRE(wait_until([&] {
     screen = pane();
     return screen.find("job in-tmux") != std::string::npos &&
-           screen.find("rank 1 attempt 0 waiting") != std::string::npos;
+           screen.find("rank 1 attempt 0 waiting") != std::string::npos &&
+           screen.find("Ctrl-C to stop") != std::string::npos;
   }, 60s));
   // Drawn in place: one frame on the screen, however many were drawn.
   CHECK(count_of(screen, "job in-tmux") == 1);
-  CHECK_THAT(screen, Catch::Contains("Ctrl-C to stop"));
   finish.open();
   CHECK(job.wait(60s) == 0);
   REQUIRE(wait_until([&] { return pane().find("status exited 3") != std::string::npos; }, 60s));

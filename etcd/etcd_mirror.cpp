@@ -12,7 +12,7 @@ namespace {
 // A read of the prefix that no member answers within this is tried again.
 constexpr auto kReadTimeout = std::chrono::seconds(10);
 // After an answer that trying again at once would not change (a refused request).
-constexpr auto kErrorPause = std::chrono::seconds(1);
+constexpr std::chrono::milliseconds kErrorPause{1000};
 
 }  // namespace
 
@@ -57,13 +57,14 @@ void EtcdMirror::run() {
   while (!stopping_) {
     try {
       bool synced;
+      std::int64_t from;
       {
         std::lock_guard lock(mutex_);
         synced = synced_;
+        from = next_;
       }
-      if (!synced) read_all();
-      std::int64_t from;
-      {
+      if (!synced) {
+        read_all();
         std::lock_guard lock(mutex_);
         from = next_;
       }
@@ -78,30 +79,27 @@ void EtcdMirror::run() {
     } catch (const InterruptedError&) {
       return;
     } catch (const EtcdError& e) {
-      if (e.code() == kEtcdCompacted) {
-        // The history after the last event seen is gone: what changed in it is read whole.
-        std::lock_guard lock(mutex_);
-        synced_ = false;
-        continue;
-      }
-      fail(e.what());
-      std::unique_lock lock(mutex_);
-      synced_ = false;
-      changed_.wait_for(lock, kErrorPause, [this] { return stopping_.load(); });
+      // Compacted: the history after the last event seen is gone, and what changed in it is
+      // read whole at once. Any other refusal: the same after a pause.
+      const bool compacted = e.code() == kEtcdCompacted;
+      if (!compacted) fail(e.what());
+      start_over(compacted ? std::chrono::milliseconds(0) : kErrorPause);
     } catch (const TimeoutError& e) {
-      // A silent minute, or no member answered the read: read again.
+      // A quiet spell, or no member answered the read: read again.
       if (dynamic_cast<const EtcdUnavailable*>(&e)) fail(e.what());
-      std::lock_guard lock(mutex_);
-      synced_ = false;
+      start_over(std::chrono::milliseconds(0));
     } catch (const std::exception& e) {
-      // Anything else (a refusal, an answer that is not what the API documents): after a pause,
-      // from a read.
+      // An answer that is not what the API documents, or the like: after a pause, from a read.
       fail(e.what());
-      std::unique_lock lock(mutex_);
-      synced_ = false;
-      changed_.wait_for(lock, kErrorPause, [this] { return stopping_.load(); });
+      start_over(kErrorPause);
     }
   }
+}
+
+void EtcdMirror::start_over(std::chrono::milliseconds pause) {
+  std::unique_lock lock(mutex_);
+  synced_ = false;
+  if (pause.count() > 0) changed_.wait_for(lock, pause, [this] { return stopping_.load(); });
 }
 
 void EtcdMirror::read_all() {

@@ -60,6 +60,8 @@ class EtcdMirror {
   void read_all();
   void apply(const EtcdEvent& event);
   void fail(const std::string& what);
+  // The next watch starts from a read of the prefix, after `pause` (0: at once).
+  void start_over(std::chrono::milliseconds pause);
 
   const std::string prefix_;
   const std::chrono::milliseconds quiet_;

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -117,6 +118,8 @@ RunResult Agent::run_rounds() {
     auto next = rdzv.next_round(restarts_);
     if (!next.round) return finished_without_this_node(next.job_outcome);
     round_ = std::move(next.round);
+    const auto carried_port = std::exchange(next_master_port_, std::nullopt);
+    if (round_->ranks_kept) round_->master_port = carried_port;
     restarts_ = round_->restart_count;
     if (ctx_.status != nullptr) ctx_.status->on_round(*round_);
     const auto started = Clock::now();
@@ -146,7 +149,8 @@ RunResult Agent::run_rounds() {
     } else {
       return finish_failure(f, outcome.store_lost);
     }
-    rdzv.round_ended(*round_, outcome.all_stopped);
+    next_master_port_ = outcome.next_master_port;
+    rdzv.round_ended(*round_, outcome.end);
   }
 }
 

@@ -92,6 +92,7 @@ class Agent {
   int membership_changes_ = 0;
   Clock::time_point start_ = Clock::now();
   int restarts_ = 0;            // worker-failure restarts so far (TORCHELASTIC_RESTART_COUNT)
+  std::optional<int> next_master_port_;  // agreed with the last attempt's root cause
   std::atomic<int> signal_{0};
 };
 

@@ -89,8 +89,8 @@ Failure Attempt::failure(Failure::Kind kind, int exit_code, const std::string& m
 }
 
 AttemptOutcome Attempt::decide(const std::string& value) const {
-  if (value == kRoundSucceeded) return AttemptOutcome{true, {}, false};
-  return AttemptOutcome{false, Failure::from_json(value), false};
+  if (value == kRoundSucceeded) return AttemptOutcome::succeeded();
+  return AttemptOutcome::failed(Failure::from_json(value));
 }
 
 // First writer wins: the value in the store after our compare_set is the round's outcome.
@@ -122,12 +122,32 @@ AttemptOutcome Attempt::run() {
                         config_.hang_timeout.count() > 0;
     std::function<void(Failure&)> refine;
     if (stacks) refine = [this](Failure& f) { explain(f); };
-    auto cause = channel_.resolve_root_cause(
-        outcome.failure, outcome_mine_, config_.shutdown_timeout + kCaptureBudget + 10s, refine);
+    const auto offered = offer_next_master_port();
+    auto cause = channel_.resolve_root_cause(outcome.failure, outcome_mine_,
+                                             config_.shutdown_timeout + kCaptureBudget + 10s,
+                                             refine);
     outcome.failure = std::move(cause.failure);
-    outcome.all_stopped = cause.all_stopped;
+    outcome.end = RoundEnd{cause.all_stopped, outcome_mine_};
+    outcome.next_master_port = offered ? offered : cause.next_master_port;
   }
   return outcome;
+}
+
+// Group rank 0 picks the next round's master port now, before it settles, so that the root
+// cause carries it to every node: when the next round keeps every node's ranks (a static job,
+// an elastic round of the same members) group rank 0 is the same node, and no node reads the
+// port on the restart's path. It publishes the same port then, for a node that missed the root
+// cause; a round with other ranks picks a port of its own.
+std::optional<int> Attempt::offer_next_master_port() {
+  if (round_.ranks.group_rank != 0) return std::nullopt;
+  try {
+    const int port = ctx_.reserve_master_port(round_.master_addr);
+    channel_.offer_next_master_port(port);
+    return port;
+  } catch (const Error& e) {
+    spdlog::warn("could not offer the next attempt's master port: {}", e.what());
+    return std::nullopt;
+  }
 }
 
 // The outcome watcher and the keep-alive report into the agent's queue, which outlives this
@@ -195,11 +215,14 @@ AttemptOutcome Attempt::wait_for_outcome(std::optional<AttemptOutcome> outcome) 
 }
 
 // Group rank 0 publishes the port right after the rendezvous; if it has not within the
-// keep-alive deadline it is gone, and waiting longer would only hang.
+// keep-alive deadline it is gone, and waiting longer would only hang. A port the round already
+// carries (offer_next_master_port) is not read again.
 std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
   if (round_.ranks.group_rank == 0) {
-    channel_.publish_master_port(ctx_.reserve_master_port(round_.master_addr));
+    channel_.publish_master_port(round_.master_port ? *round_.master_port
+                                                    : ctx_.reserve_master_port(round_.master_addr));
   }
+  if (round_.master_port) return round_.master_port;
   const auto& conf = config_.rdzv_conf;
   const auto wait = conf.keep_alive_interval * std::max(1, conf.keep_alive_max_attempt) + 5s;
   try {
@@ -387,13 +410,13 @@ std::optional<AttemptOutcome> Attempt::on_signal(int signal) {
   auto f = failure(Failure::Kind::kSignal, 128 + signal,
                    fmt::format("the agent on {} received {}", ctx_.host, signal_name(signal)));
   f.signal = signal;
-  return AttemptOutcome{false, f, false};
+  return AttemptOutcome::failed(f);
 }
 
 std::optional<AttemptOutcome> Attempt::on_store_lost(const std::string& message) {
-  return AttemptOutcome{
-      false, failure(Failure::Kind::kAgent, kExitRendezvous, "lost the rendezvous store: " + message),
-      true};
+  return AttemptOutcome::failed(
+      failure(Failure::Kind::kAgent, kExitRendezvous, "lost the rendezvous store: " + message),
+      true);
 }
 
 std::optional<AttemptOutcome> Attempt::on_node_lost(int group_rank) {
@@ -432,7 +455,7 @@ std::optional<AttemptOutcome> Attempt::on_barrier_expired() {
                format_duration(config_.exit_barrier_timeout));
   keep_alive_.reset();
   ctx_.rendezvous->leave_early(round_);
-  return AttemptOutcome{true, {}, false};
+  return AttemptOutcome::succeeded();
 }
 
 // Forwards the signal that stopped us, else SIGTERM; SIGKILL after the shutdown timeout.

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "agent/event_queue.hpp"
 #include "agent/outcome_watcher.hpp"
@@ -54,8 +55,23 @@ struct AttemptOutcome {
   bool success = false;
   Failure failure;          // when !success: the root cause, or why the round ended
   bool store_lost = false;  // the store is gone: nobody is left to say goodbye to
-  // Every node stopped its workers and agreed on this root cause (RootCause::all_stopped).
-  bool all_stopped = false;
+  // Every node stopped its workers and agreed on this root cause (RootCause::all_stopped), and
+  // whether this node chose it.
+  RoundEnd end;
+  // The next round's master port, agreed with the root cause (Round::master_port).
+  std::optional<int> next_master_port;
+
+  static AttemptOutcome succeeded() {
+    AttemptOutcome o;
+    o.success = true;
+    return o;
+  }
+  static AttemptOutcome failed(Failure f, bool store_lost = false) {
+    AttemptOutcome o;
+    o.failure = std::move(f);
+    o.store_lost = store_lost;
+    return o;
+  }
 };
 
 class Attempt {
@@ -101,6 +117,7 @@ class Attempt {
   std::optional<AttemptOutcome> handle(const AgentEvent& event);
 
   std::optional<int> agree_master_port(AttemptOutcome& failed);
+  std::optional<int> offer_next_master_port();
   std::vector<WorkerLaunch> make_launches(int master_port);
   AttemptOutcome publish(const Failure& failure);
   AttemptOutcome decide(const std::string& value) const;

@@ -9,6 +9,16 @@
 
 namespace ddprun {
 
+namespace {
+
+// The root cause's record: the failure's own fields, whether every node had settled, and the
+// next attempt's master port when group rank 0 offered one (under the same name in the round's
+// news).
+constexpr const char* kAllStopped = "all_stopped";
+constexpr const char* kNextMasterPort = "next_master_port";
+
+}  // namespace
+
 RoundChannel::RoundChannel(store::Store& store, const Round& round,
                            std::chrono::milliseconds read_timeout)
     : store_(round.prefix, store),
@@ -24,6 +34,10 @@ void RoundChannel::publish_master_port(int port) {
 
 int RoundChannel::master_port(Deadline deadline) {
   return static_cast<int>(store::parse_counter(news_.get("master_port", deadline), "master_port"));
+}
+
+void RoundChannel::offer_next_master_port(int port) {
+  news_.set(kNextMasterPort, std::to_string(port), op());
 }
 
 std::string RoundChannel::publish_outcome(const std::string& value) {
@@ -86,13 +100,14 @@ std::vector<RankWhere> RoundChannel::all_where() {
 
 namespace {
 
-// The root cause's record: the failure's own fields, and whether every node had settled.
-constexpr const char* kAllStopped = "all_stopped";
-
 RootCause parse_root_cause(const std::string& text) {
-  RootCause r{Failure::from_json(text), false};
+  RootCause r{Failure::from_json(text), false, std::nullopt};
   const auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_object()) r.all_stopped = j.value(kAllStopped, false);
+  if (!j.is_object()) return r;
+  r.all_stopped = j.value(kAllStopped, false);
+  if (const auto port = j.find(kNextMasterPort); port != j.end() && port->is_number_integer()) {
+    r.next_master_port = port->get<int>();
+  }
   return r;
 }
 
@@ -129,12 +144,19 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
     if (refine) refine(earliest);
     auto record = nlohmann::json::parse(earliest.to_json());
     record[kAllStopped] = all_stopped;
+    RootCause cause{earliest, all_stopped, std::nullopt};
+    // Offered before group rank 0 settled, so there once every node has; a port in the root
+    // cause spares every node a read of its own on the next attempt's path.
+    if (auto port = news_.try_get(kNextMasterPort, op())) {
+      cause.next_master_port = static_cast<int>(store::parse_counter(*port, kNextMasterPort));
+      record[kNextMasterPort] = *cause.next_master_port;
+    }
     news_.set("root_cause", record.dump(), op());
-    return RootCause{earliest, all_stopped};
+    return cause;
   } catch (const Error& e) {
     spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",
                  e.what());
-    return RootCause{first, false};
+    return RootCause{first, false, std::nullopt};
   }
 }
 

@@ -23,6 +23,9 @@ namespace ddprun {
 struct RootCause {
   Failure failure;
   bool all_stopped = false;
+  // The next round's master port, when group rank 0 offered one before it settled: used when
+  // that round keeps every node's ranks (Round::ranks_kept).
+  std::optional<int> next_master_port;
 };
 
 class RoundChannel {
@@ -37,6 +40,9 @@ class RoundChannel {
   // Group rank 0 publishes the port of the workers' store; the others wait for it.
   void publish_master_port(int port);
   int master_port(Deadline deadline);
+  // Group rank 0 offers the next round's port before it settles; the chooser puts it into
+  // the root cause.
+  void offer_next_master_port(int port);
 
   // Writes `value` as the round's outcome unless one was written already; returns the outcome.
   std::string publish_outcome(const std::string& value);
@@ -65,7 +71,8 @@ class RoundChannel {
   // its own (or `settle_time` passed). The chooser (whose failure ended the round) picks it
   // and publishes it; the others read it. Falls back to `first` when the store fails.
   // `refine`, when given, runs on the chooser's pick before it is published (the stacks'
-  // grouping is added there).
+  // grouping is added there). The chooser also carries the port group rank 0 offered
+  // (offer_next_master_port) into the root cause.
   RootCause resolve_root_cause(const Failure& first, bool chooser,
                                std::chrono::milliseconds settle_time,
                                const std::function<void(Failure&)>& refine = {});

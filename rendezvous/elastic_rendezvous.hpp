@@ -59,6 +59,7 @@ struct RoundResult {
   int members = 0;      // how many nodes the round has
   int failures = 0;     // restart count the round starts with (max over its members)
   int ring_round = 0;   // the round whose keep-alive ring this one uses (itself, or kept)
+  bool ranks_kept = false;  // this node has the ranks it had in its last round
   NodeRanks ranks;               // valid when member
   std::string master_host;       // group rank 0's address (MASTER_ADDR)
   std::string successor_host;    // the member this node watches (group rank + 1)
@@ -93,9 +94,12 @@ int kept_ring(const std::vector<RoundCandidate>& candidates);
 int current_round(store::Store& store, Deadline deadline);
 
 // Joins round `round` and returns once it closed. Throws TimeoutError naming the round and how
-// many nodes joined when it does not close within the join timeout.
+// many nodes joined when it does not close within the join timeout. `previous`: this node's
+// place in its last round (`self.prev_round`), which it keeps when the round closes with the
+// same members (ClosedRound::ranks_of) without reading its assignment.
 RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
-                       const ElasticRendezvousOptions& options);
+                       const ElasticRendezvousOptions& options,
+                       const std::optional<RoundAssignment>& previous = std::nullopt);
 
 // Moves the job on from round `round`; returns the round to join next (later than `round`).
 int advance_round(store::Store& store, int round, Deadline deadline);
@@ -129,7 +133,7 @@ class ElasticRendezvous final : public RendezvousHandler {
                     KeepAliveSource* keep_alive_source = nullptr);
 
   NextRound next_round(int restart_count) override;
-  void round_ended(const Round& round, bool all_stopped) override;
+  void round_ended(const Round& round, const RoundEnd& end) override;
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
@@ -154,6 +158,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   KeepAliveSource* keep_alive_source_;
   int round_ = -1;  // the round to join next; -1: not looked up yet
   int ring_round_ = -1;  // the ring of the round this node is a member of
+  std::optional<RoundAssignment> assignment_;  // this node's place in that round
   RingKeeper ring_;
 };
 

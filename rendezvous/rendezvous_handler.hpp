@@ -31,6 +31,15 @@ namespace ddprun {
 // and a watch per node and key.
 inline constexpr const char* kNewsPrefix = "news/";
 
+// How a round ended for this node, for the rendezvous of the next.
+struct RoundEnd {
+  // Every node of the round stopped its workers and agreed on its root cause (a settled
+  // worker failure), so every node is back.
+  bool all_stopped = false;
+  // This node chose that root cause (its failure decided the round).
+  bool chose_root_cause = false;
+};
+
 struct Round {
   int id = 0;              // the attempt (static) or round (elastic): the log dir attempt_<id>
   std::string prefix;      // this round's keys in the store live under "<prefix>/"
@@ -41,6 +50,12 @@ struct Round {
   // Where the keep-alive ring's keys live ("<ring_prefix>/hb/<group rank>"), when not under
   // `prefix`: a ring kept from an earlier round with the same members, or the job's own.
   std::string ring_prefix;
+  // Every member has the ranks it had in this node's last round: a static job's every attempt,
+  // an elastic round of the last round's members.
+  bool ranks_kept = false;
+  // The workers' MASTER_PORT when agreed before the round began: group rank 0 of the last
+  // round, the same node in this one, offered it in the last round's root cause.
+  std::optional<int> master_port;
 
   // Where this round's news lives: "news/<prefix>" (see kNewsPrefix).
   std::string news_prefix() const { return kNewsPrefix + prefix; }
@@ -83,10 +98,9 @@ class RendezvousHandler {
   // store was interrupted (a signal); an interrupted rendezvous gives back what it claimed.
   virtual NextRound next_round(int restart_count) = 0;
 
-  // This node is done with `round` and will ask for the next one. `all_stopped`: every node of
-  // the round has stopped its workers and agreed on its root cause (a settled worker failure),
-  // so every node is back; a static rendezvous then starts the next attempt without a barrier.
-  virtual void round_ended(const Round& round, bool all_stopped) = 0;
+  // This node is done with `round` and will ask for the next one. When every node stopped its
+  // workers (`end.all_stopped`), a static rendezvous starts the next attempt without a barrier.
+  virtual void round_ended(const Round& round, const RoundEnd& end) = 0;
 
   // Starts watching the round's members: `on_lost(group_rank)` at most once when a member
   // stops answering, `on_error` when the store cannot be reached. Both come from another thread.

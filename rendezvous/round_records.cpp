@@ -63,14 +63,14 @@ RoundAssignment decode_assignment(const std::string& text) {
 std::string encode_closed(const ClosedRound& c) {
   return json{{"members", c.members},       {"world_size", c.world_size},
               {"failures", c.failures},     {"master_host", c.master_host},
-              {"ring_round", c.ring_round}}
+              {"ring_round", c.ring_round}, {"ranks_of", c.ranks_of}}
       .dump();
 }
 
 ClosedRound decode_closed(const std::string& text) {
   return decode<ClosedRound>(text, "round record", [](const json& j) {
     return ClosedRound{j.at("members"), j.at("world_size"), j.at("failures"),
-                       j.at("master_host"), j.value("ring_round", -1)};
+                       j.at("master_host"), j.value("ring_round", -1), j.value("ranks_of", -1)};
   });
 }
 

@@ -37,6 +37,9 @@ struct ClosedRound {
   int failures = 0;         // restart count the round starts with (max over its members)
   std::string master_host;  // group rank 0's address; empty for a round without members
   int ring_round = -1;      // the earlier round whose keep-alive ring this one keeps; -1: none
+  // The earlier round whose members these are, each with the ranks and successor it had there
+  // (a round that keeps the ring: kept_ring): its members read no assignment. -1: none.
+  int ranks_of = -1;
 };
 
 std::string encode_node(const ElasticNode& node);

@@ -36,6 +36,9 @@ constexpr const char* kAllJoinedKey = "static/all_joined";
 
 std::string counted_key(int g) { return fmt::format("static/node/{}/counted", g); }
 
+// An attempt's keys: its start barrier, and the agents' round under it.
+std::string attempt_prefix(int attempt) { return fmt::format("attempt/{}", attempt); }
+
 // Counts this node among the joined once (a node started again with the same record is not
 // counted twice), and wakes every node when the count is full.
 void count_joined(store::Store& store, int node_rank, int nnodes, Deadline deadline) {
@@ -242,16 +245,16 @@ void StaticRendezvous::join() {
                                 {"local_world_size", joined_->ranks.local_world_size}});
 }
 
-// Every node arrives; the last one to arrive opens the gate. A node that knows every node is
-// back (`wait` false) only counts itself: a node that did not learn it (its read of the root
-// cause timed out) still waits here, and the gate opens for it when the others have counted.
-void StaticRendezvous::start_barrier(const std::string& prefix, int attempt, bool wait) {
+// Every node arrives; the last one to arrive opens the gate. After a restart every node settled
+// nobody waits or counts here: a node that did not learn it (its read of the root cause timed
+// out) still waits, and the node that chose the root cause opened the gate for it
+// (round_ended).
+void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   store::PrefixStore round(prefix, store_);
   const auto op = [&] { return Deadline::after(options_.join_timeout); };
   const int nodes = joined_->ranks.group_world_size;
   auto arrived = round.add("arrived", 1, op());
   if (arrived == nodes) round.set("go", "1", op());
-  if (!wait) return;
   const auto deadline = op();
   ProgressClock progress(options_.progress_interval);
   while (true) {
@@ -274,25 +277,31 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt, boo
 
 // After a worker failure every node stops its workers, then counts itself settled, and the
 // root cause is chosen once every node has: that count is already the barrier the next attempt
-// would wait in, so it is not waited for twice (a wait, a wake-up and a round trip per node on
-// the recovery's path). A node that does not come back after all (a signal) is missed by the
+// would wait in, so it is not passed twice (an add, a wait and a wake-up per node on the
+// recovery's path). A node that does not come back after all (a signal) is missed by the
 // keep-alive of the next attempt, as one that dies later would be.
-void StaticRendezvous::round_ended(const Round& round, bool all_stopped) {
+void StaticRendezvous::round_ended(const Round& round, const RoundEnd& end) {
   all_back_for_.reset();
-  if (all_stopped) all_back_for_ = round.restart_count + 1;
+  if (!end.all_stopped) return;
+  all_back_for_ = round.restart_count + 1;
+  if (end.chose_root_cause) {
+    store::PrefixStore next(attempt_prefix(round.restart_count + 1), store_);
+    next.set("go", "1", Deadline::after(options_.join_timeout));
+  }
 }
 
 NextRound StaticRendezvous::next_round(int restart_count) {
   if (!joined_) join();
   Round round;
   round.id = restart_count;
-  round.prefix = fmt::format("attempt/{}", restart_count);
+  round.prefix = attempt_prefix(restart_count);
   round.ranks = joined_->ranks;
+  round.ranks_kept = true;
   round.restart_count = restart_count;
   round.master_addr = master_addr_;
   round.ring_prefix = kRingPrefix;
   for (const auto& node : joined_->nodes) round.hosts.push_back(node.host);
-  start_barrier(round.prefix, restart_count, all_back_for_ != restart_count);
+  if (all_back_for_ != restart_count) start_barrier(round.prefix, restart_count);
   all_back_for_.reset();
   return NextRound{std::move(round), {}};
 }

@@ -61,7 +61,7 @@ class StaticRendezvous final : public RendezvousHandler {
                    std::string master_addr, KeepAliveTiming keep_alive);
 
   NextRound next_round(int restart_count) override;
-  void round_ended(const Round& round, bool all_stopped) override;
+  void round_ended(const Round& round, const RoundEnd& end) override;
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
@@ -70,7 +70,7 @@ class StaticRendezvous final : public RendezvousHandler {
 
  private:
   void join();
-  void start_barrier(const std::string& prefix, int attempt, bool wait);
+  void start_barrier(const std::string& prefix, int attempt);
 
   store::Store& store_;
   store::StoreOpener open_store_;

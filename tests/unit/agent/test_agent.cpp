@@ -137,7 +137,8 @@ struct Node {
     ctx.open_store = open;
     ctx.rendezvous = rendezvous.get();
     ctx.runner = &runner;
-    ctx.reserve_master_port = [](const std::string&) { return 23456; };
+    // A new port at each reservation, so that a test sees which one the workers got.
+    ctx.reserve_master_port = [this](const std::string&) { return 23456 + reserved++; };
     ctx.hosts_store = options.hosts_store;
     ctx.log_dir = log_dir;
     ctx.base_env = {{"HOME", "/home/test"}};
@@ -152,6 +153,7 @@ struct Node {
 
   LaunchConfig config;
   std::atomic<int> opened{0};  // connections the agent opened besides its own
+  std::atomic<int> reserved{0};  // master ports reserved
   std::unique_ptr<store::Store> store;
   std::unique_ptr<RendezvousHandler> rendezvous;
   FakeRunner runner;
@@ -261,8 +263,9 @@ TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]")
   CHECK(r0.root_cause->attempt == 1);
 }
 
-TEST_CASE("agent: a static restart after a settled failure skips the start barrier and "
-          "reuses the outcome watcher's connection and the keep-alive ring", "[agent]") {
+TEST_CASE("agent: a static restart after a settled failure skips the start barrier, gets its "
+          "master port with the root cause and reuses the outcome watcher's connection and the "
+          "keep-alive ring", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;
   Node n0(shared, config_for(2, 0, 1, 2), "hostA", dir.file("n0"));
@@ -274,15 +277,23 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   REQUIRE(n1.runner.wait_for_start(2));
   auto store = shared.connect();
   const auto op = Deadline::after(5s);
-  // The first attempt waits for every node; the restart does not wait again: every node
-  // settled the failure, and the root cause says so. Each still counts its arrival, so that a
-  // node that missed the root cause would not wait alone; nobody waited for the gate.
+  // The first attempt waits for every node; the restart does not wait or count again: every
+  // node settled the failure, and the root cause says so. The node that chose it (node 1, whose
+  // worker failed) opened the gate for a node that would have missed it.
   CHECK(store->add("attempt/0/arrived", 0, op) == 2);
-  CHECK(store->add("attempt/1/arrived", 0, op) == 2);
+  CHECK(store->add("attempt/1/arrived", 0, op) == 0);
   CHECK(store->check({"attempt/1/go"}, op));
   const auto cause = nlohmann::json::parse(store->get("news/attempt/0/root_cause", op));
   CHECK(cause.at("all_stopped") == true);
   CHECK(cause.at("node") == 1);
+  // Node 0 reserved the restart's master port before it settled; the root cause carried it,
+  // node 0 published the same one, and both nodes' workers got it.
+  CHECK(cause.at("next_master_port") == 23457);
+  CHECK(store->get("news/attempt/1/master_port", op) == "23457");
+  CHECK(n0.reserved == 2);
+  CHECK(n1.reserved == 0);
+  CHECK(env_of_start(n0.runner, 1, 0, "MASTER_PORT") == "23457");
+  CHECK(env_of_start(n1.runner, 1, 0, "MASTER_PORT") == "23457");
   // Node 0 learnt of the failure from its outcome watcher, whose idle connection watches the
   // next attempt; the keep-alive ring is the job's: two connections in all.
   CHECK(n0.opened == 2);
@@ -569,6 +580,15 @@ TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next 
   CHECK(env_of_start(a.runner, 1, 0, "GROUP_RANK") == "0");
   const auto closed = nlohmann::json::parse(shared.get("news/r/1/closed", Deadline::after(kHang)));
   CHECK(closed.at("ring_round") == 0);
+  CHECK(closed.at("ranks_of") == 0);
+  // a, group rank 0 in both rounds, offered round 1's master port with round 0's root cause;
+  // both nodes' workers got it.
+  const auto cause = nlohmann::json::parse(shared.get("news/r/0/root_cause", Deadline::after(kHang)));
+  CHECK(cause.at("next_master_port") == 23457);
+  CHECK(a.reserved == 2);
+  CHECK(b.reserved == 0);
+  CHECK(env_of_start(a.runner, 1, 0, "MASTER_PORT") == "23457");
+  CHECK(env_of_start(b.runner, 1, 0, "MASTER_PORT") == "23457");
   CHECK(a.opened == 2);
   CHECK(!shared.check({"r/1/hb/0"}, Deadline::after(kHang)));
   b.runner.exit_all(9);

@@ -1,9 +1,15 @@
-// The elastic round's pure part: who comes first and which ranks each member gets.
+// The elastic round's pure part (who comes first and which ranks each member gets), and one
+// round joined over the in-memory store.
 
 #include <catch2/catch.hpp>
 
+#include <future>
+#include <utility>
+
 #include "common/error.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
+#include "rendezvous/round_records.hpp"
+#include "store/memory_store.hpp"
 
 using namespace ddprun;
 
@@ -109,4 +115,69 @@ TEST_CASE("kept_ring: any other membership forms a ring of its own", "[rendezvou
   // One node watches nobody.
   CHECK(kept_ring({stayer(0, 0, 5, 1, 5)}) == -1);
   CHECK(kept_ring({}) == -1);
+}
+
+TEST_CASE("join_round: the last round's members keep their places without reading them",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 2;
+  o.join_timeout = std::chrono::seconds(30);
+  const auto join_both = [&](int round, const ElasticNode& a, const ElasticNode& b,
+                             const std::optional<RoundAssignment>& prev_a,
+                             const std::optional<RoundAssignment>& prev_b) {
+    auto sa = shared.connect();
+    auto sb = shared.connect();
+    auto ja = std::async(std::launch::async, [&] { return join_round(*sa, round, a, o, prev_a); });
+    auto jb = std::async(std::launch::async, [&] { return join_round(*sb, round, b, o, prev_b); });
+    REQUIRE(ja.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    REQUIRE(jb.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    return std::pair{ja.get(), jb.get()};
+  };
+  ElasticNode a{"a:1", "a", 2, -1, 0}, b{"b:1", "b", 1, -1, 0};
+  auto [a0, b0] = join_both(0, a, b, std::nullopt, std::nullopt);
+  REQUIRE(a0.member);
+  REQUIRE(b0.member);
+  CHECK(!a0.ranks_kept);
+
+  // Both were members of round 0, at different group ranks: round 1 keeps every place. The
+  // places each node remembers are marked (a successor no closer would write), so that the
+  // result shows they were not read from the store.
+  for (auto* n : {&a, &b}) {
+    const auto& r = n == &a ? a0 : b0;
+    n->prev_rank = r.ranks.group_rank;
+    n->prev_round = 0;
+    n->prev_members = 2;
+    n->prev_ring = 0;
+  }
+  const RoundAssignment kept_a{a0.ranks.group_rank, a0.ranks.base_rank, "remembered-a"};
+  const RoundAssignment kept_b{b0.ranks.group_rank, b0.ranks.base_rank, "remembered-b"};
+  auto [a1, b1] = join_both(1, a, b, kept_a, kept_b);
+  const auto closed = decode_closed(shared.connect()->get("news/r/1/closed",
+                                                          Deadline::after(std::chrono::seconds(5))));
+  CHECK(closed.ring_round == 0);
+  CHECK(closed.ranks_of == 0);
+  REQUIRE(a1.member);
+  REQUIRE(b1.member);
+  CHECK(a1.ranks_kept);
+  CHECK(b1.ranks_kept);
+  CHECK(a1.successor_host == "remembered-a");
+  CHECK(b1.successor_host == "remembered-b");
+  CHECK(a1.ranks.group_rank == a0.ranks.group_rank);
+  CHECK(b1.ranks.base_rank == b0.ranks.base_rank);
+  CHECK(a1.ranks.world_size == 3);
+  CHECK(a1.ring_round == 0);
+
+  // Members of different last rounds (b missed round 1): the round keeps nothing, and every
+  // node reads its place.
+  a.prev_round = 1;
+  auto [a2, b2] = join_both(2, a, b, kept_a, kept_b);
+  CHECK(decode_closed(shared.connect()->get("news/r/2/closed",
+                                            Deadline::after(std::chrono::seconds(5))))
+            .ranks_of == -1);
+  CHECK(!a2.ranks_kept);
+  CHECK(!b2.ranks_kept);
+  CHECK(b2.successor_host == "a");
+  CHECK(b2.ranks.group_rank == b0.ranks.group_rank);
 }

@@ -40,10 +40,15 @@ TEST_CASE("round records: descriptors, assignments and the closed round round-tr
   CHECK(c.failures == 2);
   CHECK(c.master_host == "10.0.0.1");
   CHECK(c.ring_round == -1);
-  CHECK(decode_closed(encode_closed({5, 20, 2, "10.0.0.1", 4})).ring_round == 4);
-  // A record without the ring's fields keeps no ring.
-  CHECK(decode_closed("{\"members\":2,\"world_size\":2,\"failures\":0,\"master_host\":\"h\"}")
-            .ring_round == -1);
+  CHECK(c.ranks_of == -1);
+  const auto kept = decode_closed(encode_closed({5, 20, 2, "10.0.0.1", 4, 7}));
+  CHECK(kept.ring_round == 4);
+  CHECK(kept.ranks_of == 7);
+  // A record without the ring's fields keeps no ring and no ranks.
+  const auto bare =
+      decode_closed("{\"members\":2,\"world_size\":2,\"failures\":0,\"master_host\":\"h\"}");
+  CHECK(bare.ring_round == -1);
+  CHECK(bare.ranks_of == -1);
 }
 
 TEST_CASE("round records: a value that is not the record is a rendezvous error naming it",

@@ -259,6 +259,14 @@ void StatusBoard::wait_for_change(std::uint64_t seen, Clock::time_point until) c
   cv_.wait_until(lock, until, [&] { return closed_ || version_ != seen; });
 }
 
+void StatusBoard::wait_between_attempts(Clock::time_point until) const {
+  std::unique_lock lock(mutex_);
+  cv_.wait_until(lock, until, [&] {
+    const auto& s = status_.state;
+    return closed_ || (s != "stopping" && s != "restarting" && s != "rendezvous");
+  });
+}
+
 void StatusBoard::close() {
   std::lock_guard lock(mutex_);
   closed_ = true;

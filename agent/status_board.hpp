@@ -89,6 +89,9 @@ class StatusBoard {
   std::uint64_t version() const;
   // Blocks until version() differs from `seen`, close() is called, or `until`.
   void wait_for_change(std::uint64_t seen, Clock::time_point until) const;
+  // Blocks while the node is between two attempts (stopping its workers, restarting, in a
+  // rendezvous), until close() is called or `until`.
+  void wait_between_attempts(Clock::time_point until) const;
   void close();
 
  private:

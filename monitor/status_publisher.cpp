@@ -12,11 +12,13 @@ using namespace std::chrono_literals;
 
 StatusPublisher::StatusPublisher(StatusBoard& board, store::StoreOpener open_store,
                                  std::function<void(NodeStatus&)> augment,
-                                 std::chrono::milliseconds period)
+                                 std::chrono::milliseconds period,
+                                 std::chrono::milliseconds between_attempts)
     : board_(board),
       open_store_(std::move(open_store)),
       augment_(std::move(augment)),
       period_(period),
+      between_attempts_(between_attempts),
       thread_([this] { run(); }) {}
 
 StatusPublisher::~StatusPublisher() {
@@ -96,9 +98,15 @@ void StatusPublisher::run() {
     const auto written = Clock::now();
     board_.wait_for_change(seen, written + period_);
     // At most one write a second, whatever happens, and none in the midst of a change.
-    std::unique_lock lock(mutex_);
-    cv_.wait_until(lock, std::max(written + 1s, Clock::now() + kSettle),
-                   [&] { return stopping_ || final_; });
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait_until(lock, std::max(written + 1s, Clock::now() + kSettle),
+                     [&] { return stopping_ || final_; });
+    }
+    // A restart is one write once the workers run again, not one a second on every agent
+    // while the store (etcd) is busiest with the restart; a rendezvous that waits for nodes
+    // still shows now and then. The end closes the board, which ends this wait.
+    board_.wait_between_attempts(written + between_attempts_);
   }
   std::lock_guard lock(mutex_);
   interruptible_ = nullptr;

@@ -3,10 +3,11 @@
 // `ddprun status --rdzv-endpoint` and a --hosts command read every node's: one set of one key
 // per agent when its state changes (at most one a second, a quarter of a second after the
 // change, the first one a second after the start) and every `period` otherwise (for the ranks'
-// ages and last lines). The store's load is therefore at most one write per agent
-// per second, and one per `period` while nothing happens. It runs on a thread and a store
-// connection of its own; a store it cannot reach costs it a retry at the next period, never
-// the agent's work.
+// ages and last lines). Between two attempts (a restart, a rendezvous) the record waits for
+// the next attempt's start, at most `between_attempts` after the last write. The store's load
+// is therefore at most one write per agent per second, and one per `period` while nothing
+// happens. It runs on a thread and a store connection of its own; a store it cannot reach
+// costs it a retry at the next period, never the agent's work.
 
 #include <chrono>
 #include <condition_variable>
@@ -25,11 +26,13 @@ class StatusPublisher {
   static constexpr std::chrono::seconds kDefaultPeriod{5};
   static constexpr std::chrono::milliseconds kFirstWrite{1000};
   static constexpr std::chrono::milliseconds kSettle{250};
+  static constexpr std::chrono::seconds kBetweenAttempts{5};
 
   // `augment` adds what the board does not know (CPU and memory from /proc).
   StatusPublisher(StatusBoard& board, store::StoreOpener open_store,
                   std::function<void(NodeStatus&)> augment,
-                  std::chrono::milliseconds period = kDefaultPeriod);
+                  std::chrono::milliseconds period = kDefaultPeriod,
+                  std::chrono::milliseconds between_attempts = kBetweenAttempts);
   ~StatusPublisher();
   StatusPublisher(const StatusPublisher&) = delete;
   StatusPublisher& operator=(const StatusPublisher&) = delete;
@@ -46,6 +49,7 @@ class StatusPublisher {
   store::StoreOpener open_store_;
   std::function<void(NodeStatus&)> augment_;
   std::chrono::milliseconds period_;
+  std::chrono::milliseconds between_attempts_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -23,6 +23,7 @@
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "store/memory_store.hpp"
 #include "support/fake_runner.hpp"
+#include "testing/set_hook_store.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun;
@@ -60,56 +61,6 @@ LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_res
   return c;
 }
 
-// A store that runs `before_set(key)` before each set it passes on (for a test to act at that
-// exact moment).
-class SetHookStore final : public store::Store {
- public:
-  SetHookStore(std::unique_ptr<store::Store> inner, std::function<void(const std::string&)> before_set)
-      : inner_(std::move(inner)), before_set_(std::move(before_set)) {}
-
-  void set(const std::string& key, const std::string& value, Deadline deadline) override {
-    before_set_(key);
-    inner_->set(key, value, deadline);
-  }
-  std::string get(const std::string& key, Deadline deadline) override {
-    return inner_->get(key, deadline);
-  }
-  std::optional<std::string> try_get(const std::string& key, Deadline deadline) override {
-    return inner_->try_get(key, deadline);
-  }
-  bool check(const std::vector<std::string>& keys, Deadline deadline) override {
-    return inner_->check(keys, deadline);
-  }
-  std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) override {
-    return inner_->add(key, delta, deadline);
-  }
-  std::string compare_set(const std::string& key, const std::string& expected,
-                          const std::string& desired, Deadline deadline) override {
-    return inner_->compare_set(key, expected, desired, deadline);
-  }
-  bool erase(const std::string& key, Deadline deadline) override {
-    return inner_->erase(key, deadline);
-  }
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys,
-                                     Deadline deadline) override {
-    return inner_->multi_get(keys, deadline);
-  }
-  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
-                 Deadline deadline) override {
-    inner_->multi_set(keys, values, deadline);
-  }
-  void wait(const std::vector<std::string>& keys, Deadline deadline) override {
-    inner_->wait(keys, deadline);
-  }
-  std::int64_t num_keys(Deadline deadline) override { return inner_->num_keys(deadline); }
-  void ping(Deadline deadline) override { inner_->ping(deadline); }
-  std::string describe() const override { return inner_->describe(); }
-  void interrupt() override { inner_->interrupt(); }
-
- private:
-  std::unique_ptr<store::Store> inner_;
-  std::function<void(const std::string&)> before_set_;
-};
 
 struct NodeOptions {
   bool hosts_store = false;  // waits for the others' goodbyes at the end
@@ -124,7 +75,9 @@ struct Node {
       : config(std::move(c)) {
     store = shared.connect();
     if (options.before_set) {
-      store = std::make_unique<SetHookStore>(std::move(store), std::move(options.before_set));
+      store = std::make_unique<test::SetHookStore>(
+          std::move(store), [hook = std::move(options.before_set)](const std::string& key,
+                                                                   const std::string&) { hook(key); });
     }
     store::StoreOpener open = [&shared, this](Deadline) {
       ++opened;

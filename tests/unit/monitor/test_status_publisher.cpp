@@ -1,0 +1,117 @@
+// The status publisher over the in-memory store: when it writes the agent's record, seen by a
+// store that notes every write and its time.
+
+#include <catch2/catch.hpp>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/status_board.hpp"
+#include "monitor/status_publisher.hpp"
+#include "store/memory_store.hpp"
+#include "testing/set_hook_store.hpp"
+#include "testing/test_util.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kHang = 30s;  // only catches hangs
+
+struct Write {
+  Clock::time_point at;
+  json record;
+};
+
+// A node of one rank, running its first attempt, and a publisher whose every record is noted.
+struct Published {
+  explicit Published(std::chrono::milliseconds between_attempts)
+      : board("run", "static", "hostA", 3),
+        publisher(
+            board,
+            [this](Deadline) -> std::unique_ptr<store::Store> {
+              return std::make_unique<test::SetHookStore>(
+                  shared.connect(), [this](const std::string& key, const std::string& value) {
+                    if (key.rfind("status/node/", 0) != 0) return;
+                    std::lock_guard lock(mutex);
+                    writes.push_back({Clock::now(), json::parse(value)});
+                  });
+            },
+            {}, std::chrono::hours(1), between_attempts) {}
+
+  // The states written so far, in order.
+  std::vector<std::string> states() {
+    std::lock_guard lock(mutex);
+    std::vector<std::string> out;
+    for (const auto& w : writes) out.push_back(w.record.at("state").get<std::string>());
+    return out;
+  }
+  // Waits for a record in `state`; returns when it was written.
+  Clock::time_point written(const std::string& state) {
+    std::optional<Clock::time_point> at;
+    REQUIRE(test::wait_until(
+        [&] {
+          std::lock_guard lock(mutex);
+          if (!writes.empty() && writes.back().record.at("state") == state) at = writes.back().at;
+          return at.has_value();
+        },
+        kHang));
+    return *at;
+  }
+
+  store::MemoryStore shared;
+  std::mutex mutex;
+  std::vector<Write> writes;
+  StatusBoard board;
+  StatusPublisher publisher;
+};
+
+void start_workers(StatusBoard& board, int pid) {
+  board.on_event("workers_started", {{"pids", {pid}}});
+}
+
+void fail(StatusBoard& board) {
+  board.on_event("attempt_decided",
+                 {{"success", false}, {"root_cause", {{"kind", 1}, {"exit_code", 3}}}});
+}
+
+}  // namespace
+
+TEST_CASE("status publisher: between two attempts the record waits for the next start, and "
+          "at most its bound", "[status]") {
+  Published p(2s);
+  start_workers(p.board, 101);
+  const auto first = p.written("running");
+
+  // A restart that does not move on: its state is written when the bound after the last write
+  // has passed (without the bound's wait, a second after it).
+  fail(p.board);
+  p.board.on_event("restart", {{"attempt", 1}});
+  const auto restarting = p.written("restarting");
+  CHECK(restarting - first >= 1900ms);
+
+  // A rendezvous followed by the next attempt's start: one write, of the start.
+  p.board.on_event("rendezvous_started", json::object());
+  start_workers(p.board, 102);
+  p.written("running");
+  CHECK(p.states() == std::vector<std::string>{"running", "restarting", "running"});
+  std::lock_guard lock(p.mutex);
+  CHECK(p.writes.back().record.at("restarts") == 1);
+}
+
+TEST_CASE("status publisher: the end of the run ends a wait between attempts", "[status]") {
+  Published p(std::chrono::hours(1));
+  start_workers(p.board, 101);
+  p.written("running");
+  fail(p.board);
+  p.board.finish("failed", "rank 0 exited with 3", 3);
+  // Waits for the end's record at most this long; a publisher still between attempts would
+  // be stopped without writing it.
+  p.publisher.finish(kHang);
+  CHECK(p.states().back() == "failed");
+}

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <future>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -45,6 +46,17 @@ struct Node {
   StaticRendezvous rdzv;
 };
 
+// Both nodes join attempt 0; returns their rounds.
+std::pair<Round, Round> join_both(Node& a, Node& b) {
+  auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
+  auto first = a.rdzv.next_round(0).round;
+  REQUIRE(joined.wait_for(kHang) == std::future_status::ready);
+  auto second = joined.get().round;
+  REQUIRE(first);
+  REQUIRE(second);
+  return {*first, *second};
+}
+
 std::int64_t beats(store::MemoryStore& shared, int g) {
   auto v = shared.connect()->try_get("static/hb/" + std::to_string(g), Deadline::after(kHang));
   return v && *v != kHeartbeatDone ? store::parse_counter(*v, "hb") : 0;
@@ -71,14 +83,11 @@ TEST_CASE("static rendezvous: a restart every node settled does not wait at the 
   store::MemoryStore shared;
   // A node that waits at a barrier nobody else reaches fails after this.
   Node a(shared, 2, 0, 2s), b(shared, 2, 1, 2s);
-  auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
-  auto round0 = a.rdzv.next_round(0).round;
-  REQUIRE(joined.wait_for(kHang) == std::future_status::ready);
-  REQUIRE(round0);
+  const auto round0 = join_both(a, b).first;
 
   // Node 1 never comes back. With every node settled, node 0 goes on at once, and counts
   // itself nowhere.
-  a.rdzv.round_ended(*round0, RoundEnd{true, false});
+  a.rdzv.round_ended(round0, RoundEnd{true, false});
   auto round1 = a.rdzv.next_round(1).round;
   REQUIRE(round1);
   CHECK(round1->prefix == "attempt/1");
@@ -94,18 +103,13 @@ TEST_CASE("static rendezvous: a node that missed the root cause passes the gate 
           "[rendezvous]") {
   store::MemoryStore shared;
   Node a(shared, 2, 0, 2s), b(shared, 2, 1, 2s);
-  auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
-  auto round0 = a.rdzv.next_round(0).round;
-  REQUIRE(joined.wait_for(kHang) == std::future_status::ready);
-  auto round0_b = joined.get().round;
-  REQUIRE(round0);
-  REQUIRE(round0_b);
+  const auto [round0, round0_b] = join_both(a, b);
 
   // Node 0 chose the root cause with every node settled; node 1's read of it timed out, so it
   // waits at the next attempt's barrier, where node 0 does not count itself.
-  a.rdzv.round_ended(*round0, RoundEnd{true, true});
+  a.rdzv.round_ended(round0, RoundEnd{true, true});
   REQUIRE(a.rdzv.next_round(1).round);
-  b.rdzv.round_ended(*round0_b, RoundEnd{false, false});
+  b.rdzv.round_ended(round0_b, RoundEnd{false, false});
   auto round1_b = b.rdzv.next_round(1).round;
   REQUIRE(round1_b);
   CHECK(round1_b->prefix == "attempt/1");
@@ -121,26 +125,23 @@ TEST_CASE("static rendezvous: one keep-alive ring for every attempt, marked when
   store::MemoryStore shared;
   const KeepAliveTiming timing{20ms, 100'000, 5s};  // node 1 never beats: a silence no test outlasts
   Node a(shared, 2, 0, kHang, timing), b(shared, 2, 1, kHang, timing);
-  auto joined = std::async(std::launch::async, [&] { return b.rdzv.next_round(0); });
-  auto round = a.rdzv.next_round(0).round;
-  REQUIRE(joined.wait_for(kHang) == std::future_status::ready);
-  REQUIRE(round);
+  auto round = join_both(a, b).first;
   std::atomic<int> reports{0};
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto watch = a.rdzv.keep_alive(*round, [&](int) { ++reports; }, [&](std::string) { ++reports; });
+    auto watch = a.rdzv.keep_alive(round, [&](int) { ++reports; }, [&](std::string) { ++reports; });
     REQUIRE(watch);
     // The ring beats under the job's keys, on the one connection it opened.
     const auto before = beats(shared, 0);
     REQUIRE(test::wait_until([&] { return beats(shared, 0) > before; }, kHang));
     watch.reset();
-    a.rdzv.round_ended(*round, RoundEnd{true, false});
-    round->prefix = fmt::format("attempt/{}", attempt + 1);
+    a.rdzv.round_ended(round, RoundEnd{true, false});
+    round.prefix = fmt::format("attempt/{}", attempt + 1);
   }
   CHECK(a.opened == 1);
   CHECK(!shared.connect()->check({"attempt/1/hb/0"}, Deadline::after(kHang)));
 
   // Leaving early stops the ring first, so that no beat overwrites the mark.
-  a.rdzv.leave_early(*round);
+  a.rdzv.leave_early(round);
   CHECK(shared.connect()->get("static/hb/0", Deadline::after(kHang)) == kHeartbeatDone);
   CHECK(reports == 0);
 }

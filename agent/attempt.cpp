@@ -137,17 +137,26 @@ AttemptOutcome Attempt::run() {
 // cause carries it to every node: when the next round keeps every node's ranks (a static job,
 // an elastic round of the same members) group rank 0 is the same node, and no node reads the
 // port on the restart's path. It publishes the same port then, for a node that missed the root
-// cause; a round with other ranks picks a port of its own.
+// cause; a round with other ranks picks a port of its own. The port is free when picked and
+// held by nobody until the workers bind it, as any port picked ahead is (torchrun's too), only
+// for longer: a rank 0 that cannot bind it fails that attempt, as one would before.
 std::optional<int> Attempt::offer_next_master_port() {
   if (round_.ranks.group_rank != 0) return std::nullopt;
+  int port = 0;
   try {
-    const int port = ctx_.reserve_master_port(round_.master_addr);
-    channel_.offer_next_master_port(port);
-    return port;
+    port = ctx_.reserve_master_port(round_.master_addr);
   } catch (const Error& e) {
-    spdlog::warn("could not offer the next attempt's master port: {}", e.what());
+    spdlog::warn("could not reserve the next round's master port: {}", e.what());
     return std::nullopt;
   }
+  // Kept even when the offer fails: it may have reached the store and the root cause, and this
+  // node publishes it in the next round for whoever did not get it there.
+  try {
+    channel_.offer_next_master_port(port);
+  } catch (const Error& e) {
+    spdlog::warn("could not offer the next round's master port: {}", e.what());
+  }
+  return port;
 }
 
 // The outcome watcher and the keep-alive report into the agent's queue, which outlives this

@@ -145,13 +145,26 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
     auto record = nlohmann::json::parse(earliest.to_json());
     record[kAllStopped] = all_stopped;
     RootCause cause{earliest, all_stopped, std::nullopt};
-    // Offered before group rank 0 settled, so there once every node has; a port in the root
-    // cause spares every node a read of its own on the next attempt's path.
-    if (auto port = news_.try_get(kNextMasterPort, op())) {
-      cause.next_master_port = static_cast<int>(store::parse_counter(*port, kNextMasterPort));
-      record[kNextMasterPort] = *cause.next_master_port;
+    // Group rank 0 offers the port before it settles, so it is there once every node has (and
+    // may be, when the settle timed out); a port in the root cause spares every node a read of
+    // its own on the next round's path. Without it they read the port group rank 0 publishes.
+    try {
+      if (auto port = news_.try_get(kNextMasterPort, op())) {
+        cause.next_master_port = static_cast<int>(store::parse_counter(*port, kNextMasterPort));
+        record[kNextMasterPort] = *cause.next_master_port;
+      }
+    } catch (const Error& e) {
+      spdlog::warn("could not read the next round's master port: {}", e.what());
     }
-    news_.set("root_cause", record.dump(), op());
+    try {
+      news_.set("root_cause", record.dump(), op());
+    } catch (const Error& e) {
+      // The set may have reached the store all the same: what the others read decides whether
+      // they wait at the next start barrier, so this node goes by the same record.
+      spdlog::warn("could not publish the root cause: {}; reading it back", e.what());
+      if (auto published = news_.try_get("root_cause", op())) return parse_root_cause(*published);
+      cause.all_stopped = false;
+    }
     return cause;
   } catch (const Error& e) {
     spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",

@@ -54,7 +54,8 @@ struct Round {
   // an elastic round of the last round's members.
   bool ranks_kept = false;
   // The workers' MASTER_PORT when agreed before the round began: group rank 0 of the last
-  // round, the same node in this one, offered it in the last round's root cause.
+  // round, the same node in this one, offered it in that round's news, and the root cause
+  // carried it to every node.
   std::optional<int> master_port;
 
   // Where this round's news lives: "news/<prefix>" (see kNewsPrefix).

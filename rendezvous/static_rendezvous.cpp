@@ -245,10 +245,10 @@ void StaticRendezvous::join() {
                                 {"local_world_size", joined_->ranks.local_world_size}});
 }
 
-// Every node arrives; the last one to arrive opens the gate. After a restart every node settled
-// nobody waits or counts here: a node that did not learn it (its read of the root cause timed
-// out) still waits, and the node that chose the root cause opened the gate for it
-// (round_ended).
+// Every node arrives; the last one to arrive opens the gate. After a restart that every node
+// settled, no node counts or waits here. A node that did not learn of that restart (its read of
+// the root cause timed out) still comes here and waits; the node that chose the root cause has
+// opened the gate for it (round_ended).
 void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   store::PrefixStore round(prefix, store_);
   const auto op = [&] { return Deadline::after(options_.join_timeout); };
@@ -284,9 +284,15 @@ void StaticRendezvous::round_ended(const Round& round, const RoundEnd& end) {
   all_back_for_.reset();
   if (!end.all_stopped) return;
   all_back_for_ = round.restart_count + 1;
-  if (end.chose_root_cause) {
+  if (!end.chose_root_cause) return;
+  try {
     store::PrefixStore next(attempt_prefix(round.restart_count + 1), store_);
     next.set("go", "1", Deadline::after(options_.join_timeout));
+  } catch (const Error& e) {
+    // Only a node that missed the root cause waits at the gate; the job goes on without it
+    // being opened, and such a node then fails saying who did not come back.
+    spdlog::warn("attempt {}: could not open the start barrier for a node that missed the root "
+                 "cause: {}", round.restart_count + 1, e.what());
   }
 }
 

@@ -23,7 +23,7 @@
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "store/memory_store.hpp"
 #include "support/fake_runner.hpp"
-#include "testing/set_hook_store.hpp"
+#include "testing/hook_store.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun;
@@ -73,12 +73,15 @@ struct Node {
   Node(store::MemoryStore& shared, LaunchConfig c, const std::string& host, const std::string& log_dir,
        NodeOptions options = {})
       : config(std::move(c)) {
-    store = shared.connect();
+    test::HookStore::BeforeSet before_set;
     if (options.before_set) {
-      store = std::make_unique<test::SetHookStore>(
-          std::move(store), [hook = std::move(options.before_set)](const std::string& key,
-                                                                   const std::string&) { hook(key); });
+      before_set = [hook = std::move(options.before_set)](const std::string& key,
+                                                          const std::string&) { hook(key); };
     }
+    store = std::make_unique<test::HookStore>(
+        shared.connect(), std::move(before_set), [this](const std::string& key) {
+          if (key.ends_with("/master_port")) ++master_port_reads;
+        });
     store::StoreOpener open = [&shared, this](Deadline) {
       ++opened;
       return std::unique_ptr<store::Store>(shared.connect());
@@ -107,6 +110,7 @@ struct Node {
   LaunchConfig config;
   std::atomic<int> opened{0};  // connections the agent opened besides its own
   std::atomic<int> reserved{0};  // master ports reserved
+  std::atomic<int> master_port_reads{0};  // on the agent's own connection
   std::unique_ptr<store::Store> store;
   std::unique_ptr<RendezvousHandler> rendezvous;
   FakeRunner runner;
@@ -247,6 +251,7 @@ TEST_CASE("agent: a static restart after a settled failure skips the start barri
   CHECK(n1.reserved == 0);
   CHECK(env_of_start(n0.runner, 1, 0, "MASTER_PORT") == "23457");
   CHECK(env_of_start(n1.runner, 1, 0, "MASTER_PORT") == "23457");
+  CHECK(n1.master_port_reads == 1);  // the first attempt's only
   // Node 0 learnt of the failure from its outcome watcher, whose idle connection watches the
   // next attempt; the keep-alive ring is the job's: two connections in all.
   CHECK(n0.opened == 2);
@@ -542,6 +547,7 @@ TEST_CASE("agent, elastic: a worker failure spends a restart and forms the next 
   CHECK(b.reserved == 0);
   CHECK(env_of_start(a.runner, 1, 0, "MASTER_PORT") == "23457");
   CHECK(env_of_start(b.runner, 1, 0, "MASTER_PORT") == "23457");
+  CHECK(b.master_port_reads == 1);  // round 0's only
   CHECK(a.opened == 2);
   CHECK(!shared.check({"r/1/hb/0"}, Deadline::after(kHang)));
   b.runner.exit_all(9);

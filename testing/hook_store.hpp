@@ -1,6 +1,7 @@
 #pragma once
-// A store that passes every call on to another, and calls a hook before each set: for the
-// tests of what writes a store, and when. Header-only: only tests that link the store use it.
+// A store that passes every call on to another, and calls a hook before each set and each get:
+// for the tests of what a node writes or reads, and when. Header-only: only tests that link the
+// store use it.
 
 #include <functional>
 #include <memory>
@@ -13,20 +14,25 @@
 
 namespace ddprun::test {
 
-// A store that runs `before_set(key, value)` before each set it passes on, for a test to act at
-// that exact moment or to see what was written when.
-class SetHookStore final : public store::Store {
+// A store that runs `before_set(key, value)` before each set and `before_get(key)` before each
+// get it passes on (either may be empty), for a test to act at that exact moment or to see what
+// was written or read when.
+class HookStore final : public store::Store {
  public:
   using BeforeSet = std::function<void(const std::string& key, const std::string& value)>;
+  using BeforeGet = std::function<void(const std::string& key)>;
 
-  SetHookStore(std::unique_ptr<store::Store> inner, BeforeSet before_set)
-      : inner_(std::move(inner)), before_set_(std::move(before_set)) {}
+  HookStore(std::unique_ptr<store::Store> inner, BeforeSet before_set, BeforeGet before_get = {})
+      : inner_(std::move(inner)),
+        before_set_(std::move(before_set)),
+        before_get_(std::move(before_get)) {}
 
   void set(const std::string& key, const std::string& value, Deadline deadline) override {
-    before_set_(key, value);
+    if (before_set_) before_set_(key, value);
     inner_->set(key, value, deadline);
   }
   std::string get(const std::string& key, Deadline deadline) override {
+    if (before_get_) before_get_(key);
     return inner_->get(key, deadline);
   }
   std::optional<std::string> try_get(const std::string& key, Deadline deadline) override {
@@ -64,6 +70,7 @@ class SetHookStore final : public store::Store {
  private:
   std::unique_ptr<store::Store> inner_;
   BeforeSet before_set_;
+  BeforeGet before_get_;
 };
 
 }  // namespace ddprun::test

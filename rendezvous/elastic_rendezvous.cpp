@@ -220,12 +220,11 @@ class RoundJoin {
     result.master_host = closed.master_host;
     result.ranks_kept =
         previous_ && closed.ranks_of >= 0 && closed.ranks_of == self_.prev_round;
-    std::optional<RoundAssignment> assignment = previous_;
-    if (!result.ranks_kept) {
-      assignment.reset();
-      if (auto text = rs_.try_get(fmt::format("assign/{}", slot), op())) {
-        assignment = decode_assignment(*text);
-      }
+    std::optional<RoundAssignment> assignment;
+    if (result.ranks_kept) {
+      assignment = previous_;
+    } else if (auto text = rs_.try_get(fmt::format("assign/{}", slot), op())) {
+      assignment = decode_assignment(*text);
     }
     result.member = assignment.has_value();
     if (!result.member) return result;

@@ -233,14 +233,17 @@ void Connection::handle(const Request& request) {
   }
 
   StoreState::WaiterId waiter = 0;
-  std::weak_ptr<Connection> weak = shared_from_this();
-  auto ready = [weak, request] {
-    // Runs inside another client's write, maybe on another thread (an in-process handle):
-    // defer to this connection's thread, so one handler never re-enters another.
-    if (auto self = weak.lock()) {
-      asio::post(self->socket_.get_executor(), [self, request] { self->finish_wait(request); });
-    }
-  };
+  std::weak_ptr<Connection> weak = weak_from_this();
+  StoreState::Ready ready;
+  if (StoreState::may_block(request.command)) {
+    ready = [weak] {
+      // Runs inside another client's write, maybe on another thread (an in-process handle):
+      // defer to this connection's thread, so one handler never re-enters another.
+      if (auto self = weak.lock()) {
+        asio::post(self->socket_.get_executor(), [self] { self->finish_wait(); });
+      }
+    };
+  }
   std::optional<Response> response;
   {
     std::lock_guard lock(context_.shared.mutex);
@@ -252,6 +255,7 @@ void Connection::handle(const Request& request) {
   }
   busy_ = true;
   waiter_ = waiter;
+  if (&request != &pending_) pending_ = request;
   wait_timer_.expires_after(std::chrono::milliseconds(request.timeout_ms));
   wait_timer_.async_wait([weak, waiter, command = request.command](boost::system::error_code ec) {
     auto self = weak.lock();
@@ -284,19 +288,19 @@ void Connection::greet(const Request& request) {
   respond(request.command, reply);
 }
 
-void Connection::finish_wait(const Request& request) {
+void Connection::finish_wait() {
   if (closed_ || waiter_ == 0) return;
   waiter_ = 0;
   busy_ = false;
   wait_timer_.cancel();
   // The keys exist now unless someone erased one meanwhile; running the request again covers
-  // both cases (it answers, or waits again). The remaining time is what the timer had left.
-  Request again = request;
+  // both cases (it answers, or waits again, kept where it is). The remaining time is what the
+  // timer had left.
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       wait_timer_.expiry() - asio::steady_timer::clock_type::now());
-  again.timeout_ms = static_cast<std::uint32_t>(std::max<std::int64_t>(1, left.count()));
+  pending_.timeout_ms = static_cast<std::uint32_t>(std::max<std::int64_t>(1, left.count()));
   try {
-    handle(again);
+    handle(pending_);
   } catch (const Error& e) {
     close(e.what());
     return;

@@ -89,7 +89,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // The handshake's requests: hello, then auth when the server has a secret.
   void greet(const Request& request);
   void arm_handshake_timer();
-  void finish_wait(const Request& request);
+  // Runs the waiting request (pending_) again once its keys are there.
+  void finish_wait();
   // Forgets this connection's waiter in the state (its time ran out, or the connection closed).
   void cancel_wait();
   // The warning close() gives for a connection closed for `reason` (rate-bounded).
@@ -112,6 +113,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::size_t accounted_ = 0;  // buffer_.size() as counted in context_.buffered_total
   std::chrono::steady_clock::time_point connected_at_ = std::chrono::steady_clock::now();
   StoreState::WaiterId waiter_ = 0;
+  // The blocking request waiting for keys (while waiter_ != 0): kept here, not in the
+  // callbacks that wake it, so that waking a thousand waiters copies no request.
+  Request pending_;
   std::string buffer_;   // received, not yet processed
   // Where a read lands: asio reads into it when the socket becomes readable, with no system
   // call before that (an async_wait re-armed the socket with epoll_ctl for every request).

@@ -21,10 +21,6 @@ Response ok_value(std::string v) {
   return r;
 }
 
-bool blocks(Command c) {
-  return c == Command::kGet || c == Command::kMultiGet || c == Command::kWait;
-}
-
 }  // namespace
 
 std::size_t StoreState::num_keys(const std::string& ns) const {
@@ -35,6 +31,10 @@ std::size_t StoreState::num_keys(const std::string& ns) const {
 std::vector<std::string> StoreState::missing_keys(const Namespace& ns,
                                                   const std::vector<std::string>& keys) const {
   std::vector<std::string> missing;
+  if (keys.size() == 1) {  // the common case: no set of the keys seen
+    if (!ns.data.count(keys[0])) missing.push_back(keys[0]);
+    return missing;
+  }
   std::unordered_set<std::string_view> seen;
   for (const auto& k : keys) {
     if (!ns.data.count(k) && seen.insert(k).second) missing.push_back(k);
@@ -45,7 +45,7 @@ std::vector<std::string> StoreState::missing_keys(const Namespace& ns,
 std::optional<Response> StoreState::execute(const std::string& ns_name, const Request& request,
                                             Ready ready, WaiterId& waiter) {
   auto& ns = namespaces_[ns_name];
-  if (blocks(request.command)) {
+  if (may_block(request.command)) {
     auto missing = missing_keys(ns, request.keys);
     if (!missing.empty()) {
       if (request.timeout_ms == 0) {
@@ -56,7 +56,7 @@ std::optional<Response> StoreState::execute(const std::string& ns_name, const Re
       waiter = next_waiter_++;
       for (const auto& k : missing) ns.waiting[k].push_back(waiter);
       auto count = missing.size();
-      waiters_.emplace(waiter, Waiter{ns_name, std::move(missing), count, std::move(ready)});
+      waiters_.emplace(waiter, Waiter{&ns, std::move(missing), count, std::move(ready)});
       return std::nullopt;
     }
   }
@@ -141,14 +141,12 @@ void StoreState::wake(Namespace& ns, const std::string& key) {
 void StoreState::cancel(WaiterId id) {
   auto w = waiters_.find(id);
   if (w == waiters_.end()) return;
-  auto ns = namespaces_.find(w->second.ns);
-  if (ns != namespaces_.end()) {
-    for (const auto& k : w->second.missing_keys) {
-      auto list = ns->second.waiting.find(k);
-      if (list == ns->second.waiting.end()) continue;
-      std::erase(list->second, id);
-      if (list->second.empty()) ns->second.waiting.erase(list);
-    }
+  auto& waiting = w->second.ns->waiting;
+  for (const auto& k : w->second.missing_keys) {
+    auto list = waiting.find(k);
+    if (list == waiting.end()) continue;
+    std::erase(list->second, id);
+    if (list->second.empty()) waiting.erase(list);
   }
   waiters_.erase(w);
 }

@@ -32,6 +32,11 @@ class StoreState {
   std::optional<Response> execute(const std::string& ns, const Request& request, Ready ready,
                                   WaiterId& waiter);
 
+  // Whether a request of this kind can wait for keys: the others need no `ready`.
+  static bool may_block(Command command) {
+    return command == Command::kGet || command == Command::kMultiGet || command == Command::kWait;
+  }
+
   // Forgets a waiter (its timeout passed, or its connection closed). Unknown ids are ignored.
   void cancel(WaiterId waiter);
 
@@ -44,7 +49,7 @@ class StoreState {
     std::unordered_map<std::string, std::vector<WaiterId>> waiting;  // key -> waiters on it
   };
   struct Waiter {
-    std::string ns;
+    Namespace* ns;  // a node of namespaces_, which never moves
     std::vector<std::string> missing_keys;
     std::size_t missing = 0;
     Ready ready;

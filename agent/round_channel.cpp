@@ -21,7 +21,8 @@ constexpr const char* kNextMasterPort = "next_master_port";
 
 RoundChannel::RoundChannel(store::Store& store, const Round& round,
                            std::chrono::milliseconds read_timeout)
-    : store_(round.prefix, store),
+    : base_(store),
+      store_(round.prefix, store),
       news_(round.news_prefix(), store),
       round_(round),
       read_timeout_(read_timeout) {}
@@ -117,17 +118,22 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
                                            std::chrono::milliseconds settle_time,
                                            const std::function<void(Failure&)>& refine) {
   const auto deadline = Deadline::after(settle_time);
+  // Each node counts itself settled; the last one releases the chooser. A node that did not
+  // choose then waits for the root cause: with its arrival, one request to a TCP store.
+  const auto settled = store_.full("settled");
+  const auto all_settled = store_.full("all_settled");
+  const int nodes = round_.ranks.group_world_size;
   try {
-    const auto settled = store_.add("settled", 1, op());
-    if (settled == round_.ranks.group_world_size) store_.set("all_settled", "1", op());
     if (!chooser) {
       // A little longer than the chooser may wait, so that its answer is not missed.
-      return parse_root_cause(
-          news_.get("root_cause", Deadline::at(deadline.when() + std::chrono::seconds(5))));
+      return parse_root_cause(base_
+                                  .arrive(settled, nodes, all_settled, news_.full("root_cause"),
+                                          Deadline::at(deadline.when() + std::chrono::seconds(5)))
+                                  .value);
     }
     bool all_stopped = true;
     try {
-      store_.wait({"all_settled"}, deadline);
+      base_.arrive(settled, nodes, all_settled, all_settled, deadline);
     } catch (const TimeoutError&) {
       all_stopped = false;
       spdlog::warn("not every node reported its failures within {}; choosing among those that did",

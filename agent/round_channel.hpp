@@ -88,6 +88,7 @@ class RoundChannel {
  private:
   Deadline op() const { return Deadline::after(read_timeout_); }
 
+  store::Store& base_;  // the store under both prefixes, for a call that spans them
   store::PrefixStore store_;
   store::PrefixStore news_;  // what every node of the round waits for (kNewsPrefix)
   Round round_;

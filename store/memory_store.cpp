@@ -78,8 +78,10 @@ Response MemoryStore::execute(Request r, Deadline deadline) {
     if (!ready) break;
     // Every key exists now: run the request again to answer it.
   }
+  // An Arrive waits for its last key only (its arrival is done).
+  const auto waited = r.command == Command::kArrive ? std::vector<std::string>{r.keys[2]} : r.keys;
   throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in store at {}",
-                                 format_duration(Clock::now() - start), r.keys, where_));
+                                 format_duration(Clock::now() - start), waited, where_));
 }
 
 void MemoryStore::set(const std::string& key, const std::string& value, Deadline deadline) {
@@ -130,6 +132,15 @@ void MemoryStore::multi_set(const std::vector<std::string>& keys,
 
 void MemoryStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
   execute(request(Command::kWait, keys), deadline);
+}
+
+Store::Arrival MemoryStore::arrive(const std::string& counter, std::int64_t total,
+                                   const std::string& release, const std::string& then_get,
+                                   Deadline deadline) {
+  auto r = request(Command::kArrive, {counter, release, then_get});
+  r.number = total;
+  auto response = execute(std::move(r), deadline);
+  return Arrival{response.number, std::move(response.values.at(0))};
 }
 
 std::int64_t MemoryStore::num_keys(Deadline deadline) {

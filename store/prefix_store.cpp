@@ -45,6 +45,12 @@ void PrefixStore::multi_set(const std::vector<std::string>& keys,
 void PrefixStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
   inner_.wait(full(keys), deadline);
 }
+
+Store::Arrival PrefixStore::arrive(const std::string& counter, std::int64_t total,
+                                   const std::string& release, const std::string& then_get,
+                                   Deadline deadline) {
+  return inner_.arrive(full(counter), total, full(release), full(then_get), deadline);
+}
 std::int64_t PrefixStore::num_keys(Deadline deadline) { return inner_.num_keys(deadline); }
 void PrefixStore::ping(Deadline deadline) { inner_.ping(deadline); }
 std::string PrefixStore::describe() const { return inner_.describe() + " prefix " + prefix_; }

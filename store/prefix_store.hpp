@@ -22,14 +22,18 @@ class PrefixStore final : public Store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
                  Deadline deadline) override;
   void wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  Arrival arrive(const std::string& counter, std::int64_t total, const std::string& release,
+                 const std::string& then_get, Deadline deadline) override;
   // Counts the inner store's keys: the protocol has no per-prefix count.
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;
   std::string describe() const override;
   void interrupt() override { inner_.interrupt(); }
 
- private:
+  // `key`'s name in the inner store.
   std::string full(const std::string& key) const { return prefix_ + key; }
+
+ private:
   std::vector<std::string> full(const std::vector<std::string>& keys) const;
 
   std::string prefix_;  // with the trailing '/'

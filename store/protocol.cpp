@@ -149,6 +149,7 @@ Command to_command(std::uint8_t byte) {
     case Command::kNumKeys:
     case Command::kPing:
     case Command::kAuth:
+    case Command::kArrive:
       return command;
   }
   throw ProtocolError(fmt::format("unknown command byte {}", byte));
@@ -192,6 +193,7 @@ const char* command_name(Command command) {
     case Command::kNumKeys: return "num_keys";
     case Command::kPing: return "ping";
     case Command::kAuth: return "auth";
+    case Command::kArrive: return "arrive";
   }
   return "unknown";
 }
@@ -248,6 +250,14 @@ std::string encode_request(const Request& r, const Limits& limits) {
       require_count(r, r.keys.size(), r.keys.size());
       w.keys(r.keys);
       w.values(r.values);
+      break;
+    case Command::kArrive:
+      require_count(r, 3, 0);
+      w.key(r.keys[0]);
+      w.i64(r.number);
+      w.key(r.keys[1]);
+      w.key(r.keys[2]);
+      w.u32(r.timeout_ms);
       break;
     case Command::kNumKeys:
     case Command::kPing:
@@ -309,6 +319,13 @@ Request decode_request(std::string_view body, const Limits& limits) {
                                         r.values.size()));
       }
       break;
+    case Command::kArrive:
+      r.keys.push_back(rd.key());
+      r.number = rd.i64();
+      r.keys.push_back(rd.key());
+      r.keys.push_back(rd.key());
+      r.timeout_ms = rd.u32();
+      break;
     case Command::kNumKeys:
     case Command::kPing:
       break;
@@ -343,6 +360,11 @@ std::string encode_response(Command command, const Response& resp, const Limits&
     case Command::kAdd:
     case Command::kNumKeys:
       w.i64(resp.number);
+      break;
+    case Command::kArrive:
+      if (resp.values.size() != 1) throw ProtocolError("response needs exactly one value");
+      w.i64(resp.number);
+      w.value(resp.values[0]);
       break;
     case Command::kCheck:
     case Command::kErase:
@@ -397,6 +419,10 @@ Response decode_response(Command command, std::string_view body, const Limits& l
     case Command::kAdd:
     case Command::kNumKeys:
       resp.number = rd.i64();
+      break;
+    case Command::kArrive:
+      resp.number = rd.i64();
+      resp.values.push_back(rd.value());
       break;
     case Command::kCheck:
     case Command::kErase:

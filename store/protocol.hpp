@@ -24,9 +24,15 @@
 //   Wait        list<str> keys | u32 timeout_ms   blocks until every key exists
 //   NumKeys     (nothing)
 //   Ping        (nothing)
+//   Arrive      str counter | i64 total | str release | str then_get | u32 timeout_ms
+//                                             adds 1 to counter; the arrival that makes it total
+//                                             sets release to "1"; then blocks until then_get
+//                                             exists (a barrier's arrival and what the arriving
+//                                             node waits for next, in one request)
 //
 // Response bodies: u8 Status, then
 //   Ok:        Get/TryGet/CompareSet: str value; MultiGet: list<str> values; Add/NumKeys: i64;
+//              Arrive: i64 the counter after this arrival | str then_get's value;
 //              Check/Erase: u8 (0 or 1); Hello: u8 (1: Auth required) | str server nonce |
 //              str the run id of the agent that hosts the store (empty: a ddprun-store);
 //              Auth: str the server's proof; everything else: nothing
@@ -48,7 +54,7 @@
 namespace ddprun::store {
 
 inline constexpr std::uint32_t kMagic = 0x44445052;  // "DDPR"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kFrameHeaderSize = 8;
 
 enum class Command : std::uint8_t {
@@ -66,11 +72,18 @@ enum class Command : std::uint8_t {
   kNumKeys = 12,
   kPing = 13,
   kAuth = 14,
+  kArrive = 15,
 };
 
 enum class Status : std::uint8_t { kOk = 0, kMissing = 1, kTimeout = 2, kError = 3 };
 
 const char* command_name(Command command);
+
+// Whether the server may hold a request of this kind until keys exist (it carries timeout_ms).
+inline bool may_block(Command command) {
+  return command == Command::kGet || command == Command::kMultiGet || command == Command::kWait ||
+         command == Command::kArrive;
+}
 
 // Hard limits, enforced by the decoder before any allocation. Both ends must agree.
 struct Limits {
@@ -85,8 +98,11 @@ struct Request {
   std::vector<std::string> keys;
   std::vector<std::string> values;  // Set: [value]; CompareSet: [expected, desired]; MultiSet;
                                     // Auth: [proof]
-  std::int64_t number = 0;          // Add: delta
-  std::uint32_t timeout_ms = 0;     // Get, MultiGet, Wait
+  std::int64_t number = 0;          // Add: delta; Arrive: total
+  std::uint32_t timeout_ms = 0;     // Get, MultiGet, Wait, Arrive
+  // Arrive, on the server only (never sent): the counter after this request's arrival, once
+  // it has arrived, so that running the request again after a wait does not arrive twice.
+  std::optional<std::int64_t> arrived;
   // Hello only.
   std::uint32_t magic = kMagic;
   std::uint16_t version = kProtocolVersion;
@@ -98,7 +114,8 @@ struct Response {
   Status status = Status::kOk;
   std::vector<std::string> values;  // Get/TryGet/CompareSet: [value]; MultiGet: values;
                                     // Hello: [server nonce, host's run id]; Auth: [proof]
-  std::int64_t number = 0;          // Add, NumKeys, Check and Erase (0/1); Hello: auth required
+  std::int64_t number = 0;          // Add, NumKeys, Arrive; Check and Erase (0/1); Hello: auth
+                                    // required
   std::string message;              // Error
 };
 

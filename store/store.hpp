@@ -44,6 +44,24 @@ class Store {
                          const std::vector<std::string>& values, Deadline deadline) = 0;
   // Blocks until every key exists.
   virtual void wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  // A barrier's arrival and the wait that follows it, in one call: adds 1 to the counter at
+  // `counter`; the arrival that makes it `total` sets `release` to "1"; then blocks until
+  // `then_get` exists (it may be `release`). Returns the counter after this arrival and
+  // then_get's value. A TCP store does it in one request (the node arriving needs no answer
+  // before it waits); this default takes the three calls. A timeout comes after the arrival.
+  struct Arrival {
+    std::int64_t count = 0;
+    std::string value;
+  };
+  virtual Arrival arrive(const std::string& counter, std::int64_t total,
+                         const std::string& release, const std::string& then_get,
+                         Deadline deadline) {
+    Arrival a;
+    a.count = add(counter, 1, deadline);
+    if (a.count == total) set(release, "1", deadline);
+    a.value = get(then_get, deadline);
+    return a;
+  }
   virtual std::int64_t num_keys(Deadline deadline) = 0;
   virtual void ping(Deadline deadline) = 0;
 

@@ -219,7 +219,7 @@ void Connection::process() {
   }
 }
 
-void Connection::handle(const Request& request) {
+void Connection::handle(Request& request) {
   if (!handshake_.done()) {
     greet(request);
     return;
@@ -235,7 +235,7 @@ void Connection::handle(const Request& request) {
   StoreState::WaiterId waiter = 0;
   std::weak_ptr<Connection> weak = weak_from_this();
   StoreState::Ready ready;
-  if (StoreState::may_block(request.command)) {
+  if (may_block(request.command)) {
     ready = [weak] {
       // Runs inside another client's write, maybe on another thread (an in-process handle):
       // defer to this connection's thread, so one handler never re-enters another.

@@ -85,7 +85,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void account();
   // Runs the frames in the buffer until one blocks or the buffer holds no whole frame.
   void process();
-  void handle(const Request& request);
+  // Runs a request; one that must wait for keys is kept (pending_) until they exist.
+  void handle(Request& request);
   // The handshake's requests: hello, then auth when the server has a secret.
   void greet(const Request& request);
   void arm_handshake_timer();

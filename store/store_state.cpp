@@ -42,11 +42,18 @@ std::vector<std::string> StoreState::missing_keys(const Namespace& ns,
   return missing;
 }
 
-std::optional<Response> StoreState::execute(const std::string& ns_name, const Request& request,
+std::optional<Response> StoreState::execute(const std::string& ns_name, Request& request,
                                             Ready ready, WaiterId& waiter) {
   auto& ns = namespaces_[ns_name];
+  if (request.command == Command::kArrive && !request.arrived) {
+    request.arrived = add(ns, request.keys[0], 1);
+    if (*request.arrived == request.number) store(ns, request.keys[1], "1");
+  }
   if (may_block(request.command)) {
-    auto missing = missing_keys(ns, request.keys);
+    // An Arrive waits for its last key only.
+    auto missing = request.command == Command::kArrive
+                       ? missing_keys(ns, {request.keys[2]})
+                       : missing_keys(ns, request.keys);
     if (!missing.empty()) {
       if (request.timeout_ms == 0) {
         Response r;
@@ -85,12 +92,12 @@ Response StoreState::run(Namespace& ns, const Request& r) {
     }
     case Command::kCheck:
       return ok_number(missing_keys(ns, r.keys).empty() ? 1 : 0);
-    case Command::kAdd: {
-      auto it = ns.data.find(r.keys[0]);
-      std::int64_t value = r.number;
-      if (it != ns.data.end()) value += parse_counter(it->second, r.keys[0]);
-      store(ns, r.keys[0], std::to_string(value));
-      return ok_number(value);
+    case Command::kAdd:
+      return ok_number(add(ns, r.keys[0], r.number));
+    case Command::kArrive: {
+      auto response = ok_value(ns.data.at(r.keys[2]));
+      response.number = r.arrived.value_or(0);
+      return response;
     }
     case Command::kCompareSet: {
       auto it = ns.data.find(r.keys[0]);
@@ -122,6 +129,14 @@ Response StoreState::run(Namespace& ns, const Request& r) {
 void StoreState::store(Namespace& ns, const std::string& key, std::string value) {
   auto [it, created] = ns.data.insert_or_assign(key, std::move(value));
   if (created) wake(ns, key);
+}
+
+std::int64_t StoreState::add(Namespace& ns, const std::string& key, std::int64_t delta) {
+  auto it = ns.data.find(key);
+  std::int64_t value = delta;
+  if (it != ns.data.end()) value += parse_counter(it->second, key);
+  store(ns, key, std::to_string(value));
+  return value;
 }
 
 void StoreState::wake(Namespace& ns, const std::string& key) {

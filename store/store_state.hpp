@@ -27,14 +27,14 @@ class StoreState {
 
   // Runs `request` (any command but Hello) in namespace `ns`. Returns the response, or nullopt
   // when the request must wait: then `waiter` is set and `ready` will be called once (from a
-  // later write) when every key exists; the caller then runs the request again. A blocking
-  // request with timeout_ms == 0 never waits: it gets Status::kTimeout at once.
-  std::optional<Response> execute(const std::string& ns, const Request& request, Ready ready,
+  // later write) when every key exists; the caller then runs the same request again. A blocking
+  // request with timeout_ms == 0 never waits: it gets Status::kTimeout at once. An Arrive
+  // arrives on its first run and is marked (`arrived`): a run again only waits.
+  std::optional<Response> execute(const std::string& ns, Request& request, Ready ready,
                                   WaiterId& waiter);
-
-  // Whether a request of this kind can wait for keys: the others need no `ready`.
-  static bool may_block(Command command) {
-    return command == Command::kGet || command == Command::kMultiGet || command == Command::kWait;
+  std::optional<Response> execute(const std::string& ns, Request&& request, Ready ready,
+                                  WaiterId& waiter) {
+    return execute(ns, request, std::move(ready), waiter);
   }
 
   // Forgets a waiter (its timeout passed, or its connection closed). Unknown ids are ignored.
@@ -57,6 +57,7 @@ class StoreState {
 
   Response run(Namespace& ns, const Request& request);
   void store(Namespace& ns, const std::string& key, std::string value);
+  std::int64_t add(Namespace& ns, const std::string& key, std::int64_t delta);
   void wake(Namespace& ns, const std::string& key);
   std::vector<std::string> missing_keys(const Namespace& ns,
                                         const std::vector<std::string>& keys) const;

@@ -75,8 +75,7 @@ class TcpStoreClient::Impl {
   Response call(Request request, Deadline deadline) {
     const auto start = Clock::now();
     Deadline reply_deadline = deadline;
-    if (request.command == Command::kGet || request.command == Command::kMultiGet ||
-        request.command == Command::kWait) {
+    if (may_block(request.command)) {
       request.timeout_ms = to_timeout_ms(deadline);
       reply_deadline = Deadline::at(deadline.when() + options_.reply_grace);
     }
@@ -92,9 +91,13 @@ class TcpStoreClient::Impl {
                                 describe_keys(request.keys), response.message));
       }
       if (response.status == Status::kTimeout) {
+        // An Arrive waits for its last key only (its arrival is done).
+        const auto waited = request.command == Command::kArrive
+                                ? std::vector<std::string>{request.keys[2]}
+                                : request.keys;
         throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in store at {}",
                                        format_duration(Clock::now() - start),
-                                       describe_keys(request.keys), where_));
+                                       describe_keys(waited), where_));
       }
       return response;
     } catch (const ProtocolError& e) {
@@ -468,6 +471,15 @@ void TcpStoreClient::multi_set(const std::vector<std::string>& keys,
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) {
   impl_->call(make(Command::kWait, keys), deadline);
+}
+
+Store::Arrival TcpStoreClient::arrive(const std::string& counter, std::int64_t total,
+                                      const std::string& release, const std::string& then_get,
+                                      Deadline deadline) {
+  auto r = make(Command::kArrive, {counter, release, then_get});
+  r.number = total;
+  auto response = impl_->call(std::move(r), deadline);
+  return Arrival{response.number, std::move(response.values.at(0))};
 }
 
 std::int64_t TcpStoreClient::num_keys(Deadline deadline) {

@@ -55,6 +55,8 @@ class TcpStoreClient final : public Store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
                  Deadline deadline) override;
   void wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  Arrival arrive(const std::string& counter, std::int64_t total, const std::string& release,
+                 const std::string& then_get, Deadline deadline) override;
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;
   std::string describe() const override;

@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A decoded request must encode back to the same body.
     auto again = encode_request(request, limits);
     if (std::string_view(again).substr(kFrameHeaderSize) != body) __builtin_trap();
-    for (auto c : {Command::kGet, Command::kMultiGet, Command::kAdd, Command::kPing}) {
+    for (auto c : {Command::kGet, Command::kMultiGet, Command::kAdd, Command::kPing,
+                   Command::kArrive}) {
       (void)decode_response(c, body, limits);
     }
   } catch (const ddprun::ProtocolError&) {

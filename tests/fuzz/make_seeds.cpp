@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   auto write = [&](const Request& r) {
     std::ofstream(dir + "/seed_" + std::to_string(n++), std::ios::binary) << encode_request(r);
   };
-  for (int c = 1; c <= static_cast<int>(Command::kAuth); ++c) {
+  for (int c = 1; c <= static_cast<int>(Command::kArrive); ++c) {
     Request r;
     r.command = static_cast<Command>(c);
     r.run_id = "seed";
@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
       case Command::kWait: r.keys = {"a", "b"}; r.timeout_ms = 10; break;
       case Command::kHello: r.nonce = std::string(32, 'n'); break;
       case Command::kAuth: r.values = {std::string(32, 'p')}; break;
+      case Command::kArrive: r.keys = {"n", "all", "k"}; r.number = 2; r.timeout_ms = 10; break;
       case Command::kNumKeys:
       case Command::kPing: break;
     }

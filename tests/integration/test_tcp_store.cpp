@@ -14,7 +14,9 @@
 #include <atomic>
 #include <sstream>
 #include <fstream>
+#include <future>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -122,6 +124,47 @@ TEST_CASE("tcp store: every operation over a real socket", "[tcp_store]") {
   CHECK_THROWS_WITH(c.add("m1", 1, d), Catch::Contains("not an integer"));
   // The refusal closed that connection; the next call reconnects.
   CHECK(c.get("n", Deadline::after(5s)) == "7");
+}
+
+TEST_CASE("tcp store: arrivals over real sockets: the last releases, each gets what it waits "
+          "for, and a timeout comes after the arrival", "[tcp_store]") {
+  store::TcpStoreServer server(local());
+  server.start();
+  constexpr int kNodes = 4;
+  std::vector<std::future<store::Store::Arrival>> waiting;
+  std::vector<std::unique_ptr<store::TcpStoreClient>> clients;
+  for (int i = 0; i < kNodes - 1; ++i) {
+    clients.push_back(new_client(server));
+    waiting.push_back(std::async(std::launch::async, [c = clients.back().get()] {
+      return c->arrive("settled", kNodes, "all_settled", "root_cause", Deadline::after(30s));
+    }));
+  }
+  auto chooser = connect_to(server);
+  auto d = Deadline::after(30s);
+  // The chooser's own arrival waits for the release, which the last arrival sets.
+  const auto all = chooser.arrive("settled", kNodes, "all_settled", "all_settled", d);
+  CHECK(all.value == "1");
+  CHECK(chooser.add("settled", 0, d) == kNodes);
+  // Nothing released them yet: they wait for the root cause.
+  for (auto& w : waiting) CHECK(w.wait_for(0s) == std::future_status::timeout);
+  chooser.set("root_cause", "rank 7", d);
+  std::set<std::int64_t> counts{all.count};
+  for (auto& w : waiting) {
+    REQUIRE(w.wait_for(30s) == std::future_status::ready);
+    const auto arrival = w.get();
+    CHECK(arrival.value == "rank 7");
+    counts.insert(arrival.count);
+  }
+  CHECK(counts == std::set<std::int64_t>{1, 2, 3, 4});  // each arrived once
+  // An arrival whose key is there is one request.
+  const auto before = server.requests_served();
+  CHECK(chooser.arrive("other", 1, "other_all", "root_cause", d).value == "rank 7");
+  CHECK(server.requests_served() - before == 1);
+  // A timeout names the key waited for; the arrival stands.
+  CHECK_THROWS_WITH(chooser.arrive("late", 9, "late_all", "never", Deadline::after(100ms)),
+                    Catch::Contains("never") && !Catch::Contains("late_all"));
+  CHECK(chooser.add("late", 0, d) == 1);
+  require_server_healthy(server);
 }
 
 TEST_CASE("tcp store: 16 threads x 1000 adds give the exact total", "[tcp_store]") {

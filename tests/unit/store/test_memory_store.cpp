@@ -74,4 +74,10 @@ TEST_CASE("prefix store keeps namespaces apart", "[store]") {
   CHECK(b.compare_set("k", "from b", "changed", d) == "changed");
   CHECK(a.check({"k"}, d));
   CHECK_FALSE(a.check({"missing"}, d));
+  // An arrival's three keys are all the prefix's.
+  const auto arrival = a.arrive("n", 2, "all", "all", d);
+  CHECK(arrival.count == 2);
+  CHECK(arrival.value == "1");
+  CHECK(inner.get("job-a/all", d) == "1");
+  CHECK_FALSE(b.check({"all"}, d));
 }

@@ -80,6 +80,16 @@ TEST_CASE("every request round-trips through the codec", "[protocol]") {
   CHECK(round_trip(wait).timeout_ms == 99);
   CHECK(round_trip(make(Command::kNumKeys)).command == Command::kNumKeys);
   CHECK(round_trip(make(Command::kPing)).command == Command::kPing);
+
+  auto arrive = make(Command::kArrive, {"settled", "all_settled", "news/root_cause"});
+  arrive.number = 1024;
+  arrive.timeout_ms = 77;
+  arrive.arrived = 5;  // the server's own mark: never sent
+  auto a = round_trip(arrive);
+  CHECK(a.keys == arrive.keys);
+  CHECK(a.number == 1024);
+  CHECK(a.timeout_ms == 77);
+  CHECK_FALSE(a.arrived);
 }
 
 TEST_CASE("every response round-trips through the codec", "[protocol]") {
@@ -125,6 +135,12 @@ TEST_CASE("every response round-trips through the codec", "[protocol]") {
   Response proof;
   proof.values = {std::string(32, 'p')};
   CHECK(rt(Command::kAuth, proof).values == proof.values);
+  Response arrival;
+  arrival.number = 1023;
+  arrival.values = {"cause"};
+  auto arrived = rt(Command::kArrive, arrival);
+  CHECK(arrived.number == 1023);
+  CHECK(arrived.values == arrival.values);
   for (auto c : {Command::kSet, Command::kMultiSet, Command::kWait, Command::kPing}) {
     CHECK(rt(c, Response{}).status == Status::kOk);
   }

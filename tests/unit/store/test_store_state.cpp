@@ -73,3 +73,33 @@ TEST_CASE("store state: zero timeout never waits", "[store]") {
   CHECK(r->status == Status::kTimeout);
   CHECK(s.num_waiters() == 0);
 }
+
+TEST_CASE("store state: an arrival counts once, the last releases, and each waits for its own key",
+          "[store]") {
+  StoreState s;
+  StoreState::WaiterId id = 0, unused = 0;
+  int woken = 0;
+  // The first of two arrives and waits for the root cause.
+  auto first = req(Command::kArrive, {"settled", "all_settled", "root_cause"});
+  first.number = 2;
+  CHECK_FALSE(s.execute("r", first, [&] { ++woken; }, id));
+  CHECK(first.arrived == 1);
+  CHECK_FALSE(s.execute("r", req(Command::kTryGet, {"all_settled"}), {}, unused)->status ==
+              Status::kOk);
+  // The second makes the count whole: it releases, and its wait (on the release) ends at once.
+  auto second = req(Command::kArrive, {"settled", "all_settled", "all_settled"});
+  second.number = 2;
+  auto released = s.execute("r", second, [] {}, unused);
+  REQUIRE(released);
+  CHECK(released->number == 2);
+  CHECK(released->values == std::vector<std::string>{"1"});
+  CHECK(woken == 0);  // the first waits for the root cause, not the release
+  s.execute("r", req(Command::kSet, {"root_cause"}, {"rank 3"}), [] {}, unused);
+  CHECK(woken == 1);
+  // Run again after its wake-up, the first only reads: the count stays 2.
+  auto answer = s.execute("r", first, [] {}, unused);
+  REQUIRE(answer);
+  CHECK(answer->number == 1);
+  CHECK(answer->values == std::vector<std::string>{"rank 3"});
+  CHECK(s.execute("r", req(Command::kAdd, {"settled"}), [] {}, unused)->number == 2);
+}

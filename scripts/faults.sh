@@ -331,7 +331,8 @@ elif kind == "slowloris":
 elif kind == "forge":
     # A hello with no proof of the secret, then the forged outcome.
     def key(b): return struct.pack(">I", len(b)) + b
-    hello = b"\x01" + struct.pack(">IH", 0x44445052, 2) + key(b"none") + key(b"n" * 32)
+    # The store's protocol version (kProtocolVersion), so that what is refused is the proof.
+    hello = b"\x01" + struct.pack(">IH", 0x44445052, 3) + key(b"none") + key(b"n" * 32)
     forged = b"\x02" + key(b"news/attempt/0/outcome") + key(b"success")
     s = conn()
     s.sendall(struct.pack(">Q", len(hello)) + hello + struct.pack(">Q", len(forged)) + forged)
@@ -424,6 +425,8 @@ expect_wrong_secret="the node with the wrong secret exits 124 at once"
 fault_missing_secret() {
   printf 'the-job-secret-0123456789\n' >"$dir/token"; chmod 600 "$dir/token"
   abused_job forge --token-file="$dir/token"
+  # Refused for the missing proof, not for anything before it (a stale protocol version).
+  grep -q "this store needs the job's secret" "$dir/a.out" || met=0
   note="a client without the secret sends the forged outcome"
 }
 expect_missing_secret="the forged outcome refused; the job ends as its worker does (0)"

@@ -255,12 +255,13 @@ void Connection::handle(Request& request) {
   }
   busy_ = true;
   waiter_ = waiter;
-  if (&request != &pending_) pending_ = request;
-  wait_timer_.expires_after(std::chrono::milliseconds(request.timeout_ms));
-  wait_timer_.async_wait([weak, waiter, command = request.command](boost::system::error_code ec) {
+  if (&request != &pending_) pending_ = std::move(request);
+  wait_timer_.expires_after(std::chrono::milliseconds(pending_.timeout_ms));
+  wait_timer_.async_wait([weak, waiter, command = pending_.command](boost::system::error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closed_ || self->waiter_ != waiter) return;
     self->cancel_wait();
+    self->pending_ = Request{};
     self->busy_ = false;
     Response timeout;
     timeout.status = Status::kTimeout;
@@ -305,6 +306,7 @@ void Connection::finish_wait() {
     close(e.what());
     return;
   }
+  if (waiter_ == 0) pending_ = Request{};  // answered: an idle connection keeps no keys
   process();
 }
 

@@ -72,8 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     pos += frame;
     if (!c.open) continue;
     try {
-      const auto request = decode_request(rest.substr(kFrameHeaderSize, frame - kFrameHeaderSize),
-                                          limits);
+      // Not const: the state marks an Arrive that arrived (Request::arrived).
+      auto request = decode_request(rest.substr(kFrameHeaderSize, frame - kFrameHeaderSize),
+                                    limits);
       if (!c.handshake.done()) {
         (void)c.handshake.on_request(request);
         if (with_secret && c.handshake.done()) __builtin_trap();  // a forged proof passed

@@ -131,8 +131,9 @@ TEST_CASE("tcp store: arrivals over real sockets: the last releases, each gets w
   store::TcpStoreServer server(local());
   server.start();
   constexpr int kNodes = 4;
-  std::vector<std::future<store::Store::Arrival>> waiting;
+  // The clients outlive the threads that wait in them (declared first, destroyed last).
   std::vector<std::unique_ptr<store::TcpStoreClient>> clients;
+  std::vector<std::future<store::Store::Arrival>> waiting;
   for (int i = 0; i < kNodes - 1; ++i) {
     clients.push_back(new_client(server));
     waiting.push_back(std::async(std::launch::async, [c = clients.back().get()] {

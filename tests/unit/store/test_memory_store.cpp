@@ -58,6 +58,28 @@ TEST_CASE("memory store: get blocks until set, and times out naming the key", "[
   CHECK(Clock::now() - start >= 100ms);
 }
 
+TEST_CASE("memory store: an arrival that waits is woken once and does not arrive again",
+          "[store]") {
+  store::MemoryStore first;
+  auto other = first.connect();
+  auto& second = *other;
+  auto waiting = std::async(std::launch::async, [&] {
+    return first.arrive("settled", 2, "all_settled", "root_cause", Deadline::after(30s));
+  });
+  // The first has arrived and waits for the root cause before the second arrives.
+  REQUIRE(test::wait_until([&] { return first.num_waiting() == 1; }, 30s));
+  const auto last = second.arrive("settled", 2, "all_settled", "all_settled", Deadline::after(5s));
+  CHECK(last.count == 2);
+  CHECK(last.value == "1");
+  second.set("root_cause", "rank 5", Deadline::after(5s));
+  REQUIRE(waiting.wait_for(30s) == std::future_status::ready);
+  const auto arrival = waiting.get();
+  CHECK(arrival.count == 1);
+  CHECK(arrival.value == "rank 5");
+  CHECK(second.add("settled", 0, Deadline::after(5s)) == 2);
+  CHECK(first.num_waiting() == 0);
+}
+
 TEST_CASE("prefix store keeps namespaces apart", "[store]") {
   store::MemoryStore inner;
   store::PrefixStore a("job-a", inner);

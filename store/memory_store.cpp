@@ -78,10 +78,9 @@ Response MemoryStore::execute(Request r, Deadline deadline) {
     if (!ready) break;
     // Every key exists now: run the request again to answer it.
   }
-  // An Arrive waits for its last key only (its arrival is done).
-  const auto waited = r.command == Command::kArrive ? std::vector<std::string>{r.keys[2]} : r.keys;
   throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in store at {}",
-                                 format_duration(Clock::now() - start), waited, where_));
+                                 format_duration(Clock::now() - start), keys_waited_for(r),
+                                 where_));
 }
 
 void MemoryStore::set(const std::string& key, const std::string& value, Deadline deadline) {

@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,6 +110,13 @@ struct Request {
   std::string run_id;
   std::string nonce;
 };
+
+// The keys a blocking request waits for: an Arrive waits for its last key only (its arrival
+// does not wait), the others for all of theirs.
+inline std::span<const std::string> keys_waited_for(const Request& request) {
+  if (request.command == Command::kArrive) return {request.keys.data() + 2, 1};
+  return request.keys;
+}
 
 struct Response {
   Status status = Status::kOk;

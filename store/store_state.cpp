@@ -29,7 +29,7 @@ std::size_t StoreState::num_keys(const std::string& ns) const {
 }
 
 std::vector<std::string> StoreState::missing_keys(const Namespace& ns,
-                                                  const std::vector<std::string>& keys) const {
+                                                  std::span<const std::string> keys) const {
   std::vector<std::string> missing;
   if (keys.size() == 1) {  // the common case: no set of the keys seen
     if (!ns.data.count(keys[0])) missing.push_back(keys[0]);
@@ -50,10 +50,7 @@ std::optional<Response> StoreState::execute(const std::string& ns_name, Request&
     if (*request.arrived == request.number) store(ns, request.keys[1], "1");
   }
   if (may_block(request.command)) {
-    // An Arrive waits for its last key only.
-    auto missing = request.command == Command::kArrive
-                       ? missing_keys(ns, {request.keys[2]})
-                       : missing_keys(ns, request.keys);
+    auto missing = missing_keys(ns, keys_waited_for(request));
     if (!missing.empty()) {
       if (request.timeout_ms == 0) {
         Response r;

@@ -60,7 +60,7 @@ class StoreState {
   std::int64_t add(Namespace& ns, const std::string& key, std::int64_t delta);
   void wake(Namespace& ns, const std::string& key);
   std::vector<std::string> missing_keys(const Namespace& ns,
-                                        const std::vector<std::string>& keys) const;
+                                        std::span<const std::string> keys) const;
 
   std::unordered_map<std::string, Namespace> namespaces_;
   std::unordered_map<WaiterId, Waiter> waiters_;

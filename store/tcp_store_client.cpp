@@ -36,7 +36,7 @@ std::uint32_t to_timeout_ms(Deadline deadline) {
   return static_cast<std::uint32_t>(std::clamp<std::int64_t>(ms, 0, UINT32_MAX));
 }
 
-std::string describe_keys(const std::vector<std::string>& keys) {
+std::string describe_keys(std::span<const std::string> keys) {
   if (keys.size() <= 4) return fmt::format("{}", keys);
   return fmt::format("[{}, {}, ... {} keys]", keys[0], keys[1], keys.size());
 }
@@ -91,13 +91,9 @@ class TcpStoreClient::Impl {
                                 describe_keys(request.keys), response.message));
       }
       if (response.status == Status::kTimeout) {
-        // An Arrive waits for its last key only (its arrival is done).
-        const auto waited = request.command == Command::kArrive
-                                ? std::vector<std::string>{request.keys[2]}
-                                : request.keys;
         throw TimeoutError(fmt::format("timed out after {} waiting for key(s) {} in store at {}",
                                        format_duration(Clock::now() - start),
-                                       describe_keys(waited), where_));
+                                       describe_keys(keys_waited_for(request)), where_));
       }
       return response;
     } catch (const ProtocolError& e) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/failure.hpp"
 #include "agent/status_board.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
@@ -139,10 +140,7 @@ RunResult Agent::run_rounds() {
       ++membership_changes_;
       spdlog::warn("round {} ends: {}; re-forming without spending a restart", round_->id,
                    f.message);
-    } else if ((f.kind == Failure::Kind::kWorker || f.kind == Failure::Kind::kHang ||
-                (f.kind == Failure::Kind::kAgent && f.exit_code == kExitNoResources)) &&
-               restarts_ < config_.max_restarts &&
-               signal_ == 0) {
+    } else if (spends_restart(f) && restarts_ < config_.max_restarts && signal_ == 0) {
       log_restart(f);
       ++restarts_;
       emit("restart", {{"attempt", restarts_}, {"round", round_->id + 1}});

@@ -123,11 +123,18 @@ AttemptOutcome Attempt::run() {
     std::function<void(Failure&)> refine;
     if (stacks) refine = [this](Failure& f) { explain(f); };
     const auto offered = offer_next_master_port();
+    // The chooser closes the next round ahead when the job restarts from its pick.
+    const auto settle = [this](const Failure& root) -> std::optional<std::string> {
+      if (!spends_restart(root) || round_.restart_count >= config_.max_restarts || signal_ != 0) {
+        return std::nullopt;
+      }
+      return ctx_.rendezvous->settle_next_round(round_, round_.restart_count + 1);
+    };
     auto cause = channel_.resolve_root_cause(outcome.failure, outcome_mine_,
                                              config_.shutdown_timeout + kCaptureBudget + 10s,
-                                             refine);
+                                             refine, settle);
     outcome.failure = std::move(cause.failure);
-    outcome.end = RoundEnd{cause.all_stopped, outcome_mine_};
+    outcome.end = RoundEnd{cause.all_stopped, outcome_mine_, std::move(cause.next_round)};
     outcome.next_master_port = offered ? offered : cause.next_master_port;
   }
   return outcome;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddprun {
 
@@ -140,6 +141,11 @@ std::string format_root_cause(const Failure& f, int world_size) {
     }
   }
   return out;
+}
+
+bool spends_restart(const Failure& root) {
+  return root.kind == Failure::Kind::kWorker || root.kind == Failure::Kind::kHang ||
+         (root.kind == Failure::Kind::kAgent && root.exit_code == kExitNoResources);
 }
 
 }  // namespace ddprun

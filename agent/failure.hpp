@@ -28,6 +28,11 @@ struct ErrorFile {
 // Returns nullopt when the file does not exist or cannot be parsed.
 std::optional<ErrorFile> read_error_file(const std::string& path);
 
+// Whether a round that ended with `root` is restarted when restarts are left: a worker's
+// failure, a hang, or a node without the resources its workers need. Anything else ends the
+// job, and a membership change re-forms it without spending a restart.
+bool spends_restart(const Failure& root);
+
 // The readable multi-line block every agent prints once about the root cause.
 std::string format_root_cause(const Failure& failure, int world_size);
 

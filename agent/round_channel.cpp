@@ -16,6 +16,7 @@ namespace {
 // news).
 constexpr const char* kAllStopped = "all_stopped";
 constexpr const char* kNextMasterPort = "next_master_port";
+constexpr const char* kNextRound = "next_round";
 
 }  // namespace
 
@@ -102,12 +103,15 @@ std::vector<RankWhere> RoundChannel::all_where() {
 namespace {
 
 RootCause parse_root_cause(const std::string& text) {
-  RootCause r{Failure::from_json(text), false, std::nullopt};
+  RootCause r{Failure::from_json(text), false, std::nullopt, std::nullopt};
   const auto j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return r;
   r.all_stopped = j.value(kAllStopped, false);
   if (const auto port = j.find(kNextMasterPort); port != j.end() && port->is_number_integer()) {
     r.next_master_port = port->get<int>();
+  }
+  if (const auto next = j.find(kNextRound); next != j.end() && next->is_string()) {
+    r.next_round = next->get<std::string>();
   }
   return r;
 }
@@ -116,7 +120,8 @@ RootCause parse_root_cause(const std::string& text) {
 
 RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
                                            std::chrono::milliseconds settle_time,
-                                           const std::function<void(Failure&)>& refine) {
+                                           const std::function<void(Failure&)>& refine,
+                                           const Settle& settle) {
   const auto deadline = Deadline::after(settle_time);
   // Each node counts itself settled; the last one releases the chooser. A node that did not
   // choose then waits for the root cause: with its arrival, one request to a TCP store.
@@ -150,7 +155,7 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
     if (refine) refine(earliest);
     auto record = nlohmann::json::parse(earliest.to_json());
     record[kAllStopped] = all_stopped;
-    RootCause cause{earliest, all_stopped, std::nullopt};
+    RootCause cause{earliest, all_stopped, std::nullopt, std::nullopt};
     // Group rank 0 offers the port before it settles, so it is there once every node has (and
     // may be, when the settle timed out); a port in the root cause spares every node a read of
     // its own on the next round's path. Without it they read the port group rank 0 publishes.
@@ -161,6 +166,15 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
       }
     } catch (const Error& e) {
       spdlog::warn("could not read the next round's master port: {}", e.what());
+    }
+    // Every node back: the next round may be closed now, so that no node forms it.
+    if (all_stopped && settle) {
+      try {
+        cause.next_round = settle(earliest);
+        if (cause.next_round) record[kNextRound] = *cause.next_round;
+      } catch (const Error& e) {
+        spdlog::warn("could not close the next round ahead: {}; it forms as usual", e.what());
+      }
     }
     try {
       news_.set("root_cause", record.dump(), op());
@@ -175,7 +189,7 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
   } catch (const Error& e) {
     spdlog::warn("could not agree on the root cause: {}; reporting the first failure published",
                  e.what());
-    return RootCause{first, false, std::nullopt};
+    return RootCause{first, false, std::nullopt, std::nullopt};
   }
 }
 

@@ -26,6 +26,8 @@ struct RootCause {
   // The next round's master port, when group rank 0 offered one before it settled: used when
   // that round keeps every node's ranks (Round::ranks_kept).
   std::optional<int> next_master_port;
+  // The next round, when the chooser closed it ahead (RendezvousHandler::settle_next_round).
+  std::optional<std::string> next_round;
 };
 
 class RoundChannel {
@@ -72,10 +74,13 @@ class RoundChannel {
   // and publishes it; the others read it. Falls back to `first` when the store fails.
   // `refine`, when given, runs on the chooser's pick before it is published (the stacks'
   // grouping is added there). The chooser also carries the port group rank 0 offered
-  // (offer_next_master_port) into the root cause.
+  // (offer_next_master_port) into the root cause, and, when every node settled, the next round
+  // `settle` closed ahead for its pick (nullopt from it, or no `settle`: none).
+  using Settle = std::function<std::optional<std::string>(const Failure& root)>;
   RootCause resolve_root_cause(const Failure& first, bool chooser,
                                std::chrono::milliseconds settle_time,
-                               const std::function<void(Failure&)>& refine = {});
+                               const std::function<void(Failure&)>& refine = {},
+                               const Settle& settle = {});
 
   // The end of the job for this node: its goodbye, one key of its own, so that saying it twice
   // (again on a fresh connection, after a signal cut the first one short) counts once. Throws.

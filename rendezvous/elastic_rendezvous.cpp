@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,26 @@ int kept_ring(const std::vector<RoundCandidate>& candidates) {
 }
 
 namespace {
+
+// A member's result in a closed round, from its assignment.
+RoundResult member_place(int round, int slot, const ClosedRound& closed, const RoundAssignment& a,
+                         int nproc) {
+  RoundResult result;
+  result.round = round;
+  result.slot = slot;
+  result.member = true;
+  result.members = closed.members;
+  result.failures = closed.failures;
+  result.ring_round = closed.ring_round >= 0 ? closed.ring_round : round;
+  result.master_host = closed.master_host;
+  result.successor_host = a.successor_host;
+  result.ranks.group_rank = a.group_rank;
+  result.ranks.base_rank = a.base_rank;
+  result.ranks.group_world_size = closed.members;
+  result.ranks.local_world_size = nproc;
+  result.ranks.world_size = closed.world_size;
+  return result;
+}
 
 // One node's join of one round (see the header): takes a slot, publishes its descriptor, closes
 // the round when it is the one to, waits for the round to close, and reads its place in it.
@@ -211,34 +232,28 @@ class RoundJoin {
   // (kept_ring: each candidate was there, at its own group rank), so a member of it knows its
   // place without a read: a request per node fewer on a restart's path.
   RoundResult place(int slot, const ClosedRound& closed) {
-    RoundResult result;
-    result.round = round_;
-    result.slot = slot;
-    result.members = closed.members;
-    result.failures = closed.failures;
-    result.ring_round = closed.ring_round >= 0 ? closed.ring_round : round_;
-    result.master_host = closed.master_host;
-    result.ranks_kept =
-        previous_ && closed.ranks_of >= 0 && closed.ranks_of == self_.prev_round;
+    const bool kept = previous_ && closed.ranks_of >= 0 && closed.ranks_of == self_.prev_round;
     std::optional<RoundAssignment> assignment;
-    if (result.ranks_kept) {
+    if (kept) {
       assignment = previous_;
     } else if (auto text = rs_.try_get(fmt::format("assign/{}", slot), op())) {
       assignment = decode_assignment(*text);
     }
-    result.member = assignment.has_value();
-    if (!result.member) return result;
-    const auto& a = *assignment;
-    result.successor_host = a.successor_host;
-    result.ranks.group_rank = a.group_rank;
-    result.ranks.base_rank = a.base_rank;
-    result.ranks.group_world_size = closed.members;
-    result.ranks.local_world_size = self_.nproc;
-    result.ranks.world_size = closed.world_size;
+    if (!assignment) {
+      RoundResult outside;
+      outside.round = round_;
+      outside.slot = slot;
+      outside.members = closed.members;
+      outside.failures = closed.failures;
+      return outside;
+    }
+    auto result = member_place(round_, slot, closed, *assignment, self_.nproc);
+    result.ranks_kept = kept;
     spdlog::info("rendezvous: round {} closed in {} with {} nodes; this node is group rank {} "
                  "(ranks {}..{} of {})",
-                 round_, format_duration(Clock::now() - start_), result.members, a.group_rank,
-                 a.base_rank, a.base_rank + self_.nproc - 1, closed.world_size);
+                 round_, format_duration(Clock::now() - start_), result.members,
+                 result.ranks.group_rank, result.ranks.base_rank,
+                 result.ranks.base_rank + self_.nproc - 1, result.ranks.world_size);
     return result;
   }
 
@@ -258,6 +273,26 @@ RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
                        const ElasticRendezvousOptions& options,
                        const std::optional<RoundAssignment>& previous) {
   return RoundJoin(store, round, self, options, previous).run();
+}
+
+std::optional<SettledRound> settle_next_round(store::Store& store, int round,
+                                              const ClosedRound& next, const std::string& closer,
+                                              Deadline deadline) {
+  // A node that joined `round` after it closed (a latecomer, a hot spare) waits to join: the
+  // next round forms as usual, with it.
+  if (store.add(round_key(round, "join"), 0, deadline) != next.members) return std::nullopt;
+  // The members take the next round's first slots, unless a node joined it already (then it
+  // forms as usual). Whoever joins after this gets a later slot, no assignment and is not a
+  // member: a latecomer asks the members to re-form with it, as in any closed round.
+  const auto taken = std::to_string(next.members);
+  if (store.compare_set(round_key(round + 1, "join"), "", taken, deadline) != taken) {
+    return std::nullopt;
+  }
+  // Nobody else closes it; the round number moves on for newcomers; the record comes last,
+  // for a node that reads the round rather than the root cause.
+  store.multi_set({"round", round_key(round + 1, "closing"), news_key(round + 1, "closed")},
+                  {std::to_string(round + 1), closer, encode_closed(next)}, deadline);
+  return SettledRound{round + 1, next};
 }
 
 ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener open_store,
@@ -303,7 +338,20 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
   while (true) {
     emit("rendezvous_started", {{"round", round_}, {"min_nodes", options_.min_nodes},
                                 {"max_nodes", options_.max_nodes}});
-    auto joined = join_round(store_, round_, self_, options_, assignment_);
+    RoundResult joined;
+    if (auto settled = std::exchange(settled_, std::nullopt); settled && assignment_) {
+      // Closed ahead with the last round's root cause: this node keeps its place, asking
+      // nothing of the store.
+      joined = member_place(settled->round, assignment_->group_rank, settled->closed,
+                            *assignment_, self_.nproc);
+      joined.ranks_kept = true;
+      spdlog::info("rendezvous: round {} closed with the root cause of round {}: the same {} "
+                   "nodes, this node keeps group rank {}",
+                   joined.round, settled->closed.ranks_of, joined.members,
+                   joined.ranks.group_rank);
+    } else {
+      joined = join_round(store_, round_, self_, options_, assignment_);
+    }
     if (!joined.member) {
       stop_ring();  // a spare or a latecomer watches nobody; its old ring's members moved on
       if (auto outcome = outsider(joined)) return NextRound{std::nullopt, *outcome};
@@ -335,15 +383,46 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
   }
 }
 
-// An elastic round is formed anew whatever the last one's end: nodes may have joined meanwhile.
-// What this node was in it goes into its next descriptor, for the closer to see whether the
-// next round has the same members and can keep the ring.
-void ElasticRendezvous::round_ended(const Round& round, const RoundEnd& /*end*/) {
+// An elastic round is formed anew, nodes may have joined meanwhile, unless the chooser of the
+// last one's root cause closed the next ahead (settle_next_round) and the root cause carried
+// it here. What this node was in the last round goes into its next descriptor, for the closer
+// to see whether the next round has the same members and can keep the ring.
+void ElasticRendezvous::round_ended(const Round& round, const RoundEnd& end) {
   self_.prev_rank = round.ranks.group_rank;
   self_.prev_round = round.id;
   self_.prev_members = round.ranks.group_world_size;
   self_.prev_ring = ring_round_;
+  if (end.next_round) {
+    try {
+      auto settled = decode_settled(*end.next_round);
+      if (settled.round == round.id + 1 && settled.closed.ranks_of == round.id &&
+          settled.closed.members == round.ranks.group_world_size) {
+        settled_ = std::move(settled);
+        round_ = round.id + 1;
+        return;
+      }
+      spdlog::warn("rendezvous: the root cause of round {} carries round {} of round {}'s "
+                   "members; forming the next round instead",
+                   round.id, settled.round, settled.closed.ranks_of);
+    } catch (const RendezvousError& e) {
+      spdlog::warn("rendezvous: {}; forming the next round instead", e.what());
+    }
+  }
   round_ = advance_round(store_, round.id, op());
+}
+
+std::optional<std::string> ElasticRendezvous::settle_next_round(const Round& round,
+                                                                int restart_count) {
+  ClosedRound next;
+  next.members = round.ranks.group_world_size;
+  next.world_size = round.ranks.world_size;
+  next.failures = restart_count;
+  next.master_host = round.master_addr;
+  next.ring_round = ring_round_;
+  next.ranks_of = round.id;
+  auto settled = ddprun::settle_next_round(store_, round.id, next, self_.id, op());
+  if (!settled) return std::nullopt;
+  return encode_settled(*settled);
 }
 
 std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {

@@ -16,6 +16,11 @@
 // the closer says so in "closed", so every member decides alike, and a recovery after a worker
 // failure forms no ring anew.
 //
+// After a failure that every member settled, when the job restarts and nobody waits to join,
+// the node that chose the root cause closes the next round ahead (settle_next_round): the same
+// members in the same places, the same ring. The root cause carries that round to every
+// member, which takes its place without a request of its own.
+//
 // As a RendezvousHandler (ElasticRendezvous): a node that comes while a round runs asks its
 // members to re-form with it (it writes a membership record to the round's outcome); beyond
 // MAX it waits as a hot spare for the round to end. Losing a node re-forms the round.
@@ -26,6 +31,7 @@
 // count, world size, restart count, master host, the ring kept: JSON), "r/<r>/hb/<g>" (the ring
 // of round r, also for the later rounds that keep it).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +107,16 @@ RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
                        const ElasticRendezvousOptions& options,
                        const std::optional<RoundAssignment>& previous = std::nullopt);
 
+// The next round closed ahead by the node that chose round `round`'s root cause, every member
+// back and the job restarting: round `round + 1` with `next` (the same members in the same
+// places), so that no member joins it with requests of its own (a recovery's next round then
+// costs the store a few requests in all, not four per node). nullopt when a node waits to join
+// (`round` took more joins than it has members) or has joined `round + 1` already: that round
+// then forms as usual, with it. `closer`: this node's id, as a closer's.
+std::optional<SettledRound> settle_next_round(store::Store& store, int round,
+                                              const ClosedRound& next, const std::string& closer,
+                                              Deadline deadline);
+
 // Moves the job on from round `round`; returns the round to join next (later than `round`).
 int advance_round(store::Store& store, int round, Deadline deadline);
 
@@ -134,6 +150,7 @@ class ElasticRendezvous final : public RendezvousHandler {
 
   NextRound next_round(int restart_count) override;
   void round_ended(const Round& round, const RoundEnd& end) override;
+  std::optional<std::string> settle_next_round(const Round& round, int restart_count) override;
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
@@ -159,6 +176,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   int round_ = -1;  // the round to join next; -1: not looked up yet
   int ring_round_ = -1;  // the ring of the round this node is a member of
   std::optional<RoundAssignment> assignment_;  // this node's place in that round
+  // The next round, closed ahead and carried by the last round's root cause (round_ended).
+  std::optional<SettledRound> settled_;
   RingKeeper ring_;
 };
 

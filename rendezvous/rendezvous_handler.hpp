@@ -38,6 +38,9 @@ struct RoundEnd {
   bool all_stopped = false;
   // This node chose that root cause (its failure decided the round).
   bool chose_root_cause = false;
+  // The next round, already closed by the chooser (RendezvousHandler::settle_next_round) and
+  // carried to every node in the root cause; nullopt: the next round forms as usual.
+  std::optional<std::string> next_round;
 };
 
 struct Round {
@@ -102,6 +105,17 @@ class RendezvousHandler {
   // This node is done with `round` and will ask for the next one. When every node stopped its
   // workers (`end.all_stopped`), a static rendezvous starts the next attempt without a barrier.
   virtual void round_ended(const Round& round, const RoundEnd& end) = 0;
+
+  // Called on the node that chose the root cause of `round` when every node has settled and
+  // the job restarts, before the root cause is published: the rendezvous may close the next
+  // round now, with the same members in the same places and `restart_count`, and return what
+  // every node needs to take its place in it without a request of its own. The root cause
+  // carries that to every node (RoundEnd::next_round). nullopt (the default): the next round
+  // forms as usual. Throws Error when the store fails.
+  virtual std::optional<std::string> settle_next_round(const Round& /*round*/,
+                                                       int /*restart_count*/) {
+    return std::nullopt;
+  }
 
   // Starts watching the round's members: `on_lost(group_rank)` at most once when a member
   // stops answering, `on_error` when the store cannot be reached. Both come from another thread.

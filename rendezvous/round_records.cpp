@@ -60,17 +60,36 @@ RoundAssignment decode_assignment(const std::string& text) {
   });
 }
 
-std::string encode_closed(const ClosedRound& c) {
+namespace {
+
+json closed_json(const ClosedRound& c) {
   return json{{"members", c.members},       {"world_size", c.world_size},
               {"failures", c.failures},     {"master_host", c.master_host},
-              {"ring_round", c.ring_round}, {"ranks_of", c.ranks_of}}
-      .dump();
+              {"ring_round", c.ring_round}, {"ranks_of", c.ranks_of}};
 }
 
+ClosedRound closed_from(const json& j) {
+  return ClosedRound{j.at("members"), j.at("world_size"), j.at("failures"),
+                     j.at("master_host"), j.value("ring_round", -1), j.value("ranks_of", -1)};
+}
+
+}  // namespace
+
+std::string encode_closed(const ClosedRound& c) { return closed_json(c).dump(); }
+
 ClosedRound decode_closed(const std::string& text) {
-  return decode<ClosedRound>(text, "round record", [](const json& j) {
-    return ClosedRound{j.at("members"), j.at("world_size"), j.at("failures"),
-                       j.at("master_host"), j.value("ring_round", -1), j.value("ranks_of", -1)};
+  return decode<ClosedRound>(text, "round record", closed_from);
+}
+
+std::string encode_settled(const SettledRound& s) {
+  auto j = closed_json(s.closed);
+  j["round"] = s.round;
+  return j.dump();
+}
+
+SettledRound decode_settled(const std::string& text) {
+  return decode<SettledRound>(text, "settled round record", [](const json& j) {
+    return SettledRound{j.at("round"), closed_from(j)};
   });
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The records an elastic round keeps in the store (rendezvous/elastic_rendezvous.hpp), as JSON:
-// a joiner's descriptor ("node/<slot>"), a member's assignment ("assign/<slot>") and the closed
-// round ("closed"). Pure: each decoder throws RendezvousError naming the record it could not
+// a joiner's descriptor ("node/<slot>"), a member's assignment ("assign/<slot>"), the closed
+// round ("closed"), and a round closed ahead as a root cause carries it. Pure: each decoder throws RendezvousError naming the record it could not
 // read, so a store holding something else fails the rendezvous with a message, not a crash.
 
 #include <string>
@@ -42,11 +42,21 @@ struct ClosedRound {
   int ranks_of = -1;
 };
 
+// A round closed ahead, by the node that chose the root cause of the round before it (every
+// member back, nobody waiting to join): its number and its record, carried to every member in
+// that root cause, so that no member asks the store for its place.
+struct SettledRound {
+  int round = 0;
+  ClosedRound closed;
+};
+
 std::string encode_node(const ElasticNode& node);
 ElasticNode decode_node(const std::string& text);
 std::string encode_assignment(const RoundAssignment& assignment);
 RoundAssignment decode_assignment(const std::string& text);
 std::string encode_closed(const ClosedRound& closed);
 ClosedRound decode_closed(const std::string& text);
+std::string encode_settled(const SettledRound& settled);
+SettledRound decode_settled(const std::string& text);
 
 }  // namespace ddprun

@@ -181,3 +181,67 @@ TEST_CASE("join_round: the last round's members keep their places without readin
   CHECK(b2.successor_host == "a");
   CHECK(b2.ranks.group_rank == b0.ranks.group_rank);
 }
+
+TEST_CASE("settle_next_round: the members take the next round's places, a latecomer is left out",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  // Round 0 closed with two members.
+  s->add("r/0/join", 2, op());
+  ClosedRound next;
+  next.members = 2;
+  next.world_size = 3;
+  next.failures = 1;
+  next.master_host = "a";
+  next.ring_round = 0;
+  next.ranks_of = 0;
+  const auto settled = settle_next_round(*s, 0, next, "a:1", op());
+  REQUIRE(settled);
+  CHECK(settled->round == 1);
+  const auto carried = decode_settled(encode_settled(*settled));
+  CHECK(carried.round == 1);
+  CHECK(carried.closed.failures == 1);
+  CHECK(carried.closed.ranks_of == 0);
+  // The store says the same to a node that reads the round instead of the root cause.
+  CHECK(s->get("round", op()) == "1");
+  CHECK(decode_closed(s->get("news/r/1/closed", op())).world_size == 3);
+  CHECK(s->get("r/1/closing", op()) == "a:1");
+
+  // A newcomer joining round 1 now takes the slot after the members' and is not one of them.
+  ElasticRendezvousOptions o;
+  o.min_nodes = 1;
+  o.max_nodes = 3;
+  o.join_timeout = std::chrono::seconds(30);
+  o.last_call_timeout = std::chrono::milliseconds(1);
+  const ElasticNode c{"c:1", "c", 1, -1, 0};
+  const auto late = join_round(*shared.connect(), 1, c, o);
+  CHECK(!late.member);
+  CHECK(late.slot == 2);
+  CHECK(late.members == 2);
+}
+
+TEST_CASE("settle_next_round: a node waiting to join, or one in the next round, makes it form",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  ClosedRound next;
+  next.members = 2;
+  next.world_size = 2;
+  next.ranks_of = 0;
+  s->set("round", "0", op());
+
+  // Round 0 has two members and took a third join (a latecomer, a hot spare): nothing closes.
+  s->add("r/0/join", 3, op());
+  CHECK(!settle_next_round(*s, 0, next, "a:1", op()));
+  // Round 0 took two, but a node joined round 1 already.
+  s->add("r/0/join", -1, op());
+  s->add("r/1/join", 1, op());
+  CHECK(!settle_next_round(*s, 0, next, "a:1", op()));
+  // Either way the next round is left to form: nothing of it was written.
+  CHECK(s->get("round", op()) == "0");
+  CHECK(!s->check({"news/r/1/closed"}, op()));
+  CHECK(!s->check({"r/1/closing"}, op()));
+  CHECK(s->get("r/1/join", op()) == "1");
+}

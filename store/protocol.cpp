@@ -7,9 +7,23 @@
 namespace ddprun::store {
 namespace {
 
+// The bytes a list of strings takes on the wire.
+std::size_t wire_size(const std::vector<std::string>& strings) {
+  std::size_t n = 4;
+  for (const auto& s : strings) n += 4 + s.size();
+  return n;
+}
+
+// Writes one frame into `out`, replacing what it held but keeping its storage. `body` is the
+// body's expected size, reserved at once: a frame grown byte by byte would be reallocated about
+// log2(size) times, and a value of a kilobyte or more each time costs more than its copy.
 class Writer {
  public:
-  explicit Writer(const Limits& limits) : limits_(limits) { out_.resize(kFrameHeaderSize); }
+  Writer(std::string& out, const Limits& limits, std::size_t body) : out_(out), limits_(limits) {
+    out_.clear();
+    out_.reserve(kFrameHeaderSize + body);
+    out_.resize(kFrameHeaderSize);
+  }
 
   void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void u16(std::uint16_t v) { be(v, 2); }
@@ -26,7 +40,7 @@ class Writer {
     for (const auto& v : vs) value(v);
   }
 
-  std::string finish() && {
+  void finish() {
     auto body = out_.size() - kFrameHeaderSize;
     if (body > limits_.max_frame) {
       throw ProtocolError(fmt::format("frame of {} bytes exceeds the limit of {} bytes", body,
@@ -35,7 +49,6 @@ class Writer {
     for (std::size_t i = 0; i < kFrameHeaderSize; ++i) {
       out_[i] = static_cast<char>((body >> (8 * (kFrameHeaderSize - 1 - i))) & 0xff);
     }
-    return std::move(out_);
   }
 
  private:
@@ -57,8 +70,8 @@ class Writer {
     out_.append(s);
   }
 
+  std::string& out_;
   const Limits& limits_;
-  std::string out_;
 };
 
 class Reader {
@@ -199,7 +212,9 @@ const char* command_name(Command command) {
 }
 
 std::string encode_request(const Request& r, const Limits& limits) {
-  Writer w(limits);
+  std::string frame;
+  Writer w(frame, limits,
+           32 + wire_size(r.keys) + wire_size(r.values) + r.run_id.size() + r.nonce.size());
   w.u8(static_cast<std::uint8_t>(r.command));
   switch (r.command) {
     case Command::kHello:
@@ -263,7 +278,8 @@ std::string encode_request(const Request& r, const Limits& limits) {
     case Command::kPing:
       break;
   }
-  return std::move(w).finish();
+  w.finish();
+  return frame;
 }
 
 Request decode_request(std::string_view body, const Limits& limits) {
@@ -334,16 +350,25 @@ Request decode_request(std::string_view body, const Limits& limits) {
   return r;
 }
 
-std::string encode_response(Command command, const Response& resp, const Limits& limits) {
-  Writer w(limits);
+std::string encode_response(Command command, const Response& response, const Limits& limits) {
+  std::string frame;
+  encode_response(frame, command, response, limits);
+  return frame;
+}
+
+void encode_response(std::string& frame, Command command, const Response& resp,
+                     const Limits& limits) {
+  Writer w(frame, limits, 32 + wire_size(resp.values) + resp.message.size());
   w.u8(static_cast<std::uint8_t>(resp.status));
   switch (resp.status) {
     case Status::kMissing:
     case Status::kTimeout:
-      return std::move(w).finish();
+      w.finish();
+      return;
     case Status::kError:
       w.value(resp.message);
-      return std::move(w).finish();
+      w.finish();
+      return;
     case Status::kOk:
       break;
   }
@@ -388,7 +413,7 @@ std::string encode_response(Command command, const Response& resp, const Limits&
     case Command::kPing:
       break;
   }
-  return std::move(w).finish();
+  w.finish();
 }
 
 Response decode_response(Command command, std::string_view body, const Limits& limits) {

@@ -130,6 +130,10 @@ struct Response {
 // Encodes a whole frame (header and body). Throws ProtocolError if a field exceeds `limits`.
 std::string encode_request(const Request& request, const Limits& limits = {});
 std::string encode_response(Command command, const Response& response, const Limits& limits = {});
+// The same into `frame`, whose storage is reused (a server's connection answers into one
+// buffer). On a throw `frame` holds no valid frame.
+void encode_response(std::string& frame, Command command, const Response& response,
+                     const Limits& limits = {});
 
 // Looks at the start of a receive buffer. Returns the size of the whole first frame once it has
 // fully arrived, nullopt while more bytes are needed. Throws ProtocolError when the header

@@ -11,6 +11,13 @@ namespace ddprun::store {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// The most of an answer's storage a connection keeps between answers.
+constexpr std::size_t kKeptAnswerBytes = 64 * 1024;
+
+}  // namespace
+
 void RefusalLog::warn(const std::string& message) {
   const auto now = std::chrono::steady_clock::now();
   if (now - window_start_ >= kWindow) {
@@ -311,25 +318,27 @@ void Connection::finish_wait() {
 }
 
 void Connection::respond(Command command, const Response& response) {
-  std::string frame;
+  // Responses go out strictly in order: process() does not run the next request until this
+  // write completed (busy_), so one buffer suffices, and its storage serves every response.
   try {
-    frame = encode_response(command, response, context_.limits);
+    encode_response(outgoing_, command, response, context_.limits);
   } catch (const ProtocolError& e) {
     Response error;
     error.status = Status::kError;
     error.message = e.what();
-    frame = encode_response(command, error, context_.limits);
+    encode_response(outgoing_, command, error, context_.limits);
   }
-  // Responses go out strictly in order: process() does not run the next request until this
-  // write completed (busy_), so one buffer suffices.
   busy_ = true;
-  outgoing_ = std::move(frame);
   asio::async_write(socket_, asio::buffer(outgoing_),
                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                       if (self->closed_) return;
                       if (ec) {
                         self->close("write failed: " + ec.message());
                         return;
+                      }
+                      // A large answer's storage is not kept for the small ones after it.
+                      if (self->outgoing_.capacity() > kKeptAnswerBytes) {
+                        self->outgoing_ = std::string();
                       }
                       if (self->close_after_write_) {
                         self->close("");  // the refusal was logged when it was decided

@@ -14,7 +14,7 @@ namespace asio = boost::asio;
 namespace {
 
 // The most of an answer's storage a connection keeps between answers.
-constexpr std::size_t kKeptAnswerBytes = 64 * 1024;
+constexpr std::size_t kKeptAnswerBytes = 16 * 1024;
 
 }  // namespace
 

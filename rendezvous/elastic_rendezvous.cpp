@@ -213,6 +213,7 @@ class RoundJoin {
         if (deadline.expired()) return std::nullopt;
       }
       if (!progress_.due()) continue;
+      complete_settled();
       const int n = joined();
       if (last_call) {
         spdlog::info("rendezvous: round {}: {} node(s) joined ({}..{} wanted); closing in {} "
@@ -224,6 +225,23 @@ class RoundJoin {
                      round_, n, o_.min_nodes, progress_.elapsed_of(o_.join_timeout),
                      store_.describe());
       }
+    }
+  }
+
+  // A round claimed by the chooser of the last one's root cause (settle_next_round) whose
+  // record was never published (the chooser died or failed half-way): publishes it, so that
+  // its members run it and a latecomer learns it is not one.
+  void complete_settled() {
+    const auto claim = rs_.try_get("closing", op());
+    if (!claim || claim->empty() || claim->front() != '{') return;  // none, or a joiner's id
+    try {
+      const auto settled = decode_settled(*claim);
+      if (settled.round != round_ || store_.check({news_key(round_, "closed")}, op())) return;
+      spdlog::warn("rendezvous: round {} was closed ahead but never published; publishing it",
+                   round_);
+      publish_settled(store_, settled, op());
+    } catch (const RendezvousError& e) {
+      spdlog::warn("rendezvous: round {}: {}", round_, e.what());
     }
   }
 
@@ -276,23 +294,40 @@ RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
 }
 
 std::optional<SettledRound> settle_next_round(store::Store& store, int round,
-                                              const ClosedRound& next, const std::string& closer,
+                                              const ClosedRound& next, int joins,
                                               Deadline deadline) {
-  // A node that joined `round` after it closed (a latecomer, a hot spare) waits to join: the
-  // next round forms as usual, with it.
-  if (store.add(round_key(round, "join"), 0, deadline) != next.members) return std::nullopt;
-  // The members take the next round's first slots, unless a node joined it already (then it
-  // forms as usual). Whoever joins after this gets a later slot, no assignment and is not a
-  // member: a latecomer asks the members to re-form with it, as in any closed round.
-  const auto taken = std::to_string(next.members);
-  if (store.compare_set(round_key(round + 1, "join"), "", taken, deadline) != taken) {
+  // A node that joined `round` beyond its members (a latecomer, a hot spare) waits to join:
+  // the next round forms as usual, with it.
+  if (store.add(round_key(round, "join"), 0, deadline) != joins) return std::nullopt;
+  // The claim to close the next round, holding the whole record: whoever finds it claimed
+  // and no record published can publish it (complete_settled), so a chooser that dies or
+  // fails half-way leaves no round that nobody closes. Losing the claim (a joiner closes the
+  // round) leaves it to form as usual. The join counter is left alone: joiners after this
+  // take slots from 0, find no assignment and are not members.
+  const SettledRound settled{round + 1, next};
+  const auto claim = encode_settled(settled);
+  if (store.compare_set(round_key(round + 1, "closing"), "", claim, deadline) != claim) {
     return std::nullopt;
   }
-  // Nobody else closes it; the round number moves on for newcomers; the record comes last,
-  // for a node that reads the round rather than the root cause.
-  store.multi_set({"round", round_key(round + 1, "closing"), news_key(round + 1, "closed")},
-                  {std::to_string(round + 1), closer, encode_closed(next)}, deadline);
-  return SettledRound{round + 1, next};
+  publish_settled(store, settled, deadline);
+  return settled;
+}
+
+void publish_settled(store::Store& store, const SettledRound& settled, Deadline deadline) {
+  // Idempotent; tried again at once when the store fails, as a leader's change in etcd does.
+  for (int attempt = 1;; ++attempt) {
+    try {
+      store.multi_set({"round", news_key(settled.round, "closed")},
+                      {std::to_string(settled.round), encode_closed(settled.closed)}, deadline);
+      return;
+    } catch (const InterruptedError&) {
+      throw;
+    } catch (const Error& e) {
+      if (attempt == 3 || deadline.expired()) throw;
+      spdlog::warn("rendezvous: publishing round {} failed ({}); trying again", settled.round,
+                   e.what());
+    }
+  }
 }
 
 ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener open_store,
@@ -345,12 +380,14 @@ NextRound ElasticRendezvous::next_round(int restart_count) {
       joined = member_place(settled->round, assignment_->group_rank, settled->closed,
                             *assignment_, self_.nproc);
       joined.ranks_kept = true;
+      round_settled_ = true;
       spdlog::info("rendezvous: round {} closed with the root cause of round {}: the same {} "
                    "nodes, this node keeps group rank {}",
                    joined.round, settled->closed.ranks_of, joined.members,
                    joined.ranks.group_rank);
     } else {
       joined = join_round(store_, round_, self_, options_, assignment_);
+      round_settled_ = false;
     }
     if (!joined.member) {
       stop_ring();  // a spare or a latecomer watches nobody; its old ring's members moved on
@@ -420,7 +457,9 @@ std::optional<std::string> ElasticRendezvous::settle_next_round(const Round& rou
   next.master_host = round.master_addr;
   next.ring_round = ring_round_;
   next.ranks_of = round.id;
-  auto settled = ddprun::settle_next_round(store_, round.id, next, self_.id, op());
+  // A round closed ahead took no joins from its members; any join is a latecomer's.
+  const int joins = round_settled_ ? 0 : next.members;
+  auto settled = ddprun::settle_next_round(store_, round.id, next, joins, op());
   if (!settled) return std::nullopt;
   return encode_settled(*settled);
 }

@@ -19,14 +19,16 @@
 // After a failure that every member settled, when the job restarts and nobody waits to join,
 // the node that chose the root cause closes the next round ahead (settle_next_round): the same
 // members in the same places, the same ring. The root cause carries that round to every
-// member, which takes its place without a request of its own.
+// member, which takes its place without a request of its own. Its claim ("closing") holds the
+// record, which a joiner publishes when the chooser did not (complete_settled).
 //
 // As a RendezvousHandler (ElasticRendezvous): a node that comes while a round runs asks its
 // members to re-form with it (it writes a membership record to the round's outcome); beyond
 // MAX it waits as a hot spare for the round to end. Losing a node re-forms the round.
 //
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
-// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer),
+// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer's id,
+// or a round closed ahead's record),
 // "r/<r>/assign/<slot>" (a member's group rank and base rank), "news/r/<r>/closed" (member
 // count, world size, restart count, master host, the ring kept: JSON), "r/<r>/hb/<g>" (the ring
 // of round r, also for the later rounds that keep it).
@@ -111,11 +113,15 @@ RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
 // back and the job restarting: round `round + 1` with `next` (the same members in the same
 // places), so that no member joins it with requests of its own (a recovery's next round then
 // costs the store a few requests in all, not four per node). nullopt when a node waits to join
-// (`round` took more joins than it has members) or has joined `round + 1` already: that round
-// then forms as usual, with it. `closer`: this node's id, as a closer's.
+// (round `round` took other than `joins` joins: its member count when it formed, 0 when it was
+// closed ahead itself) or a joiner claimed `round + 1` first: that round then forms as usual.
+// The claim (its "closing") holds the whole record, which publish_settled makes the round's.
 std::optional<SettledRound> settle_next_round(store::Store& store, int round,
-                                              const ClosedRound& next, const std::string& closer,
+                                              const ClosedRound& next, int joins,
                                               Deadline deadline);
+// Publishes a round closed ahead: the round number and the round's record. A node waiting for
+// a round whose claim holds such a record but that was never published calls it too.
+void publish_settled(store::Store& store, const SettledRound& settled, Deadline deadline);
 
 // Moves the job on from round `round`; returns the round to join next (later than `round`).
 int advance_round(store::Store& store, int round, Deadline deadline);
@@ -178,6 +184,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   std::optional<RoundAssignment> assignment_;  // this node's place in that round
   // The next round, closed ahead and carried by the last round's root cause (round_ended).
   std::optional<SettledRound> settled_;
+  bool round_settled_ = false;  // the round this node is a member of was closed ahead
+
   RingKeeper ring_;
 };
 

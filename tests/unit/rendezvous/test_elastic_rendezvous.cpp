@@ -187,7 +187,7 @@ TEST_CASE("settle_next_round: the members take the next round's places, a lateco
   store::MemoryStore shared;
   auto s = shared.connect();
   const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
-  // Round 0 closed with two members.
+  // Round 0 formed with two members.
   s->add("r/0/join", 2, op());
   ClosedRound next;
   next.members = 2;
@@ -196,19 +196,21 @@ TEST_CASE("settle_next_round: the members take the next round's places, a lateco
   next.master_host = "a";
   next.ring_round = 0;
   next.ranks_of = 0;
-  const auto settled = settle_next_round(*s, 0, next, "a:1", op());
+  const auto settled = settle_next_round(*s, 0, next, 2, op());
   REQUIRE(settled);
   CHECK(settled->round == 1);
   const auto carried = decode_settled(encode_settled(*settled));
   CHECK(carried.round == 1);
   CHECK(carried.closed.failures == 1);
   CHECK(carried.closed.ranks_of == 0);
-  // The store says the same to a node that reads the round instead of the root cause.
+  // The store says the same to a node that reads the round instead of the root cause, and the
+  // claim holds the record.
   CHECK(s->get("round", op()) == "1");
   CHECK(decode_closed(s->get("news/r/1/closed", op())).world_size == 3);
-  CHECK(s->get("r/1/closing", op()) == "a:1");
+  CHECK(decode_settled(s->get("r/1/closing", op())).round == 1);
+  CHECK(!s->check({"r/1/join"}, op()));
 
-  // A newcomer joining round 1 now takes the slot after the members' and is not one of them.
+  // A newcomer joining round 1 now finds no place of its own in it.
   ElasticRendezvousOptions o;
   o.min_nodes = 1;
   o.max_nodes = 3;
@@ -217,11 +219,19 @@ TEST_CASE("settle_next_round: the members take the next round's places, a lateco
   const ElasticNode c{"c:1", "c", 1, -1, 0};
   const auto late = join_round(*shared.connect(), 1, c, o);
   CHECK(!late.member);
-  CHECK(late.slot == 2);
   CHECK(late.members == 2);
+
+  // Round 1 was closed ahead, so its members took no joins: the newcomer's one makes the next
+  // round form as usual; without it, round 2 is closed ahead too.
+  next.ranks_of = 1;
+  CHECK(!settle_next_round(*s, 1, next, 0, op()));
+  s->add("r/1/join", -1, op());
+  const auto again = settle_next_round(*s, 1, next, 0, op());
+  REQUIRE(again);
+  CHECK(again->round == 2);
 }
 
-TEST_CASE("settle_next_round: a node waiting to join, or one in the next round, makes it form",
+TEST_CASE("settle_next_round: a node waiting to join, or a joiner's claim, makes the round form",
           "[rendezvous]") {
   store::MemoryStore shared;
   auto s = shared.connect();
@@ -234,14 +244,44 @@ TEST_CASE("settle_next_round: a node waiting to join, or one in the next round, 
 
   // Round 0 has two members and took a third join (a latecomer, a hot spare): nothing closes.
   s->add("r/0/join", 3, op());
-  CHECK(!settle_next_round(*s, 0, next, "a:1", op()));
-  // Round 0 took two, but a node joined round 1 already.
+  CHECK(!settle_next_round(*s, 0, next, 2, op()));
+  // Round 0 took two, but a joiner claimed round 1 first.
   s->add("r/0/join", -1, op());
-  s->add("r/1/join", 1, op());
-  CHECK(!settle_next_round(*s, 0, next, "a:1", op()));
+  s->compare_set("r/1/closing", "", "c:1", op());
+  CHECK(!settle_next_round(*s, 0, next, 2, op()));
   // Either way the next round is left to form: nothing of it was written.
   CHECK(s->get("round", op()) == "0");
   CHECK(!s->check({"news/r/1/closed"}, op()));
-  CHECK(!s->check({"r/1/closing"}, op()));
-  CHECK(s->get("r/1/join", op()) == "1");
+  CHECK(s->get("r/1/closing", op()) == "c:1");
+}
+
+TEST_CASE("join_round: a round closed ahead but never published is published by a joiner",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  // The chooser claimed round 1 and stopped before publishing it.
+  ClosedRound next;
+  next.members = 2;
+  next.world_size = 2;
+  next.master_host = "a";
+  next.ring_round = 0;
+  next.ranks_of = 0;
+  s->set("r/1/closing", encode_settled({1, next}), op());
+
+  // A member that missed the root cause joins round 1: nobody can close it, so the joiner
+  // publishes the claimed record at its first progress report and keeps its place.
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 2;
+  o.join_timeout = std::chrono::seconds(30);
+  o.progress_interval = std::chrono::milliseconds(20);
+  ElasticNode b{"b:1", "b", 1, 1, 1, 0, 2, 0};
+  const RoundAssignment kept_b{1, 1, "a"};
+  const auto r = join_round(*shared.connect(), 1, b, o, kept_b);
+  REQUIRE(r.member);
+  CHECK(r.ranks_kept);
+  CHECK(r.ranks.group_rank == 1);
+  CHECK(s->get("round", op()) == "1");
+  CHECK(decode_closed(s->get("news/r/1/closed", op())).members == 2);
 }

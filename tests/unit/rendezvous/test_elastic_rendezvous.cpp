@@ -182,13 +182,10 @@ TEST_CASE("join_round: the last round's members keep their places without readin
   CHECK(b2.ranks.group_rank == b0.ranks.group_rank);
 }
 
-TEST_CASE("settle_next_round: the members take the next round's places, a latecomer is left out",
-          "[rendezvous]") {
-  store::MemoryStore shared;
-  auto s = shared.connect();
-  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
-  // Round 0 formed with two members.
-  s->add("r/0/join", 2, op());
+namespace {
+
+// Round 0's two members, with the ranks and the ring they had there (world size 3).
+ClosedRound same_two_members() {
   ClosedRound next;
   next.members = 2;
   next.world_size = 3;
@@ -196,6 +193,19 @@ TEST_CASE("settle_next_round: the members take the next round's places, a lateco
   next.master_host = "a";
   next.ring_round = 0;
   next.ranks_of = 0;
+  return next;
+}
+
+}  // namespace
+
+TEST_CASE("settle_next_round: the members take the next round's places, a latecomer is left out",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  // Round 0 formed with two members.
+  s->add("r/0/join", 2, op());
+  auto next = same_two_members();
   const auto settled = settle_next_round(*s, 0, next, 2, op());
   REQUIRE(settled);
   CHECK(settled->round == 1);
@@ -236,10 +246,7 @@ TEST_CASE("settle_next_round: a node waiting to join, or a joiner's claim, makes
   store::MemoryStore shared;
   auto s = shared.connect();
   const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
-  ClosedRound next;
-  next.members = 2;
-  next.world_size = 2;
-  next.ranks_of = 0;
+  const auto next = same_two_members();
   s->set("round", "0", op());
 
   // Round 0 has two members and took a third join (a latecomer, a hot spare): nothing closes.
@@ -261,13 +268,7 @@ TEST_CASE("join_round: a round closed ahead but never published is published by 
   auto s = shared.connect();
   const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
   // The chooser claimed round 1 and stopped before publishing it.
-  ClosedRound next;
-  next.members = 2;
-  next.world_size = 2;
-  next.master_host = "a";
-  next.ring_round = 0;
-  next.ranks_of = 0;
-  s->set("r/1/closing", encode_settled({1, next}), op());
+  s->set("r/1/closing", encode_settled({1, same_two_members()}), op());
 
   // A member that missed the root cause joins round 1: nobody can close it, so the joiner
   // publishes the claimed record at its first progress report and keeps its place.

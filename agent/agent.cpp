@@ -140,7 +140,7 @@ RunResult Agent::run_rounds() {
       ++membership_changes_;
       spdlog::warn("round {} ends: {}; re-forming without spending a restart", round_->id,
                    f.message);
-    } else if (spends_restart(f) && restarts_ < config_.max_restarts && signal_ == 0) {
+    } else if (restarts_after(f, restarts_, config_.max_restarts, signal_)) {
       log_restart(f);
       ++restarts_;
       emit("restart", {{"attempt", restarts_}, {"round", round_->id + 1}});

@@ -123,9 +123,10 @@ AttemptOutcome Attempt::run() {
     std::function<void(Failure&)> refine;
     if (stacks) refine = [this](Failure& f) { explain(f); };
     const auto offered = offer_next_master_port();
-    // The chooser closes the next round ahead when the job restarts from its pick.
+    // The chooser closes the next round ahead when the job restarts from its pick (as the
+    // agent will decide: Agent::run_rounds).
     const auto settle = [this](const Failure& root) -> std::optional<std::string> {
-      if (!spends_restart(root) || round_.restart_count >= config_.max_restarts || signal_ != 0) {
+      if (!restarts_after(root, round_.restart_count, config_.max_restarts, signal_)) {
         return std::nullopt;
       }
       return ctx_.rendezvous->settle_next_round(round_, round_.restart_count + 1);

@@ -28,10 +28,11 @@ struct ErrorFile {
 // Returns nullopt when the file does not exist or cannot be parsed.
 std::optional<ErrorFile> read_error_file(const std::string& path);
 
-// Whether a round that ended with `root` is restarted when restarts are left: a worker's
-// failure, a hang, or a node without the resources its workers need. Anything else ends the
-// job, and a membership change re-forms it without spending a restart.
-bool spends_restart(const Failure& root);
+// Whether the job restarts after a round that ended with `root`, `restarts` of `max_restarts`
+// spent and `signal` received by the agent (0: none): a worker's failure, a hang, or a node
+// without the resources its workers need, while restarts are left and no signal stops the
+// agent. Anything else ends the job; a membership change re-forms it without spending one.
+bool restarts_after(const Failure& root, int restarts, int max_restarts, int signal);
 
 // The readable multi-line block every agent prints once about the root cause.
 std::string format_root_cause(const Failure& failure, int world_size);

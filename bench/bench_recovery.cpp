@@ -58,7 +58,7 @@ struct Options {
   // node beats in step with the others) falls between the failure and the restart, where it
   // would count as the recovery's own work. --node-death gives its own.
   double interval = 5;
-  int attempts = 3;     // --node-death: keep_alive_max_attempt
+  int attempts = 3;     // keep_alive_max_attempt
   double last_call = 0.1;
   double settle = 1.5;  // seconds between every worker running and the failure
 };

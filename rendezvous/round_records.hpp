@@ -1,8 +1,9 @@
 #pragma once
 // The records an elastic round keeps in the store (rendezvous/elastic_rendezvous.hpp), as JSON:
 // a joiner's descriptor ("node/<slot>"), a member's assignment ("assign/<slot>"), the closed
-// round ("closed"), and a round closed ahead as a root cause carries it. Pure: each decoder throws RendezvousError naming the record it could not
-// read, so a store holding something else fails the rendezvous with a message, not a crash.
+// round ("closed"), and a round closed ahead as a root cause carries it. Pure: each decoder
+// throws RendezvousError naming the record it could not read, so a store holding something
+// else fails the rendezvous with a message, not a crash.
 
 #include <string>
 

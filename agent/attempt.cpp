@@ -123,6 +123,14 @@ AttemptOutcome Attempt::run() {
     std::function<void(Failure&)> refine;
     if (stacks) refine = [this](Failure& f) { explain(f); };
     const auto offered = offer_next_master_port();
+    // The watcher's connection, idle now, carries this node's arrival and the next round's
+    // outcome watch behind it.
+    if (ctx_.spare_watch_store) {
+      if (const auto next = ctx_.rendezvous->next_prefix(round_); !next.empty()) {
+        channel_.arrive_with_watch(*ctx_.spare_watch_store, next,
+                                   Deadline::after(OutcomeWatcher::kWaitBound));
+      }
+    }
     // The chooser closes the next round ahead when the job restarts from its pick (as the
     // agent will decide: Agent::run_rounds).
     const auto settle = [this](const Failure& root) -> std::optional<std::string> {

@@ -13,10 +13,9 @@ OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string 
     AgentEvent e;
     e.round = round;
     try {
-      // Re-armed every hour so that each wait is bounded like every other.
       while (true) {
         try {
-          e.text = store_->get(key, Deadline::after(std::chrono::hours(1)));
+          e.text = store_->get(key, Deadline::after(kWaitBound));
           e.kind = AgentEvent::Kind::kOutcome;
           idle_ = true;
           break;

@@ -5,6 +5,7 @@
 // goes away. Destroying the watcher interrupts its wait and joins its thread.
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,10 @@ namespace ddprun {
 
 class OutcomeWatcher {
  public:
+  // How long one wait in the store lasts before it is asked again, so that each wait is
+  // bounded like every other (a get sent ahead for the watcher waits as long).
+  static constexpr std::chrono::hours kWaitBound{1};
+
   // Opens a fresh connection (with its own deadline).
   using Reopen = std::function<std::unique_ptr<store::Store>()>;
 

@@ -448,6 +448,12 @@ void ElasticRendezvous::round_ended(const Round& round, const RoundEnd& end) {
   round_ = advance_round(store_, round.id, op());
 }
 
+// The round a restart moves to, closed ahead by the chooser or formed by the same members;
+// a node that joins, leaves or dies meanwhile may make it a later one.
+std::string ElasticRendezvous::next_prefix(const Round& round) const {
+  return round_prefix(round.id + 1);
+}
+
 std::optional<std::string> ElasticRendezvous::settle_next_round(const Round& round,
                                                                 int restart_count) {
   ClosedRound next;

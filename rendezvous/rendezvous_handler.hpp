@@ -117,6 +117,11 @@ class RendezvousHandler {
     return std::nullopt;
   }
 
+  // The prefix the round after `round` will have when the same nodes go on (a restart after a
+  // worker failure), for the agent to send that round's outcome watch ahead; empty when it
+  // cannot be told. A guess: the next round may still be another.
+  virtual std::string next_prefix(const Round& /*round*/) const { return {}; }
+
   // Starts watching the round's members: `on_lost(group_rank)` at most once when a member
   // stops answering, `on_error` when the store cannot be reached. Both come from another thread.
   // Returns nullptr when there is nobody to watch.

@@ -296,6 +296,10 @@ void StaticRendezvous::round_ended(const Round& round, const RoundEnd& end) {
   }
 }
 
+std::string StaticRendezvous::next_prefix(const Round& round) const {
+  return attempt_prefix(round.restart_count + 1);
+}
+
 NextRound StaticRendezvous::next_round(int restart_count) {
   if (!joined_) join();
   Round round;

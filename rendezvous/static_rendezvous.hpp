@@ -62,6 +62,7 @@ class StaticRendezvous final : public RendezvousHandler {
 
   NextRound next_round(int restart_count) override;
   void round_ended(const Round& round, const RoundEnd& end) override;
+  std::string next_prefix(const Round& round) const override;
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;

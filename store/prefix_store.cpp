@@ -52,6 +52,10 @@ Store::Arrival PrefixStore::arrive(const std::string& counter, std::int64_t tota
   return inner_.arrive(full(counter), total, full(release), full(then_get), deadline);
 }
 std::int64_t PrefixStore::num_keys(Deadline deadline) { return inner_.num_keys(deadline); }
+bool PrefixStore::pipeline_get(const std::string& key, Deadline deadline) {
+  return inner_.pipeline_get(full(key), deadline);
+}
+
 void PrefixStore::ping(Deadline deadline) { inner_.ping(deadline); }
 std::string PrefixStore::describe() const { return inner_.describe() + " prefix " + prefix_; }
 

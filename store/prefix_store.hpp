@@ -24,6 +24,7 @@ class PrefixStore final : public Store {
   void wait(const std::vector<std::string>& keys, Deadline deadline) override;
   Arrival arrive(const std::string& counter, std::int64_t total, const std::string& release,
                  const std::string& then_get, Deadline deadline) override;
+  bool pipeline_get(const std::string& key, Deadline deadline) override;
   // Counts the inner store's keys: the protocol has no per-prefix count.
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;

@@ -62,6 +62,16 @@ class Store {
     a.value = get(then_get, deadline);
     return a;
   }
+  // Pipelining: the next call's request and a get of `key` (waiting until `deadline`) go to
+  // the store in one write, and a later get(key) reads the answer already asked for (the next
+  // round's outcome watch, sent with this round's arrival: one request for the store to read,
+  // not two). Any other call in between drops it. False: refused, and nothing is queued, where
+  // the store has no such thing or a pipelined get is already queued or unanswered.
+  virtual bool pipeline_get(const std::string& key, Deadline deadline) {
+    (void)key;
+    (void)deadline;
+    return false;
+  }
   virtual std::int64_t num_keys(Deadline deadline) = 0;
   virtual void ping(Deadline deadline) = 0;
 

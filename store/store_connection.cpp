@@ -233,7 +233,8 @@ void Connection::handle(Request& request) {
   }
   if (request.command == Command::kHello) throw ProtocolError("second hello");
   if (request.command == Command::kAuth) throw ProtocolError("auth after the handshake");
-  context_.requests_served.fetch_add(1, std::memory_order_relaxed);
+  // A waiting request run again once its keys are there (finish_wait) is the same request.
+  if (&request != &pending_) context_.requests_served.fetch_add(1, std::memory_order_relaxed);
   if (spdlog::should_log(spdlog::level::trace)) {
     spdlog::trace("store: {} {} from {}", command_name(request.command),
                   request.keys.empty() ? std::string() : request.keys.front(), peer_);

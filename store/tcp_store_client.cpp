@@ -70,8 +70,14 @@ class TcpStoreClient::Impl {
     });
   }
 
-  // Sends one request and returns the server's response; `wait_deadline` is the time the
-  // reply may take (longer than `deadline` for requests the server holds).
+  bool pipeline_get(const std::string& key, Deadline deadline) {
+    if (queued_ || ahead_) return false;
+    queued_ = Ahead{key, deadline};
+    return true;
+  }
+
+  // Sends one request and returns the server's response. A request the server holds may take
+  // `reply_grace` longer than `deadline` to be answered.
   Response call(Request request, Deadline deadline) {
     const auto start = Clock::now();
     Deadline reply_deadline = deadline;
@@ -79,8 +85,32 @@ class TcpStoreClient::Impl {
       request.timeout_ms = to_timeout_ms(deadline);
       reply_deadline = Deadline::at(deadline.when() + options_.reply_grace);
     }
-    if (!socket_.is_open()) connect(deadline);
-    const std::string frame = store::encode_request(request, options_.limits);
+    // Empty: the request went ahead (pipeline_get), and only its answer is read.
+    std::string frame;
+    if (ahead_ && request.command == Command::kGet && request.keys.front() == ahead_->key) {
+      // The store waits until the deadline the get went with; this call's may end it sooner.
+      reply_deadline =
+          reply_deadline.min(Deadline::at(ahead_->deadline.when() + options_.reply_grace));
+      ahead_.reset();
+    } else {
+      if (ahead_) {
+        // Its answer would come first: the connection goes, and the store forgets the get.
+        spdlog::debug("store: {} instead of the get of {} sent ahead to {}: reconnecting",
+                      store::command_name(request.command), ahead_->key, where_);
+        close();
+      }
+      if (!socket_.is_open()) connect(deadline);
+      frame = store::encode_request(request, options_.limits);
+      if (queued_) {
+        auto get = Request{};
+        get.command = Command::kGet;
+        get.keys = {queued_->key};
+        get.timeout_ms = to_timeout_ms(queued_->deadline);
+        frame += store::encode_request(get, options_.limits);
+        ahead_ = std::move(queued_);
+        queued_.reset();
+      }
+    }
     try {
       exchange(frame, reply_deadline);
       auto response = store::decode_response(request.command, reply_body_, options_.limits);
@@ -246,7 +276,9 @@ class TcpStoreClient::Impl {
     return {};
   }
 
-  // Writes `frame` and reads one response frame into reply_body_.
+  // Writes `frame` (none when empty) and reads one response frame into reply_body_. Bytes
+  // past it begin the answer to a get sent ahead, kept for its read; with none ahead they are
+  // an error.
   //
   // The hot path of every store call, so it talks to the socket directly, blocking: one send
   // and one recv per request, with no poll or eventfd between them (each would be another
@@ -271,7 +303,6 @@ class TcpStoreClient::Impl {
         lost(errno, start);
       }
     }
-    incoming_.clear();
     while (true) {
       std::optional<std::size_t> size;
       try {
@@ -281,12 +312,14 @@ class TcpStoreClient::Impl {
         throw ProtocolError(fmt::format("store at {} announced an oversized reply", where_));
       }
       if (size) {
-        if (*size != incoming_.size()) {
+        if (*size != incoming_.size() && !ahead_) {
+          const auto beyond = incoming_.size() - *size;
           close();
-          throw ProtocolError(fmt::format("store at {} sent {} bytes beyond its reply", where_,
-                                          incoming_.size() - *size));
+          throw ProtocolError(
+              fmt::format("store at {} sent {} bytes beyond its reply", where_, beyond));
         }
-        reply_body_.assign(incoming_, store::kFrameHeaderSize);
+        reply_body_.assign(incoming_, store::kFrameHeaderSize, *size - store::kFrameHeaderSize);
+        incoming_.erase(0, *size);
         return;
       }
       bound(fd, SO_RCVTIMEO, receive_timeout_, deadline, start);
@@ -379,6 +412,10 @@ class TcpStoreClient::Impl {
     }
     boost::system::error_code ignored;
     socket_.close(ignored);
+    // What the connection was still to answer goes with it; a get queued and not yet sent
+    // goes with the next call, on the next connection.
+    ahead_.reset();
+    incoming_.clear();
   }
 
   void check_interrupted(const char* doing) {
@@ -394,7 +431,15 @@ class TcpStoreClient::Impl {
   asio::io_context io_;
   tcp::socket socket_;
   asio::steady_timer backoff_{io_};
-  std::string incoming_;
+  // A get for pipeline_get: queued until the next call writes it behind its own request, then
+  // ahead (sent, its answer not read) until a get of the same key reads the answer.
+  struct Ahead {
+    std::string key;
+    Deadline deadline;
+  };
+  std::optional<Ahead> queued_;
+  std::optional<Ahead> ahead_;
+  std::string incoming_;  // received and not yet taken: only an answer to the get ahead
   std::string reply_body_;
   // The socket's SO_SNDTIMEO and SO_RCVTIMEO as last set on this connection (zero: none).
   Clock::duration send_timeout_{};
@@ -476,6 +521,10 @@ Store::Arrival TcpStoreClient::arrive(const std::string& counter, std::int64_t t
   r.number = total;
   auto response = impl_->call(std::move(r), deadline);
   return Arrival{response.number, std::move(response.values.at(0))};
+}
+
+bool TcpStoreClient::pipeline_get(const std::string& key, Deadline deadline) {
+  return impl_->pipeline_get(key, deadline);
 }
 
 std::int64_t TcpStoreClient::num_keys(Deadline deadline) {

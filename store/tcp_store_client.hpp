@@ -1,7 +1,7 @@
 #pragma once
-// The TCP store client: synchronous, one request at a time, every call bounded by its Deadline.
-// Not thread-safe: give each thread its own client. interrupt() is the one call that may come
-// from another thread.
+// The TCP store client: synchronous, one request at a time (but for a get pipelined behind
+// one, pipeline_get), every call bounded by its Deadline. Not thread-safe: give each thread its
+// own client. interrupt() is the one call that may come from another thread.
 //
 // Blocking calls (get, multi_get, wait) are served by the server: the client sends the time it
 // is willing to wait and the server answers when the keys appear or that time passes; the client
@@ -57,6 +57,8 @@ class TcpStoreClient final : public Store {
   void wait(const std::vector<std::string>& keys, Deadline deadline) override;
   Arrival arrive(const std::string& counter, std::int64_t total, const std::string& release,
                  const std::string& then_get, Deadline deadline) override;
+  // The get goes behind the next call's request, in the same write.
+  bool pipeline_get(const std::string& key, Deadline deadline) override;
   std::int64_t num_keys(Deadline deadline) override;
   void ping(Deadline deadline) override;
   std::string describe() const override;

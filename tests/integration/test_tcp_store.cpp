@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "store/prefix_store.hpp"
 #include "store/protocol.hpp"
 #include "store/store_auth.hpp"
 #include "store/store_connection.hpp"
@@ -165,6 +166,58 @@ TEST_CASE("tcp store: arrivals over real sockets: the last releases, each gets w
   CHECK_THROWS_WITH(chooser.arrive("late", 9, "late_all", "never", Deadline::after(100ms)),
                     Catch::Contains("never") && !Catch::Contains("late_all"));
   CHECK(chooser.add("late", 0, d) == 1);
+  require_server_healthy(server);
+}
+
+TEST_CASE("tcp store: a get pipelined behind another request is answered to the get that asks "
+          "for it, without asking again", "[tcp_store]") {
+  store::TcpStoreServer server(local());
+  server.start();
+  auto writer = server.local_client("test");  // sets keys without TCP requests of its own
+  auto c = connect_to(server);
+  const auto d = Deadline::after(30s);
+  const auto before = server.requests_served();
+  const auto served = [&] { return server.requests_served() - before; };
+
+  // An arrival with the next round's watch behind it; that key comes later.
+  REQUIRE(c.pipeline_get("next/outcome", d));
+  CHECK_FALSE(c.pipeline_get("other", d));  // one at a time
+  CHECK(c.arrive("settled", 1, "all_settled", "all_settled", d).value == "1");
+  CHECK_FALSE(c.pipeline_get("other", d));  // still unanswered
+  writer->set("next/outcome", "failed", d);
+  CHECK(c.get("next/outcome", d) == "failed");
+  CHECK(served() == 2);
+
+  // A key that is there already: its answer comes with the first, and waits to be read.
+  writer->set("ready", "yes", d);
+  REQUIRE(c.pipeline_get("ready", d));
+  c.set("x", "1", d);
+  CHECK(c.get("ready", d) == "yes");
+  CHECK(served() == 4);
+
+  // Another call in between: the connection goes with the get; the call is served on a new
+  // one, and the key is asked for again.
+  REQUIRE(c.pipeline_get("later", d));
+  c.set("y", "2", d);
+  CHECK(c.try_get("y", d) == "2");
+  writer->set("later", "z", d);
+  CHECK(c.get("later", d) == "z");
+  CHECK(served() == 8);
+
+  // The store waits for a get sent ahead until the deadline it went with; the connection
+  // serves on after the timeout.
+  REQUIRE(c.pipeline_get("never", Deadline::after(200ms)));
+  c.set("z", "3", d);
+  CHECK_THROWS_WITH(c.get("never", d), Catch::Contains("never") && Catch::Contains("timed out"));
+  CHECK(c.get("z", d) == "3");
+
+  // Through a prefix, the key is the prefixed one; an in-process store has no pipelining.
+  store::PrefixStore prefixed("job", c);
+  REQUIRE(prefixed.pipeline_get("k", d));
+  prefixed.set("a", "1", d);
+  writer->set("job/k", "v", d);
+  CHECK(prefixed.get("k", d) == "v");
+  CHECK_FALSE(writer->pipeline_get("k", d));
   require_server_healthy(server);
 }
 

@@ -10,9 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "common/strings.hpp"
 #include "integration/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
@@ -170,9 +174,10 @@ TEST_CASE("ddprun: a failure on node 1 restarts node 0's workers too", "[launche
   auto port = port_arg(free_port());
   std::map<std::string, std::string> env{{"FAKE_MODE", "fail_rank:2:5"},
                                          {"FAKE_TOUCH_DIR", dir.path()}};
-  // Node 0's workers would succeed on their own; they must still run a second attempt.
+  // Node 0's workers would succeed on their own; they must still run a second attempt. Node 0
+  // serves the store and logs every request it serves, with the connection it came on.
   DdprunProcess node0(fake({"--nproc-per-node=2", "--nnodes=2", "--node-rank=0", port,
-                            "--max-restarts=1"}), env);
+                            "--max-restarts=1", "--log-level=trace"}), env);
   DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
                             "--max-restarts=1"}), env);
   REQUIRE(node0.wait() == 0);
@@ -180,6 +185,20 @@ TEST_CASE("ddprun: a failure on node 1 restarts node 0's workers too", "[launche
   CHECK(file_exists(dir.file("started_0_1")));
   CHECK(file_exists(dir.file("started_1_1")));
   CHECK(file_exists(dir.file("started_2_1")));
+
+  // Node 1 watched the first attempt's outcome, settled, and watched the next attempt's on one
+  // connection: the arrival and the next watch went together. (A request that waited is logged
+  // again when its keys came.)
+  std::map<std::string, std::set<std::string>> peers;  // request -> connections it came on
+  const std::regex served(R"(store: (\w+ \S+) from (\S+))");
+  for (const auto& line : ddprun::split(node0.output(), '\n')) {
+    std::smatch m;
+    if (std::regex_search(line, m, served)) peers[m[1]].insert(m[2]);
+  }
+  const auto& arrived = peers["arrive attempt/0/settled"];
+  REQUIRE(arrived.size() == 1);
+  CHECK(peers["get news/attempt/0/outcome"] == arrived);
+  CHECK(peers["get news/attempt/1/outcome"] == arrived);
 }
 
 TEST_CASE("ddprun: restarts exhausted, every agent exits with the worker's code and names it",

@@ -62,11 +62,13 @@ class Store {
     a.value = get(then_get, deadline);
     return a;
   }
-  // Pipelining: the next call's request and a get of `key` (waiting until `deadline`) go to
-  // the store in one write, and a later get(key) reads the answer already asked for (the next
-  // round's outcome watch, sent with this round's arrival: one request for the store to read,
-  // not two). Any other call in between drops it. False: refused, and nothing is queued, where
-  // the store has no such thing or a pipelined get is already queued or unanswered.
+  // Pipelining: the next call's request and a get of `key` go to the store in one write (the
+  // store waits for the key as long as `deadline` leaves now), and a later get(key) reads the
+  // answer already asked for (the next round's outcome watch, sent with this round's arrival:
+  // one request for the store to read, not two). Any other call in between closes the
+  // connection and throws ConnectionError: the get's answer would come first. False: refused,
+  // and nothing is queued, where the store has no such thing or a pipelined get is already
+  // queued or unanswered.
   virtual bool pipeline_get(const std::string& key, Deadline deadline) {
     (void)key;
     (void)deadline;

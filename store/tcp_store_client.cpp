@@ -72,7 +72,8 @@ class TcpStoreClient::Impl {
 
   bool pipeline_get(const std::string& key, Deadline deadline) {
     if (queued_ || ahead_) return false;
-    queued_ = Ahead{key, deadline};
+    const auto wait = std::chrono::milliseconds(to_timeout_ms(deadline));
+    queued_ = Ahead{key, wait, Deadline::after(wait)};
     return true;
   }
 
@@ -87,32 +88,41 @@ class TcpStoreClient::Impl {
     }
     // Empty: the request went ahead (pipeline_get), and only its answer is read.
     std::string frame;
+    std::optional<Ahead> carried;  // the get this request carries
     if (ahead_ && request.command == Command::kGet && request.keys.front() == ahead_->key) {
-      // The store waits until the deadline the get went with; this call's may end it sooner.
+      // The store answers by the end of the get's own wait; this call's deadline may end the
+      // read sooner.
       reply_deadline =
-          reply_deadline.min(Deadline::at(ahead_->deadline.when() + options_.reply_grace));
+          reply_deadline.min(Deadline::at(ahead_->waits_until.when() + options_.reply_grace));
       ahead_.reset();
     } else {
       if (ahead_) {
-        // Its answer would come first: the connection goes, and the store forgets the get.
-        spdlog::debug("store: {} instead of the get of {} sent ahead to {}: reconnecting",
-                      store::command_name(request.command), ahead_->key, where_);
+        // Its answer would come first. The caller may wait long on a store that is gone, so it
+        // is told, as of a connection lost, rather than reconnected here.
+        const auto dropped = ahead_->key;
         close();
+        throw ConnectionError(fmt::format(
+            "store at {}: {} of {} came before the answer to the get of {} sent ahead on the "
+            "same connection; the connection was closed",
+            where_, store::command_name(request.command), describe_keys(request.keys), dropped));
       }
+      // Taken now: a request that fails before it is sent drops the get with it.
+      carried = std::exchange(queued_, std::nullopt);
       if (!socket_.is_open()) connect(deadline);
       frame = store::encode_request(request, options_.limits);
-      if (queued_) {
+      if (carried) {
         auto get = Request{};
         get.command = Command::kGet;
-        get.keys = {queued_->key};
-        get.timeout_ms = to_timeout_ms(queued_->deadline);
+        get.keys = {carried->key};
+        get.timeout_ms = static_cast<std::uint32_t>(carried->wait.count());
         frame += store::encode_request(get, options_.limits);
-        ahead_ = std::move(queued_);
-        queued_.reset();
+        ahead_ = carried;
       }
     }
     try {
       exchange(frame, reply_deadline);
+      // The store began the get's wait once it had answered this request.
+      if (carried && ahead_) ahead_->waits_until = Deadline::after(carried->wait);
       auto response = store::decode_response(request.command, reply_body_, options_.limits);
       if (response.status == Status::kError) {
         close();
@@ -435,7 +445,8 @@ class TcpStoreClient::Impl {
   // ahead (sent, its answer not read) until a get of the same key reads the answer.
   struct Ahead {
     std::string key;
-    Deadline deadline;
+    std::chrono::milliseconds wait;  // the store's wait for it, from when it takes it up
+    Deadline waits_until;            // when that wait ends, once known
   };
   std::optional<Ahead> queued_;
   std::optional<Ahead> ahead_;

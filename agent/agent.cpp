@@ -49,6 +49,7 @@ void Agent::on_signal(int signal) {
   events_.push(e);
   // A rendezvous or barrier may be blocking this agent's thread in the store: end it.
   ctx_.store->interrupt();
+  side_.interrupt();
 }
 
 RunResult Agent::result(RunResult::End end, std::string reason) const {
@@ -125,7 +126,7 @@ RunResult Agent::run_rounds() {
     if (ctx_.status != nullptr) ctx_.status->on_round(*round_);
     const auto started = Clock::now();
     const auto outcome =
-        Attempt(config_, ctx_, *round_, events_, signal_,
+        Attempt(config_, ctx_, *round_, events_, signal_, side_,
                 [this](const std::string& name, nlohmann::json fields) {
                   emit(name, std::move(fields));
                 },

@@ -94,6 +94,7 @@ class Agent {
   int restarts_ = 0;            // worker-failure restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::optional<int> next_master_port_;  // agreed with the last attempt's root cause
   std::atomic<int> signal_{0};
+  SideConnection side_;  // interrupted with ctx_.store by a signal
 };
 
 }  // namespace ddprun

@@ -41,6 +41,10 @@ bool has(Std streams, Std bit) {
 constexpr auto kPeerGrace = 3s;
 // The whole capture's bound, however many workers and however slow the debugger.
 constexpr auto kCaptureBudget = 30s;
+// How long a node whose own failure decided the round waits for its watcher to read that
+// outcome too, so that the watcher's connection carries its arrival: the store has answered
+// the watcher already, and the wait ends as soon as the watcher's thread does.
+constexpr auto kWatcherGrace = 5s;
 
 }  // namespace
 
@@ -55,14 +59,32 @@ std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int
   return out;
 }
 
+void SideConnection::interrupt() {
+  std::lock_guard lock(mutex_);
+  interrupted_ = true;
+  if (in_use_ != nullptr) in_use_->interrupt();
+}
+
+SideConnection::Use::Use(SideConnection& side, store::Store& store) : side_(side) {
+  std::lock_guard lock(side.mutex_);
+  side.in_use_ = &store;
+  if (side.interrupted_) store.interrupt();
+}
+
+SideConnection::Use::~Use() {
+  std::lock_guard lock(side_.mutex_);
+  side_.in_use_ = nullptr;
+}
+
 Attempt::Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round,
-                 EventQueue& events, const std::atomic<int>& signal, Emit emit,
-                 WorkerProgress& progress, FileTimerServer* timers)
+                 EventQueue& events, const std::atomic<int>& signal, SideConnection& side,
+                 Emit emit, WorkerProgress& progress, FileTimerServer* timers)
     : config_(config),
       ctx_(ctx),
       round_(round),
       events_(events),
       signal_(signal),
+      side_(side),
       emit_(std::move(emit)),
       progress_(progress),
       timers_(timers),
@@ -71,10 +93,12 @@ Attempt::Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& rou
 
 Attempt::~Attempt() { teardown(); }
 
-void Attempt::teardown() {
+void Attempt::teardown(Clock::duration watcher_grace) {
   keep_alive_.reset();
   if (watcher_) {
-    if (auto idle = watcher_->release_if_idle()) ctx_.spare_watch_store = std::move(idle);
+    if (auto idle = watcher_->release_when_idle(Deadline::after(watcher_grace))) {
+      ctx_.spare_watch_store = std::move(idle);
+    }
     watcher_.reset();
   }
 }
@@ -111,10 +135,14 @@ AttemptOutcome Attempt::run() {
                                         : nlohmann::json::parse(outcome.failure.to_json())}});
   if (!outcome.success) take_stacks(outcome.failure);
   stop_workers();
-  teardown();
+  // A worker failure or a hang was decided in the store (the nodes settle it next): the
+  // watcher reads it as well, if it has not already.
+  const bool settles = !outcome.success && !outcome.store_lost &&
+                       (outcome.failure.kind == Failure::Kind::kWorker ||
+                        outcome.failure.kind == Failure::Kind::kHang);
+  teardown(settles ? Clock::duration(kWatcherGrace) : Clock::duration::zero());
   if (timers_ != nullptr) timers_->forget(pids_);
-  if (!outcome.success && (outcome.failure.kind == Failure::Kind::kWorker ||
-                           outcome.failure.kind == Failure::Kind::kHang)) {
+  if (settles) {
     // Stacks are taken after a hang, or after any failure with --hang-timeout (the same on
     // every node: the settings are compared at the rendezvous). Without them there is no
     // node's `where` record to read, and reading them would cost the chooser a request per node.
@@ -124,9 +152,11 @@ AttemptOutcome Attempt::run() {
     if (stacks) refine = [this](Failure& f) { explain(f); };
     const auto offered = offer_next_master_port();
     // The watcher's connection, idle now, carries this node's arrival and the next round's
-    // outcome watch behind it.
+    // outcome watch behind it; a signal interrupts it as it does the agent's own.
+    std::optional<SideConnection::Use> side;
     if (ctx_.spare_watch_store) {
       if (const auto next = ctx_.rendezvous->next_prefix(round_); !next.empty()) {
+        side.emplace(side_, *ctx_.spare_watch_store);
         channel_.arrive_with_watch(*ctx_.spare_watch_store, next,
                                    Deadline::after(OutcomeWatcher::kWaitBound));
       }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -28,6 +29,32 @@ namespace ddprun {
 class EventLog;
 class StatusBoard;
 class FileTimerServer;
+
+// A store connection besides the agent's own that the agent's thread may block on (the
+// outcome watcher's, idle, carrying this node's arrival): a signal ends that wait too.
+// Thread-safe.
+class SideConnection {
+ public:
+  // From the signal thread: interrupts the connection in use, and any put in use later.
+  void interrupt();
+
+  // While it lives, `store` is the connection in use.
+  class Use {
+   public:
+    Use(SideConnection& side, store::Store& store);
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    SideConnection& side_;
+  };
+
+ private:
+  std::mutex mutex_;
+  store::Store* in_use_ = nullptr;  // under mutex_
+  bool interrupted_ = false;        // under mutex_
+};
 
 // What the agent runs on: the store, the rendezvous, the runner, and where things go.
 struct AgentContext {
@@ -80,9 +107,10 @@ class Attempt {
 
   // `events` is the agent's queue: it must outlive the attempt (the runner and the keep-alive
   // report into it). `progress` and `timers` (null: no FileTimer server) are the agent's too.
+  // `side` is the agent's, interrupted by a signal with its own connection.
   Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round, EventQueue& events,
-          const std::atomic<int>& signal, Emit emit, WorkerProgress& progress,
-          FileTimerServer* timers);
+          const std::atomic<int>& signal, SideConnection& side, Emit emit,
+          WorkerProgress& progress, FileTimerServer* timers);
   ~Attempt();
 
   AttemptOutcome run();
@@ -125,13 +153,16 @@ class Attempt {
   void stop_workers();
   void collect_late_failures(int stop_signal);
   std::string error_file(int local_rank) const;
-  void teardown();
+  // Stops the keep-alive and the watcher, keeping the watcher's connection for the next
+  // round once it has read the outcome; waits up to `watcher_grace` for that.
+  void teardown(Clock::duration watcher_grace = Clock::duration::zero());
 
   const LaunchConfig& config_;
   AgentContext& ctx_;
   const Round& round_;
   EventQueue& events_;
   const std::atomic<int>& signal_;
+  SideConnection& side_;
   Emit emit_;
   WorkerProgress& progress_;
   FileTimerServer* timers_;

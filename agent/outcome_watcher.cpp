@@ -12,6 +12,17 @@ OutcomeWatcher::OutcomeWatcher(std::unique_ptr<store::Store> store, std::string 
   thread_ = std::thread([this, key = std::move(outcome_key), round, &events] {
     AgentEvent e;
     e.round = round;
+    // However the thread ends, release_when_idle stops waiting.
+    struct Done {
+      OutcomeWatcher& w;
+      ~Done() {
+        {
+          std::lock_guard lock(w.mutex_);
+          w.done_ = true;
+        }
+        w.done_changed_.notify_all();
+      }
+    } done{*this};
     try {
       while (true) {
         try {
@@ -44,6 +55,14 @@ std::unique_ptr<store::Store> OutcomeWatcher::release_if_idle() {
   if (!idle_) return nullptr;
   thread_.join();
   return std::move(store_);
+}
+
+std::unique_ptr<store::Store> OutcomeWatcher::release_when_idle(Deadline deadline) {
+  {
+    std::unique_lock lock(mutex_);
+    done_changed_.wait_until(lock, deadline.when(), [this] { return done_; });
+  }
+  return release_if_idle();
 }
 
 OutcomeWatcher::~OutcomeWatcher() {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -37,12 +38,17 @@ class OutcomeWatcher {
   // handed back (the thread joined) for the next round's watcher, which then opens none.
   // nullptr while it still waits, or after an error.
   std::unique_ptr<store::Store> release_if_idle();
+  // The same, once the watcher is done or `deadline` has passed (an outcome this node
+  // published: the watcher's answer is on its way).
+  std::unique_ptr<store::Store> release_when_idle(Deadline deadline);
 
  private:
   std::unique_ptr<store::Store> store_;  // replaced only under mutex_, by the thread
   Reopen reopen_;
   std::mutex mutex_;
   bool stopping_ = false;  // under mutex_
+  bool done_ = false;      // under mutex_: the thread has nothing more to do
+  std::condition_variable done_changed_;
   std::atomic<bool> idle_{false};
   std::thread thread_;
 };

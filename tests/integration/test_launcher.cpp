@@ -201,6 +201,32 @@ TEST_CASE("ddprun: a failure on node 1 restarts node 0's workers too", "[launche
   CHECK(peers["get news/attempt/1/outcome"] == arrived);
 }
 
+TEST_CASE("ddprun: a signal ends a node's wait for the others to settle, on its watcher's "
+          "connection, at once", "[launcher]") {
+  TempDir dir;
+  auto port = port_arg(free_port());
+  const auto events = dir.file("events1.jsonl");
+  // Node 0's worker ignores SIGTERM, so node 0 settles only after its shutdown timeout. Node
+  // 1's worker fails at once; node 1 chose the root cause and waits for node 0 in the store,
+  // its arrival on its outcome watcher's connection.
+  DdprunProcess node0(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=0", port,
+                            "--max-restarts=1", "--shutdown-timeout=120"}),
+                      {{"FAKE_MODE", "stubborn"}});
+  DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
+                            "--max-restarts=1", "--shutdown-timeout=120", "--events-file",
+                            events}),
+                      {{"FAKE_MODE", "exit:3"}});
+  REQUIRE(wait_until(
+      [&] { return file_exists(events) && read_file(events).find("workers_stopped") !=
+                                               std::string::npos; },
+      60s));
+  REQUIRE(kill(node1.pid(), SIGTERM) == 0);
+  // Without the signal's reach it would wait for node 0, two minutes away. The job stops with
+  // its worker's failure, not restarted.
+  CHECK(node1.wait(60s) == 3);
+  CHECK_THAT(node1.output(), !Catch::Contains("restarting"));
+}
+
 TEST_CASE("ddprun: restarts exhausted, every agent exits with the worker's code and names it",
           "[launcher]") {
   auto port = port_arg(free_port());

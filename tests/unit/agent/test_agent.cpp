@@ -318,6 +318,24 @@ TEST_CASE("outcome watcher: a kept connection found closed is replaced once, the
   CHECK(watcher.release_if_idle() != nullptr);
 }
 
+TEST_CASE("outcome watcher: handed back once it has read the outcome, waiting for it no longer "
+          "than asked", "[agent]") {
+  store::MemoryStore shared;
+  EventQueue events;
+  OutcomeWatcher watcher(std::unique_ptr<store::Store>(shared.connect()), "r/0/outcome", 0,
+                         events);
+  // No outcome yet: it waits out the deadline and keeps its connection.
+  const auto start = Clock::now();
+  CHECK(watcher.release_when_idle(Deadline::after(200ms)) == nullptr);
+  CHECK(Clock::now() - start >= 200ms);
+  // Published: the connection comes back as soon as the watcher has read it.
+  shared.connect()->set("r/0/outcome", "success", Deadline::after(kHang));
+  CHECK(watcher.release_when_idle(Deadline::after(kHang)) != nullptr);
+  auto e = events.pop(Deadline::after(kHang));
+  REQUIRE(e);
+  CHECK(e->kind == AgentEvent::Kind::kOutcome);
+}
+
 TEST_CASE("outcome watcher: a closed connection without a way to reopen is a lost store",
           "[agent]") {
   EventQueue events;

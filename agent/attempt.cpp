@@ -151,15 +151,16 @@ AttemptOutcome Attempt::run() {
     std::function<void(Failure&)> refine;
     if (stacks) refine = [this](Failure& f) { explain(f); };
     const auto offered = offer_next_master_port();
-    // The watcher's connection, idle now, carries this node's arrival and the next round's
-    // outcome watch behind it; a signal interrupts it as it does the agent's own.
+    // The watcher's connection, idle now, carries this node's arrival with the next round's
+    // outcome watch behind it (a store that cannot pipeline leaves the arrival on the agent's
+    // own); a signal interrupts it as it does the agent's own.
     std::optional<SideConnection::Use> side;
-    if (ctx_.spare_watch_store) {
-      if (const auto next = ctx_.rendezvous->next_prefix(round_); !next.empty()) {
-        side.emplace(side_, *ctx_.spare_watch_store);
-        channel_.arrive_with_watch(*ctx_.spare_watch_store, next,
-                                   Deadline::after(OutcomeWatcher::kWaitBound));
-      }
+    if (const auto next = ctx_.rendezvous->next_prefix(round_);
+        ctx_.spare_watch_store && !next.empty() &&
+        ctx_.spare_watch_store->pipeline_get(RoundChannel::outcome_key(next),
+                                             Deadline::after(OutcomeWatcher::kWaitBound))) {
+      side.emplace(side_, *ctx_.spare_watch_store);
+      channel_.arrive_on(*ctx_.spare_watch_store);
     }
     // The chooser closes the next round ahead when the job restarts from its pick (as the
     // agent will decide: Agent::run_rounds).

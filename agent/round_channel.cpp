@@ -23,6 +23,7 @@ constexpr const char* kNextRound = "next_round";
 RoundChannel::RoundChannel(store::Store& store, const Round& round,
                            std::chrono::milliseconds read_timeout)
     : base_(store),
+      arrival_(&store),
       store_(round.prefix, store),
       news_(round.news_prefix(), store),
       round_(round),
@@ -32,18 +33,6 @@ std::string RoundChannel::outcome_key() const { return outcome_key(round_.prefix
 
 std::string RoundChannel::outcome_key(const std::string& prefix) {
   return kNewsPrefix + prefix + "/outcome";
-}
-
-void RoundChannel::arrive_with_watch(store::Store& connection, const std::string& next_prefix,
-                                     Deadline deadline) {
-  watch_ahead_ = WatchAhead{&connection, outcome_key(next_prefix), deadline};
-}
-
-store::Store& RoundChannel::arrival_store() {
-  if (!watch_ahead_) return base_;
-  const auto ahead = std::move(*watch_ahead_);
-  watch_ahead_.reset();  // one arrival carries it
-  return ahead.connection->pipeline_get(ahead.key, ahead.deadline) ? *ahead.connection : base_;
 }
 
 void RoundChannel::publish_master_port(int port) {
@@ -147,14 +136,14 @@ RootCause RoundChannel::resolve_root_cause(const Failure& first, bool chooser,
   try {
     if (!chooser) {
       // A little longer than the chooser may wait, so that its answer is not missed.
-      return parse_root_cause(arrival_store()
-                                  .arrive(settled, nodes, all_settled, news_.full("root_cause"),
+      return parse_root_cause(arrival_
+                                  ->arrive(settled, nodes, all_settled, news_.full("root_cause"),
                                           Deadline::at(deadline.when() + std::chrono::seconds(5)))
                                   .value);
     }
     bool all_stopped = true;
     try {
-      arrival_store().arrive(settled, nodes, all_settled, all_settled, deadline);
+      arrival_->arrive(settled, nodes, all_settled, all_settled, deadline);
     } catch (const TimeoutError&) {
       all_stopped = false;
       spdlog::warn("not every node reported its failures within {}; choosing among those that did",

@@ -41,13 +41,10 @@ class RoundChannel {
   // The same for the round with `prefix`.
   static std::string outcome_key(const std::string& prefix);
 
-  // This node's arrival in resolve_root_cause goes over `connection` (the outcome watcher's,
-  // idle once it read this round's outcome) with the outcome watch of the round with
-  // `next_prefix` (waiting until `deadline`) in the same write (Store::pipeline_get): the next
-  // round's watcher reads its answer, and the store reads one request from each node where it
-  // would read two. Where the store cannot pipeline, the arrival goes as it would without.
-  void arrive_with_watch(store::Store& connection, const std::string& next_prefix,
-                         Deadline deadline);
+  // This node's arrival in resolve_root_cause goes over `connection` instead of the agent's
+  // own: the outcome watcher's, idle once it read this round's outcome, with the next round's
+  // outcome watch queued on it (Store::pipeline_get) to go in the same write.
+  void arrive_on(store::Store& connection) { arrival_ = &connection; }
 
   // Group rank 0 publishes the port of the workers' store; the others wait for it.
   void publish_master_port(int port);
@@ -103,18 +100,8 @@ class RoundChannel {
  private:
   Deadline op() const { return Deadline::after(read_timeout_); }
 
-  // The store for this node's arrival: the watch's connection when it takes the pipelined
-  // get, the agent's otherwise.
-  store::Store& arrival_store();
-
-  struct WatchAhead {
-    store::Store* connection;
-    std::string key;
-    Deadline deadline;
-  };
-
   store::Store& base_;  // the store under both prefixes, for a call that spans them
-  std::optional<WatchAhead> watch_ahead_;
+  store::Store* arrival_;  // where this node arrives: base_, or arrive_on's connection
   store::PrefixStore store_;
   store::PrefixStore news_;  // what every node of the round waits for (kNewsPrefix)
   Round round_;

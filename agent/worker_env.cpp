@@ -1,10 +1,6 @@
 #include "agent/worker_env.hpp"
 
-#include <unistd.h>
-
 #include "common/strings.hpp"
-
-extern char** environ;
 
 namespace ddprun {
 
@@ -68,29 +64,6 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
     if (!env.count("TORCH_NCCL_DUMP_ON_TIMEOUT")) env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1";
   }
   return env;
-}
-
-std::vector<std::string> to_env_strings(const EnvMap& env) {
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
-}
-
-EnvMap current_environment() {
-  EnvMap env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string entry(*e);
-    auto eq = entry.find('=');
-    if (eq == std::string::npos) continue;
-    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
-  }
-  return env;
-}
-
-std::string env_value(const EnvMap& env, const std::string& key) {
-  auto it = env.find(key);
-  return it == env.end() ? std::string() : it->second;
 }
 
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,

@@ -2,10 +2,10 @@
 // The environment a worker starts with: the agent's own environment plus torchrun's variables.
 // A pure function, so every value is unit-tested against the contract.
 
-#include <map>
 #include <string>
 #include <vector>
 
+#include "common/env_map.hpp"
 #include "rendezvous/rank_assignment.hpp"
 
 namespace ddprun {
@@ -31,18 +31,8 @@ struct WorkerEnvInput {
   bool mpi_env = false;  // --mpi-env: OMPI_COMM_WORLD_* too
 };
 
-using EnvMap = std::map<std::string, std::string>;
-
 // Returns `base` overlaid with the worker variables.
 EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in);
-
-// "KEY=VALUE" strings, for exec.
-std::vector<std::string> to_env_strings(const EnvMap& env);
-
-// The current process's environment.
-EnvMap current_environment();
-// `key`'s value in `env`, empty when it is not set.
-std::string env_value(const EnvMap& env, const std::string& key);
 
 // Replaces every "${local_rank}" in the program arguments (torchrun's legacy substitution).
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,

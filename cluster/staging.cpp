@@ -12,7 +12,7 @@
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "common/version.hpp"
-#include "store/libcrypto.hpp"
+#include "common/libcrypto.hpp"
 
 namespace ddprun {
 namespace {
@@ -104,7 +104,7 @@ std::shared_ptr<const StagedBinary> read_own_binary() {
     done += static_cast<std::size_t>(n);
   }
   ::close(fd);
-  const auto& crypto = store::libcrypto();
+  const auto& crypto = libcrypto();
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   if (crypto.evp_digest(bytes->data(), bytes->size(), digest, &size, crypto.evp_sha256(),

@@ -7,8 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "agent/worker_env.hpp"
 #include "cluster/session_protocol.hpp"
+#include "common/env_map.hpp"
 #include "common/exit_codes.hpp"
 #include "common/logging.hpp"
 #include "launcher/cli.hpp"

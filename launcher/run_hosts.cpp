@@ -6,15 +6,15 @@
 
 #include <spdlog/spdlog.h>
 
-#include "agent/worker_env.hpp"
 #include "cluster/cluster_report.hpp"
 #include "cluster/head.hpp"
+#include "common/env_map.hpp"
+#include "common/exit_codes.hpp"
 #include "common/limits.hpp"
+#include "common/strings.hpp"
 #include "launcher/modes.hpp"
 #include "launcher/signal_forwarder.hpp"
 #include "monitor/job_monitor.hpp"
-#include "common/exit_codes.hpp"
-#include "common/strings.hpp"
 #include "rendezvous/backend.hpp"
 
 namespace ddprun {

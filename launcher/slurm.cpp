@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/worker_env.hpp"
 #include "cluster/host_list.hpp"
+#include "common/env_map.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 

@@ -10,7 +10,7 @@
 
 #include "common/error.hpp"
 #include "common/random.hpp"
-#include "store/libcrypto.hpp"
+#include "common/libcrypto.hpp"
 
 namespace ddprun::store {
 namespace {

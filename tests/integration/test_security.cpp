@@ -19,7 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.hpp"
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "store/tcp_store_client.hpp"
 #include "testing/test_util.hpp"
 
@@ -99,7 +99,7 @@ TEST_CASE("ddprun: a one-node job binds no store port", "[security]") {
   ::close(listener);
 }
 
-// libcrypto is dlopen-ed on first use (store/libcrypto.hpp), so a job without a secret
+// libcrypto is dlopen-ed on first use (common/libcrypto.hpp), so a job without a secret
 // never pays for loading it: the agent's mappings show which.
 // libcrypto is dlopen-ed on first use: HMAC, to prove the job's secret over TCP. An agent that
 // serves the store uses it in-process and has nothing to prove by itself; two agents with a

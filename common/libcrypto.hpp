@@ -12,7 +12,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-namespace ddprun::store {
+namespace ddprun {
 
 struct LibCrypto {
   decltype(&::HMAC) hmac = nullptr;
@@ -29,4 +29,4 @@ struct LibCrypto {
 // and the loader's reason when it cannot be loaded or lacks a function.
 const LibCrypto& libcrypto();
 
-}  // namespace ddprun::store
+}  // namespace ddprun

@@ -1,4 +1,4 @@
-#include "store/libcrypto.hpp"
+#include "common/libcrypto.hpp"
 
 #include <dlfcn.h>
 
@@ -9,7 +9,7 @@
 
 #include "common/error.hpp"
 
-namespace ddprun::store {
+namespace ddprun {
 namespace {
 
 constexpr const char* kSoname = "libcrypto.so." OPENSSL_MSTR(OPENSSL_SHLIB_VERSION);
@@ -50,4 +50,4 @@ const LibCrypto& libcrypto() {
   return lib;
 }
 
-}  // namespace ddprun::store
+}  // namespace ddprun

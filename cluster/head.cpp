@@ -1,16 +1,16 @@
 #include "cluster/head.hpp"
 
-#include <signal.h>
-
-#include <filesystem>
+#include <optional>
 
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "cluster/remote_command.hpp"
 #include "cluster/remote_session.hpp"
 #include "cluster/session_protocol.hpp"
+#include "cluster/slurm_broadcast.hpp"
 #include "cluster/staging.hpp"
 #include "cluster/tree.hpp"
 #include "common/deadline.hpp"
@@ -18,23 +18,11 @@
 #include "common/failure_record.hpp"
 #include "common/strings.hpp"
 #include "common/version.hpp"
-#include "process/boost_process.hpp"
-#include "process/spawn.hpp"
 #include "store/store_auth.hpp"
 
 namespace ddprun {
 
 namespace asio = boost::asio;
-namespace bp = boost::process::v2;
-
-namespace {
-
-// An address as a flag value: IPv6 literals in brackets.
-std::string address_arg(const std::string& host) {
-  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
-
-}  // namespace
 
 struct ClusterHead::Impl {
   enum class Phase { kChecking, kAborting, kRunning, kStopping };
@@ -43,15 +31,17 @@ struct ClusterHead::Impl {
        std::string dir)
       : config(c), cluster(*c.cluster), env(std::move(e)), cwd(std::move(dir)),
         self(std::move(self_path)),
-        remote_ddprun(cluster.remote_ddprun.empty() ? self : cluster.remote_ddprun),
-        token(random_token()), connect_timer(io), ping_timer(io), stop_timer(io),
-        broadcast_timer(io) {
+        remote_ddprun(remote_ddprun_path(cluster, self)), token(random_token()),
+        connect_timer(io), ping_timer(io), stop_timer(io) {
     if (cluster.stage) {
       try {
         binary = read_own_binary();
       } catch (const Error& failure) {
         spdlog::warn("ddprun cannot be staged on hosts that lack it: {}", failure.what());
       }
+    }
+    if (binary && cluster.via_srun) {
+      broadcast.emplace(io, self, binary, cluster.connect_timeout);
     }
     forwarded = forwarded_environment(env, cluster.forward);
     // The store's secret travels in the hello (never on a command line): the user's, or a
@@ -78,21 +68,12 @@ struct ClusterHead::Impl {
   std::string token;
   // This executable, for hosts without it; null: --no-stage, or it could not be read.
   std::shared_ptr<const StagedBinary> binary;
-  // --hosts=slurm: the binary goes to every node once, by sbcast, on the first host's request;
-  // the hosts that ask meanwhile wait for it. If sbcast fails, they get it on their session.
-  enum class Broadcast { kNotYet, kRunning, kDone, kFailed };
-  Broadcast broadcast = Broadcast::kNotYet;
-  std::shared_ptr<const StagedBinary> broadcast_binary;  // `binary`, with the nodes' file
-  std::vector<RemoteSession::BinaryReady> broadcast_waiting;
-  std::unique_ptr<bp::process::handle_type> broadcast_process;
-  pid_t broadcast_pid = -1;
-  Clock::time_point broadcast_started;
-
   asio::io_context io;
   asio::steady_timer connect_timer;
   asio::steady_timer ping_timer;
   asio::steady_timer stop_timer;
-  asio::steady_timer broadcast_timer;
+  // --hosts=slurm with staging: one sbcast for every node, on the first host's request.
+  std::optional<SlurmBroadcast> broadcast;
   // The hosts this command reaches itself (all of them, or the tree's first level), one session
   // each; the others are reached through them.
   std::vector<TreeEntry> top;
@@ -109,53 +90,8 @@ struct ClusterHead::Impl {
   ClusterResult result;
   Clock::time_point started_at;
 
-  std::vector<std::string> agent_args(std::size_t i) const {
-    const auto& host = cluster.hosts.at(i);
-    std::vector<std::string> args(cluster.agent_flags);
-    args.push_back(config.min_nodes == config.max_nodes
-                       ? fmt::format("--nnodes={}", config.max_nodes)
-                       : fmt::format("--nnodes={}:{}", config.min_nodes, config.max_nodes));
-    if (config.is_static()) {
-      args.push_back(fmt::format("--node-rank={}", i));
-      args.push_back("--master-addr=" + address_arg(config.master_addr));
-      args.push_back(fmt::format("--master-port={}", config.master_port));
-    } else {
-      args.push_back("--rdzv-endpoint=" + config.rdzv_endpoint);
-    }
-    args.push_back("--rdzv-id=" + config.rdzv_id);
-    args.push_back("--local-addr=" + address_arg(host.host));
-    if (host.slots) {
-      args.push_back(fmt::format("--nproc-per-node={}", *host.slots));
-    } else if (!cluster.nproc_per_node.empty()) {
-      args.push_back("--nproc-per-node=" + cluster.nproc_per_node);
-    }
-    args.push_back("--");
-    args.insert(args.end(), cluster.program_and_args.begin(), cluster.program_and_args.end());
-    return args;
-  }
-
   std::vector<std::string> command_for(std::size_t i) const {
-    std::vector<std::string> argv(cluster.ssh_command);
-    // OpenSSH's own keep-alive, so that this command learns of a host that went silent (a cut
-    // cable sends no end of connection) within about the hangup timeout, as the host's agent
-    // does. Last among the options: ssh takes the first value given, so the user's own wins.
-    if (std::filesystem::path(argv.front()).filename() == "ssh") {
-      const auto interval = std::max<long long>(
-          1, std::chrono::duration_cast<std::chrono::seconds>(cluster.hangup_timeout).count() / 3);
-      argv.insert(argv.end(), {"-o", fmt::format("ServerAliveInterval={}", interval), "-o",
-                               "ServerAliveCountMax=3"});
-    }
-    argv.push_back(cluster.hosts.at(i).host);
-    // The agent's arguments go in its hello (agent_args, hello_for): bytes of any kind and
-    // any length, and nothing a `ps` on the host shows.
-    const std::vector<std::string> args{std::string(kSessionFlag)};
-    if (cluster.via_srun) {
-      // srun runs a program: the same command line, through a shell as ssh's would be.
-      argv.insert(argv.end(), {"/bin/sh", "-c"});
-    }
-    argv.push_back(binary ? staging_command(remote_ddprun, *binary)
-                          : remote_command(remote_ddprun, args));
-    return argv;
+    return remote_shell_command(cluster, i, remote_ddprun, binary.get());
   }
 
   SessionHello hello_for(const TreeEntry& entry) const {
@@ -178,59 +114,8 @@ struct ClusterHead::Impl {
 
   // A host asks for the binary: on its session, or under Slurm through sbcast.
   void binary_for(const RemoteSession::BinaryReady& ready) {
-    if (!cluster.via_srun || broadcast == Broadcast::kFailed) return ready(binary, "");
-    if (broadcast == Broadcast::kDone) return ready(broadcast_binary, "");
-    broadcast_waiting.push_back(ready);
-    if (broadcast == Broadcast::kNotYet) start_broadcast();
-  }
-
-  void start_broadcast() {
-    broadcast = Broadcast::kRunning;
-    broadcast_started = Clock::now();
-    auto copy = std::make_shared<StagedBinary>(*binary);
-    copy->file_on_hosts = std::string(kBroadcastPrefix) + random_token();
-    broadcast_binary = copy;
-    SpawnRequest request;
-    const auto sbcast = bp::environment::find_executable("sbcast");
-    if (sbcast.empty()) return broadcast_done(false, "sbcast is not on PATH");
-    request.path = sbcast.string();
-    request.argv = {request.path, "--force", self, copy->file_on_hosts};
-    request.stdout_fd = STDERR_FILENO;  // its own words, if any, where the command's warnings go
-    try {
-      broadcast_pid = spawn_process(request);
-    } catch (const SpawnError& e) {
-      return broadcast_done(false, fmt::format("cannot start sbcast: {}", errno_message(e.error())));
-    }
-    broadcast_process = std::make_unique<bp::process::handle_type>(io.get_executor(), broadcast_pid);
-    broadcast_process->async_wait([this](bp::error_code wait_error, int status) {
-      broadcast_pid = -1;
-      broadcast_timer.cancel();
-      const bool ok = !wait_error && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      broadcast_done(ok, wait_error ? wait_error.message()
-                         : WIFEXITED(status)
-                             ? fmt::format("sbcast exited with {}", WEXITSTATUS(status))
-                             : fmt::format("sbcast ended by {}", signal_name(WTERMSIG(status))));
-    });
-    // Within the preflight's own deadline; beyond it the job is not starting anyway.
-    broadcast_timer.expires_after(cluster.connect_timeout);
-    broadcast_timer.async_wait([this](boost::system::error_code timer_error) {
-      if (!timer_error && broadcast_pid > 0) ::kill(-broadcast_pid, SIGKILL);
-    });
-  }
-
-  void broadcast_done(bool ok, const std::string& why_not) {
-    if (ok) {
-      broadcast = Broadcast::kDone;
-      spdlog::info("sent ddprun {} to every node of the allocation with sbcast in {}",
-                   ddprun_version(), format_duration(Clock::now() - broadcast_started));
-    } else {
-      broadcast = Broadcast::kFailed;
-      spdlog::warn("sbcast could not send ddprun to the nodes ({}): each node that lacks it gets "
-                   "it through its srun instead", why_not);
-    }
-    auto waiting = std::move(broadcast_waiting);
-    broadcast_waiting.clear();
-    for (auto& ready : waiting) ready(ok ? broadcast_binary : binary, "");
+    if (broadcast) return broadcast->request(ready);
+    ready(binary, "");
   }
 
   void start_more() {
@@ -352,7 +237,7 @@ struct ClusterHead::Impl {
     // Every host runs ddprun now: the copy in memory is not needed for the rest of the job (a
     // session still writing it to a host holds a reference of its own).
     binary.reset();
-    broadcast_binary.reset();
+    if (broadcast) broadcast->release();
     spdlog::info("all {} hosts are ready ({} after the start): starting the workers",
                  result.hosts.size(), format_duration(Clock::now() - started_at));
     for (auto& s : sessions) {
@@ -478,15 +363,15 @@ struct ClusterHead::Impl {
     connect_timer.cancel();
     ping_timer.cancel();
     stop_timer.cancel();
-    // An sbcast nobody waits for any more would keep the io_context running.
-    if (broadcast_pid > 0) ::kill(-broadcast_pid, SIGKILL);
+    if (broadcast) broadcast->cancel();
   }
 
   ClusterResult run() {
     started_at = Clock::now();
     std::vector<TreeEntry> all;
     for (std::size_t i = 0; i < cluster.hosts.size(); ++i) {
-      all.push_back({static_cast<int>(i), cluster.hosts[i].host, command_for(i), agent_args(i), {}});
+      all.push_back({static_cast<int>(i), cluster.hosts[i].host, command_for(i),
+                     ddprun::agent_args(config, i), {}});
     }
     const bool tree = static_cast<int>(all.size()) > cluster.tree_threshold;
     top = tree ? plan_tree(std::move(all), cluster.fanout) : std::move(all);
@@ -538,24 +423,8 @@ void ClusterHead::on_signal(int signal) {
   asio::post(impl_->io, [this, signal] { impl_->on_signal(signal); });
 }
 
-std::vector<std::string> ClusterHead::command_for(std::size_t index) const {
-  return impl_->command_for(index);
-}
-
-nlohmann::json ClusterHead::staging() const {
-  if (!impl_->binary) return nlohmann::json::object();
-  return {{"remote_ddprun", impl_->remote_ddprun},
-          {"version", impl_->binary->version},
-          {"sha256", impl_->binary->sha256},
-          {"size", impl_->binary->bytes->size()}};
-}
-
 std::string ClusterHead::store_secret() const {
   return impl_->forwarded.at(store::kTokenEnv);
-}
-
-std::vector<std::string> ClusterHead::agent_args(std::size_t index) const {
-  return impl_->agent_args(index);
 }
 
 }  // namespace ddprun

@@ -3,7 +3,8 @@
 // the remote shell (RemoteSession), opening at most `fanout` connections at once; waits until
 // every host passed its checks (reachable, the same ddprun, the working directory, the program)
 // before telling any of them to start; relays their output; forwards signals in the session;
-// and gathers every agent's result. It starts no worker itself.
+// and gathers every agent's result. It starts no worker itself. What each host runs is
+// cluster/remote_command.hpp's.
 
 #include <atomic>
 #include <map>
@@ -53,13 +54,6 @@ class ClusterHead {
   // Thread-safe: forward `signal` to every agent (a second one ends the connections).
   void on_signal(int signal);
 
-  // The remote shell's command line for host `index` (for tests and --dry-run).
-  std::vector<std::string> command_for(std::size_t index) const;
-  // The arguments that host's agent gets in its session hello.
-  std::vector<std::string> agent_args(std::size_t index) const;
-  // What a host without this ddprun gets: {remote_ddprun, version, sha256, size}; empty with
-  // --no-stage or when this binary could not be read.
-  nlohmann::json staging() const;
   // The job's store secret, as every agent gets it.
   std::string store_secret() const;
 

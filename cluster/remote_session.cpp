@@ -10,7 +10,7 @@
 
 #include "common/deadline.hpp"
 #include "common/error.hpp"
-#include "process/boost_process.hpp"
+#include "process/exit_watch.hpp"
 #include "process/line_splitter.hpp"
 #include "process/spawn.hpp"
 #include "process/worker_output.hpp"
@@ -18,7 +18,6 @@
 namespace ddprun {
 
 namespace asio = boost::asio;
-namespace bp = boost::process::v2;
 
 namespace {
 
@@ -57,7 +56,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   asio::writable_pipe in;
   asio::readable_pipe out;
   asio::readable_pipe err;
-  std::unique_ptr<bp::process::handle_type> handle;
+  std::unique_ptr<ExitWatch> exit_watch;
   pid_t pid = -1;
   std::string hello;  // sent again to a remote command that staged ddprun
   // Shared: the binary goes to many hosts from one copy in memory.
@@ -85,7 +84,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   Stream stderr_stream;
 
   void start(const std::string& first_line) {
-    auto exe = bp::environment::find_executable(argv.at(0));
+    const auto exe = find_on_path(argv.at(0));
     if (exe.empty()) {
       throw Error(fmt::format("cannot start {}: not found on PATH", argv.at(0)));
     }
@@ -99,7 +98,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     stdout_pipe.open();
     stderr_pipe.open();
     SpawnRequest request;
-    request.path = exe.string();
+    request.path = exe;
     request.argv = argv;
     request.argv[0] = request.path;
     request.stdin_fd = stdin_pipe.read_end();
@@ -113,17 +112,19 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     in.assign(stdin_pipe.release_write());
     out.assign(stdout_pipe.release_read());
     err.assign(stderr_pipe.release_read());
-    handle = std::make_unique<bp::process::handle_type>(io.get_executor(), pid);
     open_streams = 2;
     hello = first_line;
     send(hello);
     read(out, stdout_stream, false);
     read(err, stderr_stream, true);
-    handle->async_wait([self = shared_from_this()](bp::error_code ec, int status) {
-      self->exited = true;
-      self->code = ec ? 255 : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
-      self->maybe_end();
-    });
+    exit_watch = std::make_unique<ExitWatch>(
+        io, pid, [self = shared_from_this()](boost::system::error_code ec, int status) {
+          if (ec == asio::error::operation_aborted) return;
+          self->exited = true;
+          self->code =
+              ec ? 255 : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+          self->maybe_end();
+        });
   }
 
   void read(asio::readable_pipe& pipe, Stream& stream, bool is_err) {

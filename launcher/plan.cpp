@@ -19,6 +19,7 @@ using nlohmann::json;
 
 constexpr const char* kPortNote = "a free port on the master, chosen for each attempt";
 constexpr const char* kErrorFileNote = "a file under the log directory, per attempt";
+constexpr const char* kFlightRecorderNote = "<log dir>/attempt_<n>/<local rank>/nccl_trace_rank_";
 
 std::string nnodes_text(const LaunchConfig& c) {
   return c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
@@ -117,6 +118,8 @@ json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& 
       in.set_omp_threads = ranks[g].local_world_size > 1;
       in.virtual_local_rank = c.virtual_local_rank;
       in.mpi_env = c.mpi_env;
+      // Set as in a real run, so that the Flight Recorder's variables show; the value is a note.
+      in.flight_recorder_prefix = kFlightRecorderNote;
       auto vars = build_worker_env(base, in);
       vars["MASTER_PORT"] = kPortNote;
       vars["TORCHELASTIC_ERROR_FILE"] = kErrorFileNote;
@@ -210,12 +213,17 @@ std::string format_plan(const json& plan) {
   if (plan["workers"].empty()) {
     out += "  worker environment: decided at the rendezvous (ranks and world size)\n";
   } else {
-    out += fmt::format("  worker environment (MASTER_PORT: {}; TORCHELASTIC_ERROR_FILE: {}):\n",
-                       kPortNote, kErrorFileNote);
+    out += fmt::format("  worker environment (MASTER_PORT: {}; TORCHELASTIC_ERROR_FILE: {}; "
+                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE and TORCH_FR_DUMP_TEMP_FILE: {}):\n",
+                       kPortNote, kErrorFileNote, kFlightRecorderNote);
     for (const auto& w : plan["workers"]) {
       std::string vars;
       for (const auto& [key, value] : w["env"].items()) {
-        if (key == "MASTER_PORT" || key == "TORCHELASTIC_ERROR_FILE") continue;
+        // What the header describes, the same for every rank.
+        if (key == "MASTER_PORT" || key == "TORCHELASTIC_ERROR_FILE" ||
+            value.get<std::string>() == kFlightRecorderNote) {
+          continue;
+        }
         vars += fmt::format(" {}={}", key, value.get<std::string>());
       }
       out += fmt::format("    rank {}:{}\n", w["rank"].get<int>(), vars);

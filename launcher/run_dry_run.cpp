@@ -1,11 +1,12 @@
 // --dry-run: the plan, on stdout; nothing is started and no host is contacted.
 
 #include <cstdio>
-#include <filesystem>
-#include <optional>
+#include <memory>
 
-#include "agent/worker_env.hpp"
-#include "cluster/head.hpp"
+#include "cluster/remote_command.hpp"
+#include "cluster/staging.hpp"
+#include "common/env_map.hpp"
+#include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/modes.hpp"
 #include "launcher/placement.hpp"
@@ -13,29 +14,41 @@
 
 namespace ddprun {
 
+namespace {
+
+// This executable as the hosts that lack it would get it; null with --no-stage, or when it
+// cannot be read (the plan then says nothing of staging, as the job would stage nothing).
+std::shared_ptr<const StagedBinary> staged_binary(const ClusterConfig& cluster) {
+  if (!cluster.stage) return nullptr;
+  try {
+    return read_own_binary();
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 int run_dry_run(const LaunchConfig& config) {
   std::vector<std::vector<std::string>> commands;
-  std::optional<ClusterHead> head;
+  std::shared_ptr<const StagedBinary> binary;
+  std::string remote_ddprun;
   if (config.cluster) {
-    head.emplace(config, current_environment(), this_executable(),
-                 std::filesystem::current_path().string());
+    binary = staged_binary(*config.cluster);
+    remote_ddprun = remote_ddprun_path(*config.cluster, this_executable());
     for (std::size_t i = 0; i < config.cluster->hosts.size(); ++i) {
-      commands.push_back(head->command_for(i));
+      commands.push_back(remote_shell_command(*config.cluster, i, remote_ddprun, binary.get()));
     }
   }
   auto plan = make_plan(config, current_environment(), commands);
-  for (std::size_t i = 0; head && i < config.cluster->hosts.size(); ++i) {
-    plan["nodes"][i]["args"] = head->agent_args(i);
+  for (std::size_t i = 0; config.cluster && i < config.cluster->hosts.size(); ++i) {
+    plan["nodes"][i]["args"] = agent_args(config, i);
   }
-  if (head && !head->staging().empty()) plan["staging"] = head->staging();
-  // This node's bindings; with --hosts each host plans its own when its agent starts.
+  if (binary) plan["staging"] = staging_summary(remote_ddprun, *binary);
+  // This node's bindings; with --hosts each host plans its own when its agent starts. One
+  // this machine cannot honour is a ConfigError: main() prints it and exits 2.
   if (!config.cluster && config.binding != Binding::kNone) {
-    try {
-      plan["placement"] = to_json(plan_node_placement(config));
-    } catch (const Error& e) {
-      std::fprintf(stderr, "ddprun: %s\n", e.what());
-      return kExitUsage;
-    }
+    plan["placement"] = to_json(plan_node_placement(config));
   }
   std::string text = config.dry_run == DryRun::kJson ? plan.dump() + "\n" : format_plan(plan);
   std::fputs(text.c_str(), stdout);

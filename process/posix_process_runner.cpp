@@ -11,7 +11,7 @@
 #include <thread>
 
 #include <boost/asio.hpp>
-#include "process/boost_process.hpp"
+#include "process/exit_watch.hpp"
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -31,7 +31,6 @@
 namespace ddprun {
 
 namespace asio = boost::asio;
-namespace bp = boost::process::v2;
 
 namespace {
 
@@ -158,7 +157,7 @@ class PosixProcessRunner::Impl {
     Clock::time_point exit_time;
     int open_streams = 0;
     pid_t* guard_slot = nullptr;  // where the orphan guard keeps its group (OrphanGuard)
-    std::unique_ptr<bp::process::handle_type> handle;
+    std::unique_ptr<ExitWatch> exit_watch;
     std::unique_ptr<WorkerOutput> out;
     std::unique_ptr<WorkerOutput> err;
     std::unique_ptr<asio::steady_timer> drain_timer;
@@ -237,7 +236,17 @@ class PosixProcessRunner::Impl {
     }
     out_pipe.close_write();
     err_pipe.close_write();
-    worker->handle = std::make_unique<bp::process::handle_type>(io_.get_executor(), worker->pid);
+    const auto exited = [this, w = worker.get()](boost::system::error_code ec, int status) {
+      // Runs on this thread, after this function. Aborted only when the watch is being
+      // destroyed, and `w` with it.
+      if (ec == asio::error::operation_aborted) return;
+      w->exited = true;
+      w->status = ec ? (128 + SIGKILL) << 8 : status;
+      w->exit_time = Clock::now();
+      if (ec) spdlog::warn("waiting for worker pid {} failed: {}", w->pid, ec.message());
+      maybe_report(w);
+    };
+    worker->exit_watch = std::make_unique<ExitWatch>(io_, worker->pid, exited);
 
     auto* w = worker.get();
     if (pipe_out) {
@@ -253,15 +262,6 @@ class PosixProcessRunner::Impl {
     workers_.push_back(std::move(worker));
     if (w->out) w->out->start([this, w] { stream_closed(w); });
     if (w->err) w->err->start([this, w] { stream_closed(w); });
-    w->handle->async_wait([this, w](bp::error_code ec, int status) {
-      // Aborted only when the handle is being destroyed, and `w` with it.
-      if (ec == asio::error::operation_aborted) return;
-      w->exited = true;
-      w->status = ec ? (128 + SIGKILL) << 8 : status;
-      w->exit_time = Clock::now();
-      if (ec) spdlog::warn("waiting for worker pid {} failed: {}", w->pid, ec.message());
-      maybe_report(w);
-    });
     spdlog::debug("started worker local rank {} rank {} pid {}: {}", launch.local_rank,
                   launch.rank, w->pid, fmt::join(launch.argv, " "));
     return w->pid;

@@ -1,0 +1,38 @@
+#pragma once
+// A child's exit, seen on an io_context the moment it happens (a pidfd, through Boost.Process
+// v2's process handle; no polling, no SIGCHLD): the one way the worker runner, the --hosts head
+// and its remote sessions wait for the processes they spawn.
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/system/error_code.hpp>
+
+namespace ddprun {
+
+class ExitWatch {
+ public:
+  // `status` is the child's wait status (WIFEXITED, WTERMSIG, ...). `ec` is set when the wait
+  // itself failed, and is operation_aborted when the watch is destroyed before the exit.
+  using Handler = std::function<void(boost::system::error_code ec, int status)>;
+
+  // Starts waiting for child `pid` at once; `handler` runs on `io`'s thread. Throws
+  // boost::system::system_error when the child cannot be watched (no pidfd for it).
+  ExitWatch(boost::asio::io_context& io, pid_t pid, Handler handler);
+  ~ExitWatch();
+  ExitWatch(const ExitWatch&) = delete;
+  ExitWatch& operator=(const ExitWatch&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `program`'s path as exec would find it on PATH; empty when it is not there.
+std::string find_on_path(const std::string& program);
+
+}  // namespace ddprun

@@ -53,7 +53,8 @@ Store::Arrival PrefixStore::arrive(const std::string& counter, std::int64_t tota
 }
 std::int64_t PrefixStore::num_keys(Deadline deadline) { return inner_.num_keys(deadline); }
 bool PrefixStore::pipeline_get(const std::string& key, Deadline deadline) {
-  return inner_.pipeline_get(full(key), deadline);
+  auto* inner = inner_.pipelining();
+  return inner != nullptr && inner->pipeline_get(full(key), deadline);
 }
 
 void PrefixStore::ping(Deadline deadline) { inner_.ping(deadline); }

@@ -5,7 +5,7 @@
 
 namespace ddprun::store {
 
-class PrefixStore final : public Store {
+class PrefixStore final : public Store, public Pipelining {
  public:
   PrefixStore(std::string prefix, Store& inner);
 
@@ -24,6 +24,8 @@ class PrefixStore final : public Store {
   void wait(const std::vector<std::string>& keys, Deadline deadline) override;
   Arrival arrive(const std::string& counter, std::int64_t total, const std::string& release,
                  const std::string& then_get, Deadline deadline) override;
+  // The inner store's, with the key prefixed.
+  Pipelining* pipelining() override { return inner_.pipelining() != nullptr ? this : nullptr; }
   bool pipeline_get(const std::string& key, Deadline deadline) override;
   // Counts the inner store's keys: the protocol has no per-prefix count.
   std::int64_t num_keys(Deadline deadline) override;

@@ -18,6 +18,8 @@
 
 namespace ddprun::store {
 
+class Pipelining;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -62,18 +64,9 @@ class Store {
     a.value = get(then_get, deadline);
     return a;
   }
-  // Pipelining: the next call's request and a get of `key` go to the store in one write (the
-  // store waits for the key as long as `deadline` leaves now), and a later get(key) reads the
-  // answer already asked for (the next round's outcome watch, sent with this round's arrival:
-  // one request for the store to read, not two). Any other call in between closes the
-  // connection and throws ConnectionError: the get's answer would come first. False: refused,
-  // and nothing is queued, where the store has no such thing or a pipelined get is already
-  // queued or unanswered.
-  virtual bool pipeline_get(const std::string& key, Deadline deadline) {
-    (void)key;
-    (void)deadline;
-    return false;
-  }
+  // The store's pipelining (see Pipelining below) where it has it, a TCP client's; null
+  // where it has none.
+  virtual Pipelining* pipelining() { return nullptr; }
   virtual std::int64_t num_keys(Deadline deadline) = 0;
   virtual void ping(Deadline deadline) = 0;
 
@@ -83,6 +76,21 @@ class Store {
   // Thread-safe and final: the call in progress and every later call throw InterruptedError.
   // (A caller that still needs the store afterwards opens a new connection.)
   virtual void interrupt() = 0;
+};
+
+// An optional capability of a store connection: the next call's request and a get of `key` go
+// to the store in one write (the store waits for the key as long as `deadline` leaves now), and
+// a later get(key) reads the answer already asked for. The restart uses it to send the next
+// round's outcome watch with this round's arrival: one request for the store to read, not two
+// (agent/settlement.hpp). Any other call in between closes the connection and throws
+// ConnectionError: the get's answer would come first.
+class Pipelining {
+ public:
+  // False: refused and nothing queued, where a pipelined get is already queued or unanswered.
+  virtual bool pipeline_get(const std::string& key, Deadline deadline) = 0;
+
+ protected:
+  ~Pipelining() = default;
 };
 
 // Opens another connection to the same store, connecting until the deadline (for a thread that

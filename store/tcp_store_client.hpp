@@ -34,7 +34,7 @@ struct StoreClientOptions {
   std::chrono::milliseconds handshake_timeout{10'000};
 };
 
-class TcpStoreClient final : public Store {
+class TcpStoreClient final : public Store, public Pipelining {
  public:
   // Connects (with retries, backoff and jitter) until `connect_deadline`. Throws ConnectionError
   // or TimeoutError naming host:port, the attempts made and the last error; AuthError at once
@@ -57,6 +57,7 @@ class TcpStoreClient final : public Store {
   void wait(const std::vector<std::string>& keys, Deadline deadline) override;
   Arrival arrive(const std::string& counter, std::int64_t total, const std::string& release,
                  const std::string& then_get, Deadline deadline) override;
+  Pipelining* pipelining() override { return this; }
   // The get goes behind the next call's request, in the same write.
   bool pipeline_get(const std::string& key, Deadline deadline) override;
   std::int64_t num_keys(Deadline deadline) override;

@@ -148,7 +148,7 @@ RunResult Agent::run_rounds() {
     } else {
       return finish_failure(f, outcome.store_lost);
     }
-    next_master_port_ = outcome.next_master_port;
+    next_master_port_ = outcome.end.next_master_port;
     rdzv.round_ended(*round_, outcome.end);
   }
 }

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,7 +11,7 @@
 
 #include "agent/failure.hpp"
 #include "agent/file_timer.hpp"
-#include "agent/stack_report.hpp"
+#include "agent/rank_stacks.hpp"
 #include "agent/status_board.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
@@ -24,16 +22,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
-
-void replace_all(std::string& s, const std::string& token, const std::string& value) {
-  for (auto pos = s.find(token); pos != std::string::npos; pos = s.find(token, pos + value.size())) {
-    s.replace(pos, token.size(), value);
-  }
-}
-
-bool has(Std streams, Std bit) {
-  return (static_cast<int>(streams) & static_cast<int>(bit)) != 0;
-}
 
 // How long the peers of a failed worker get to end on their own before their stacks are taken
 // (with --hang-timeout on): a peer that lost its partner in a collective usually fails within
@@ -48,34 +36,6 @@ constexpr auto kWatcherGrace = 5s;
 
 }  // namespace
 
-std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
-                          const std::string& host, const std::string& role) {
-  std::string out = tmpl;
-  replace_all(out, "{rank}", std::to_string(rank));
-  replace_all(out, "{local_rank}", std::to_string(local_rank));
-  replace_all(out, "{node}", std::to_string(node));
-  replace_all(out, "{host}", host);
-  replace_all(out, "{role}", role);
-  return out;
-}
-
-void SideConnection::interrupt() {
-  std::lock_guard lock(mutex_);
-  interrupted_ = true;
-  if (in_use_ != nullptr) in_use_->interrupt();
-}
-
-SideConnection::Use::Use(SideConnection& side, store::Store& store) : side_(side) {
-  std::lock_guard lock(side.mutex_);
-  side.in_use_ = &store;
-  if (side.interrupted_) store.interrupt();
-}
-
-SideConnection::Use::~Use() {
-  std::lock_guard lock(side_.mutex_);
-  side_.in_use_ = nullptr;
-}
-
 Attempt::Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& round,
                  EventQueue& events, const std::atomic<int>& signal, SideConnection& side,
                  Emit emit, WorkerProgress& progress, FileTimerServer* timers)
@@ -89,7 +49,8 @@ Attempt::Attempt(const LaunchConfig& config, AgentContext& ctx, const Round& rou
       progress_(progress),
       timers_(timers),
       channel_(*ctx.store, round, config.rdzv_conf.read_timeout),
-      dir_((fs::path(ctx.log_dir) / fmt::format("attempt_{}", round.id)).string()) {}
+      dir_(ctx.log_dir, round.id),
+      hang_(config, round, ctx.host, channel_, progress, timers, emit_) {}
 
 Attempt::~Attempt() { teardown(); }
 
@@ -101,10 +62,6 @@ void Attempt::teardown(Clock::duration watcher_grace) {
     }
     watcher_.reset();
   }
-}
-
-std::string Attempt::error_file(int local_rank) const {
-  return (fs::path(dir_) / std::to_string(local_rank) / "error.json").string();
 }
 
 Failure Attempt::failure(Failure::Kind kind, int exit_code, const std::string& message) const {
@@ -141,7 +98,7 @@ AttemptOutcome Attempt::run() {
                        (outcome.failure.kind == Failure::Kind::kWorker ||
                         outcome.failure.kind == Failure::Kind::kHang);
   teardown(settles ? Clock::duration(kWatcherGrace) : Clock::duration::zero());
-  if (timers_ != nullptr) timers_->forget(pids_);
+  if (timers_ != nullptr) timers_->forget(workers_.pids);
   if (settles) {
     // Stacks are taken after a hang, or after any failure with --hang-timeout (the same on
     // every node: the settings are compared at the rendezvous). Without them there is no
@@ -149,61 +106,16 @@ AttemptOutcome Attempt::run() {
     const bool stacks = outcome.failure.kind == Failure::Kind::kHang ||
                         config_.hang_timeout.count() > 0;
     std::function<void(Failure&)> refine;
-    if (stacks) refine = [this](Failure& f) { explain(f); };
-    const auto offered = offer_next_master_port();
-    // The watcher's connection, idle now, carries this node's arrival with the next round's
-    // outcome watch behind it (a store that cannot pipeline leaves the arrival on the agent's
-    // own); a signal interrupts it as it does the agent's own.
-    std::optional<SideConnection::Use> side;
-    if (const auto next = ctx_.rendezvous->next_prefix(round_);
-        ctx_.spare_watch_store && !next.empty() &&
-        ctx_.spare_watch_store->pipeline_get(RoundChannel::outcome_key(next),
-                                             Deadline::after(OutcomeWatcher::kWaitBound))) {
-      side.emplace(side_, *ctx_.spare_watch_store);
-      channel_.arrive_on(*ctx_.spare_watch_store);
+    if (stacks) {
+      refine = [this](Failure& f) { explain_root_cause(f, channel_.all_where(), round_, dir_); };
     }
-    // The chooser closes the next round ahead when the job restarts from its pick (as the
-    // agent will decide: Agent::run_rounds).
-    const auto settle = [this](const Failure& root) -> std::optional<std::string> {
-      if (!restarts_after(root, round_.restart_count, config_.max_restarts, signal_)) {
-        return std::nullopt;
-      }
-      return ctx_.rendezvous->settle_next_round(round_, round_.restart_count + 1);
-    };
-    auto cause = channel_.resolve_root_cause(outcome.failure, outcome_mine_,
-                                             config_.shutdown_timeout + kCaptureBudget + 10s,
-                                             refine, settle);
-    outcome.failure = std::move(cause.failure);
-    outcome.end = RoundEnd{cause.all_stopped, outcome_mine_, std::move(cause.next_round)};
-    outcome.next_master_port = offered ? offered : cause.next_master_port;
+    auto settled = Settler(config_, ctx_, round_, channel_, side_, signal_)
+                       .settle(outcome.failure, outcome_mine_,
+                               config_.shutdown_timeout + kCaptureBudget + 10s, refine);
+    outcome.failure = std::move(settled.root_cause);
+    outcome.end = std::move(settled.end);
   }
   return outcome;
-}
-
-// Group rank 0 picks the next round's master port now, before it settles, so that the root
-// cause carries it to every node: when the next round keeps every node's ranks (a static job,
-// an elastic round of the same members) group rank 0 is the same node, and no node reads the
-// port on the restart's path. It publishes the same port then, for a node that missed the root
-// cause; a round with other ranks picks a port of its own. The port is free when picked and
-// held by nobody until the workers bind it, as any port picked ahead is (torchrun's too), only
-// for longer: a rank 0 that cannot bind it fails that attempt, as one would before.
-std::optional<int> Attempt::offer_next_master_port() {
-  if (round_.ranks.group_rank != 0) return std::nullopt;
-  int port = 0;
-  try {
-    port = ctx_.reserve_master_port(round_.master_addr);
-  } catch (const Error& e) {
-    spdlog::warn("could not reserve the next round's master port: {}", e.what());
-    return std::nullopt;
-  }
-  // Kept even when the offer fails: it may have reached the store and the root cause, and this
-  // node publishes it in the next round for whoever did not get it there.
-  try {
-    channel_.offer_next_master_port(port);
-  } catch (const Error& e) {
-    spdlog::warn("could not offer the next round's master port: {}", e.what());
-  }
-  return port;
 }
 
 // The outcome watcher and the keep-alive report into the agent's queue, which outlives this
@@ -254,13 +166,13 @@ AttemptOutcome Attempt::wait_for_outcome(std::optional<AttemptOutcome> outcome) 
   while (!outcome) {
     auto wait = barrier_ ? *barrier_ : Deadline::after(1h);
     if (barrier_progress_) wait = barrier_progress_->slice(wait);
-    const auto hang_due = hang_check_due();
+    const auto hang_due = hang_.due(workers_);
     if (hang_due) wait = wait.min(*hang_due);
     auto event = events_.pop(wait);
     if (event) {
       outcome = handle(*event);
     } else if (hang_due && hang_due->expired()) {
-      outcome = check_hang();
+      if (auto hang = hang_.check(workers_)) outcome = publish(*hang);
     } else if (barrier_ && barrier_->expired()) {
       outcome = on_barrier_expired();
     } else if (barrier_progress_ && barrier_progress_->due()) {
@@ -300,7 +212,15 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
   const auto master_port = agree_master_port(failed);
   if (!master_port) return failed;
   const auto& r = round_.ranks;
-  auto launches = make_launches(*master_port);
+  progress_.restart(round_.id);
+  OutputHooks hooks;
+  if (config_.hang_timeout.count() > 0) hooks.on_output = progress_.sink();
+  if (ctx_.status != nullptr) {
+    hooks.on_line = [status = ctx_.status](int local) { return status->line_hook(local); };
+  }
+  auto launches = make_worker_launches(config_, ctx_, round_, *master_port, dir_,
+                                       timers_ != nullptr ? timers_->path() : std::string(),
+                                       hooks);
   spdlog::info("attempt {}: starting {} workers (ranks {}..{} of {}), MASTER_ADDR={} "
                "MASTER_PORT={}", round_.id, r.local_world_size, r.base_rank,
                r.base_rank + r.local_world_size - 1, r.world_size, round_.master_addr,
@@ -316,10 +236,7 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
       e.exit = exit;
       events.push(e);
     });
-    running_ = r.local_world_size;
-    pids_ = pids;
-    exited_.assign(pids.size(), false);
-    failed_.assign(pids.size(), std::nullopt);
+    workers_.started(pids);
     emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});
   } catch (const CannotStartError& e) {
     spdlog::error("{}", e.what());
@@ -332,56 +249,6 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
     return decided;
   }
   return std::nullopt;
-}
-
-std::vector<WorkerLaunch> Attempt::make_launches(int master_port) {
-  const auto& r = round_.ranks;
-  progress_.restart(round_.id);
-  std::vector<WorkerLaunch> launches;
-  for (int local = 0; local < r.local_world_size; ++local) {
-    auto dir = fs::path(dir_) / std::to_string(local);
-    fs::create_directories(dir);
-    WorkerEnvInput in;
-    in.ranks = r;
-    in.local_rank = local;
-    in.role = config_.role;
-    in.master_addr = round_.master_addr;
-    in.master_port = master_port;
-    in.restart_count = round_.restart_count;
-    in.max_restarts = config_.max_restarts;
-    in.run_id = config_.rdzv_id;
-    in.error_file = error_file(local);
-    in.set_omp_threads = r.local_world_size > 1;
-    if (timers_ != nullptr) in.timer_file = timers_->path();
-    in.flight_recorder_prefix = (dir / "nccl_trace_rank_").string();
-    in.virtual_local_rank = config_.virtual_local_rank;
-    in.mpi_env = config_.mpi_env;
-    fs::remove(in.error_file);
-
-    WorkerLaunch w;
-    w.local_rank = local;
-    w.rank = r.global_rank(local);
-    w.argv = substitute_local_rank(config_.argv, local);
-    w.env = to_env_strings(build_worker_env(ctx_.base_env, in));
-    if (local < static_cast<int>(ctx_.placements.size())) w.placement = ctx_.placements[local];
-    const auto redirect = config_.redirects.for_rank(local);
-    const auto tee = config_.tee.for_rank(local);
-    const bool shown = !config_.local_ranks_filter ||
-                       std::count(config_.local_ranks_filter->begin(),
-                                  config_.local_ranks_filter->end(), local) > 0;
-    auto& o = w.output;
-    o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
-    o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
-    if (has(redirect, Std::kOut) || has(tee, Std::kOut)) o.stdout_file = (dir / "stdout.log").string();
-    if (has(redirect, Std::kErr) || has(tee, Std::kErr)) o.stderr_file = (dir / "stderr.log").string();
-    o.prefix = render_prefix(config_.log_line_prefix, w.rank, local, r.group_rank, ctx_.host,
-                             config_.role);
-    o.raw = config_.raw_output;
-    if (config_.hang_timeout.count() > 0) o.on_output = progress_.sink();
-    if (ctx_.status != nullptr) o.on_line = ctx_.status->line_hook(local);
-    launches.push_back(std::move(w));
-  }
-  return launches;
 }
 
 std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
@@ -400,7 +267,8 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
     case AgentEvent::Kind::kNodeLost:
       return on_node_lost(event.node);
     case AgentEvent::Kind::kProgress:
-      return on_progress();
+      hang_.on_progress(workers_);
+      return std::nullopt;
     case AgentEvent::Kind::kSignal:
     case AgentEvent::Kind::kTimerExpired:
       break;
@@ -408,32 +276,23 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
   return std::nullopt;
 }
 
-void Attempt::count_exit(const WorkerExit& exit) {
-  --running_;
-  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(exited_.size())) {
-    exited_[exit.local_rank] = true;
-  }
-}
-
 Failure Attempt::record_worker_failure(const WorkerExit& exit) {
-  auto f = worker_failure(exit, error_file(exit.local_rank), ctx_.host, round_.ranks.group_rank,
-                          round_.restart_count);
+  auto f = worker_failure(exit, dir_.error_file(exit.local_rank), ctx_.host,
+                          round_.ranks.group_rank, round_.restart_count);
   channel_.record_failure(f);
-  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(failed_.size())) {
-    failed_[exit.local_rank] = f;
-  }
+  workers_.record_failure(exit.local_rank, f);
   return f;
 }
 
 std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) {
-  count_exit(exit);
+  workers_.count_exit(exit);
   emit_("worker_exited",
         {{"attempt", round_.id}, {"rank", exit.rank}, {"local_rank", exit.local_rank},
          {"pid", exit.pid}, {"exit_code", exit.exit_code}, {"signal", exit.signal},
          {"exit_mono", std::chrono::duration<double>(exit.when.time_since_epoch()).count()}});
   if (exit.succeeded()) {
     spdlog::debug("rank {} (local {}) exited 0", exit.rank, exit.local_rank);
-    if (running_ == 0 && !published_) {
+    if (workers_.running == 0 && !published_) {
       published_ = true;
       // The last node to succeed decides the round; the others learn it from the watcher.
       if (auto decided = channel_.report_success()) return decide(*decided);
@@ -442,7 +301,7 @@ std::optional<AttemptOutcome> Attempt::on_worker_exited(const WorkerExit& exit) 
       if (!ctx_.hosts_store) barrier_ = Deadline::after(config_.exit_barrier_timeout);
       barrier_progress_.emplace(config_.progress_interval);
       // A node whose workers are done makes no more progress: for --hang-timeout it is idle.
-      if (config_.hang_timeout.count() > 0 && !idle_voted_) return vote_idle(Clock::now());
+      if (auto hang = hang_.workers_done(workers_)) return publish(*hang);
     }
     return std::nullopt;
   }
@@ -517,13 +376,14 @@ std::optional<AttemptOutcome> Attempt::on_barrier_expired() {
 // Forwards the signal that stopped us, else SIGTERM; SIGKILL after the shutdown timeout.
 void Attempt::stop_workers() {
   const int stop_signal = signal_ != 0 ? signal_.load() : SIGTERM;
-  if (running_ > 0) {
-    spdlog::info("stopping {} local worker(s) with {}", running_, signal_name(stop_signal));
+  if (workers_.running > 0) {
+    spdlog::info("stopping {} local worker(s) with {}", workers_.running,
+                 signal_name(stop_signal));
   }
   // A worker that wrote its error file is failing on its own: let it end with its own code.
   std::vector<int> failing;
   for (int local = 0; local < round_.ranks.local_world_size; ++local) {
-    if (fs::exists(error_file(local))) failing.push_back(local);
+    if (fs::exists(dir_.error_file(local))) failing.push_back(local);
   }
   ctx_.runner->stop(stop_signal, config_.shutdown_timeout, failing);
   emit_("workers_stopped", {{"attempt", round_.id}});
@@ -544,116 +404,26 @@ void Attempt::collect_late_failures(int stop_signal) {
     // One that our signal ended counts only if it had already failed on its own (it wrote its
     // error file): it may have been busy exiting when the stop came.
     const bool stopped_by_us = exit.signal == stop_signal || exit.signal == SIGKILL;
-    if (stopped_by_us && !fs::exists(error_file(exit.local_rank))) continue;
+    if (stopped_by_us && !fs::exists(dir_.error_file(exit.local_rank))) continue;
     record_worker_failure(exit);
   }
-}
-
-// --hang-timeout: the loop wakes when the timeout after the last progress has passed, unless
-// this node already said it is idle (the next progress then comes as an event).
-std::optional<Deadline> Attempt::hang_check_due() const {
-  if (config_.hang_timeout.count() <= 0 || idle_voted_ || running_ == 0) return std::nullopt;
-  auto due = progress_.last() + config_.hang_timeout;
-  if (vote_retry_ && *vote_retry_ > due) due = *vote_retry_;
-  return Deadline::at(due);
-}
-
-std::optional<AttemptOutcome> Attempt::check_hang() {
-  const auto last = progress_.last();
-  if (Clock::now() - last < config_.hang_timeout) return std::nullopt;
-  // A worker inside a FileTimer block has said when it will be late: its timer decides that,
-  // not the hang timeout. The check comes again one timeout later.
-  if (timers_ != nullptr && timers_->pending(pids_)) {
-    progress_.note();
-    return std::nullopt;
-  }
-  return vote_idle(last);
-}
-
-// The verdict is the job's: each node says when its own workers have been idle for the
-// timeout, takes it back when they move, and the node that makes every node idle at once
-// declares the hang.
-std::optional<AttemptOutcome> Attempt::vote_idle(Clock::time_point last_progress) {
-  std::int64_t idle = 0;
-  try {
-    idle = channel_.vote_idle();
-  } catch (const Error& e) {
-    spdlog::warn("--hang-timeout: cannot tell the other nodes this node is idle (trying again "
-                 "in 1s): {}", e.what());
-    vote_retry_ = Clock::now() + 1s;
-    return std::nullopt;
-  }
-  vote_retry_.reset();
-  idle_voted_ = true;
-  spdlog::debug("--hang-timeout: no progress on this node for {}; {} of {} nodes idle",
-                format_duration(Clock::now() - last_progress), idle,
-                round_.ranks.group_world_size);
-  if (idle >= round_.ranks.group_world_size) {
-    const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(config_.hang_timeout);
-    auto f = failure(Failure::Kind::kHang, kExitHang,
-                     fmt::format("no progress from any of {} ranks for {} (--hang-timeout)",
-                                 round_.ranks.world_size, format_duration(seconds)));
-    spdlog::error("hang: {}", f.message);
-    emit_("hang", {{"attempt", round_.id}, {"message", f.message}});
-    return publish(f);
-  }
-  if (running_ > 0 && !progress_.arm(last_progress)) return on_progress();  // it just moved
-  return std::nullopt;
-}
-
-std::optional<AttemptOutcome> Attempt::on_progress() {
-  if (!idle_voted_ || running_ == 0) return std::nullopt;
-  try {
-    channel_.withdraw_idle();
-    idle_voted_ = false;
-  } catch (const Error& e) {
-    // Still counted as idle: the next progress tries again (voting twice would count this
-    // node twice).
-    spdlog::warn("--hang-timeout: cannot tell the other nodes this node moved again: {}",
-                 e.what());
-    progress_.arm(Clock::now());
-  }
-  return std::nullopt;
 }
 
 // A FileTimer expired: the worker's own promise ("this block ends within N seconds") was
 // broken, so it is that rank's hang. torchrun sends the worker the timer's signal; the agent
 // takes the stacks first and then stops the whole job as for any failure.
 std::optional<AttemptOutcome> Attempt::on_timer_expired(const AgentEvent& event) {
-  int local = -1;
-  for (std::size_t l = 0; l < pids_.size(); ++l) {
-    if (pids_[l] == event.pid && !exited_[l]) local = static_cast<int>(l);
-  }
-  if (local < 0) {
-    spdlog::debug("FileTimer '{}' of pid {} expired; not a live worker of attempt {}", event.text,
-                  event.pid, round_.id);
-    return std::nullopt;
-  }
-  const int rank = round_.ranks.global_rank(local);
-  if (event.timer_signal <= 0) {
-    spdlog::warn("rank {}: timer '{}' expired, but it asked for no signal: not stopped",
-                 rank, event.text);
-    return std::nullopt;
-  }
-  auto f = failure(Failure::Kind::kHang, kExitHang,
-                   fmt::format("rank {}: timer '{}' expired {:.1f}s ago (FileTimer)", rank,
-                               event.text, std::max(0.0, unix_seconds() - event.expired_at)));
-  f.rank = rank;
-  f.local_rank = local;
-  f.pid = event.pid;
-  spdlog::error("{}", f.message);
-  emit_("timer_expired", {{"attempt", round_.id}, {"rank", rank}, {"pid", event.pid},
-                          {"scope", event.text}, {"expired_at", event.expired_at}});
-  if (published_) return std::nullopt;
+  auto hang = hang_.timer_expired(event, workers_);
+  if (!hang || published_) return std::nullopt;
   published_ = true;
-  return publish(f);
+  return publish(*hang);
 }
 
 // Worker exits while the peers get their grace: each is recorded as a failure of its own (as
 // a late one would be); anything else waits for the caller.
 void Attempt::wait_for_peers(Deadline deadline) {
   std::vector<AgentEvent> later;
-  while (running_ > 0) {
+  while (workers_.running > 0) {
     auto event = events_.pop(deadline);
     if (!event) break;
     if (event->kind != AgentEvent::Kind::kWorkerExited || event->round != round_.id) {
@@ -662,7 +432,7 @@ void Attempt::wait_for_peers(Deadline deadline) {
       if (stop) break;
       continue;
     }
-    count_exit(event->exit);
+    workers_.count_exit(event->exit);
     if (!event->exit.succeeded()) record_worker_failure(event->exit);
   }
   for (auto& e : later) events_.push(std::move(e));
@@ -671,109 +441,17 @@ void Attempt::wait_for_peers(Deadline deadline) {
 void Attempt::take_stacks(const Failure& decided) {
   const bool hang = decided.kind == Failure::Kind::kHang;
   const bool failure = decided.kind == Failure::Kind::kWorker && config_.hang_timeout.count() > 0;
-  if ((!hang && !failure) || pids_.empty() || signal_ != 0) return;
+  if ((!hang && !failure) || workers_.pids.empty() || signal_ != 0) return;
   if (failure) wait_for_peers(Deadline::after(kPeerGrace));
   if (signal_ != 0) return;  // stopping now matters more than the stacks
 
-  std::vector<StackTarget> targets;
-  std::vector<int> locals;
-  for (std::size_t l = 0; l < pids_.size(); ++l) {
-    if (exited_[l]) continue;
-    targets.push_back({pids_[l], (fs::path(dir_) / std::to_string(l) / "stacks.txt").string()});
-    locals.push_back(static_cast<int>(l));
-  }
-  std::vector<RankWhere> where;
   const auto started = Clock::now();
-  const auto captures = ctx_.runner->capture_stacks(targets, Deadline::after(kCaptureBudget));
-  for (std::size_t i = 0; i < captures.size(); ++i) {
-    const auto& c = captures[i];
-    std::string text;
-    if (std::ifstream in(c.file); in) text.assign(std::istreambuf_iterator<char>(in), {});
-    RankWhere r = locate(parse_gdb_output(text, c.pid));
-    if (!c.ok) r.note = "no stack: " + c.error;
-    r.local_rank = locals[i];
-    r.rank = round_.ranks.global_rank(locals[i]);
-    r.pid = c.pid;
-    where.push_back(std::move(r));
-  }
-  // The ranks of this node that failed on their own: whether their error came from inside a
-  // collective tells a blocked peer from one out of step.
-  for (std::size_t l = 0; l < failed_.size(); ++l) {
-    if (!failed_[l]) continue;
-    const auto& f = *failed_[l];
-    RankWhere r;
-    r.local_rank = static_cast<int>(l);
-    r.rank = f.rank;
-    r.pid = f.pid;
-    r.note = f.signal ? killed_by(f.signal, f.out_of_memory)
-                      : fmt::format("exited with code {}", f.exit_code);
-    // Its traceback when it wrote one; else its last stderr lines (where Python prints it).
-    std::string text = f.traceback;
-    if (text.empty()) {
-      for (const auto& line : f.stderr_tail) text += line + "\n";
-    }
-    r.in_collective = mentions_collective(f.message + "\n" + text);
-    where.push_back(std::move(r));
-  }
-  for (auto& r : where) {
-    r.host = ctx_.host;
-    r.node = round_.ranks.group_rank;
-  }
-  if (!targets.empty()) {
-    spdlog::info("took the stacks of {} live worker(s) in {}: {}/<local rank>/stacks.txt",
-                 targets.size(), format_duration(Clock::now() - started), dir_);
-  }
+  const auto where = ddprun::take_stacks(*ctx_.runner, workers_, dir_, round_, ctx_.host,
+                                         Deadline::after(kCaptureBudget));
   emit_("stacks", {{"attempt", round_.id},
                    {"seconds", std::chrono::duration<double>(Clock::now() - started).count()},
                    {"ranks", where_json(where)}});
   channel_.record_where(where);
-}
-
-// The chooser's root cause gets the ranks grouped by where they were. When a worker failed
-// and another rank stayed alive outside any collective while the rest failed or waited in one,
-// that rank is the cause: the others only timed out waiting for it.
-void Attempt::explain(Failure& f) {
-  auto where = channel_.all_where();
-  // Only when some rank's stack was taken: failures alone are already in the report.
-  if (std::none_of(where.begin(), where.end(), [](const RankWhere& r) { return !r.where.empty(); })) {
-    return;
-  }
-  f.where = group_ranks(where, round_.ranks.world_size);
-  f.stacks = round_.ranks.group_world_size > 1
-                 ? fmt::format("attempt_{}/<local rank>/stacks.txt in each node's log directory "
-                               "(this node's: {})", round_.id, dir_)
-                 : fmt::format("{}/<local rank>/stacks.txt", dir_);
-  const auto out = ranks_out_of_step(where);
-  if (out.empty()) return;
-  const auto& who = *std::find_if(where.begin(), where.end(),
-                                  [&](const RankWhere& r) { return r.rank == out.front(); });
-  if (f.kind == Failure::Kind::kWorker) {
-    // The first failure's own details go; the message keeps it.
-    const auto first = fmt::format("rank {} on {} {}", f.rank, f.host,
-                                   f.signal ? killed_by(f.signal, f.out_of_memory)
-                                            : fmt::format("exited with code {}", f.exit_code));
-    f.kind = Failure::Kind::kHang;
-    f.exit_code = kExitHang;
-    f.signal = 0;
-    f.message = fmt::format("{} {} alive outside any collective ({}) while the other ranks "
-                            "failed in one or wait in one; first failure: {}",
-                            out.size() == 1 ? "rank" : "ranks", format_rank_list(out),
-                            who.where, first);
-    f.traceback.clear();
-    f.stderr_tail.clear();
-  } else if (f.rank < 0) {
-    f.message += fmt::format("; out of step: {} {}", out.size() == 1 ? "rank" : "ranks",
-                             format_rank_list(out));
-  } else {
-    return;  // a timer's rank stays the cause
-  }
-  {
-    f.rank = who.rank;
-    f.local_rank = who.local_rank;
-    f.pid = who.pid;
-    f.host = who.host;
-    f.node = who.node;
-  }
 }
 
 void announce_stop(AgentContext& ctx, const Round& round, int sig) {

@@ -76,7 +76,7 @@ Failure worker_failure(const WorkerExit& exit, const std::string& error_file,
   return f;
 }
 
-std::string format_root_cause(const Failure& f, int world_size) {
+std::string format_root_cause(const Failure& f, int world_size, const std::string& log_dir) {
   std::string out = "Root cause (first failure in the job):\n";
   auto row = [&](const char* key, const std::string& value) {
     out += fmt::format("  {:<11} {}\n", key, value);
@@ -117,6 +117,8 @@ std::string format_root_cause(const Failure& f, int world_size) {
   }
   row("attempt", std::to_string(f.attempt));
   row("time", stamp);
+  // The failed rank's files are under attempt_<n>/<local rank>/ of its own node's directory.
+  if (!log_dir.empty()) row("logs", log_dir + " (this node's log directory)");
   if (!f.where.empty()) {
     out += "  where the ranks were:\n";
     for (const auto& line : f.where) out += "    " + line + "\n";

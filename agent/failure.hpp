@@ -34,8 +34,10 @@ std::optional<ErrorFile> read_error_file(const std::string& path);
 // agent. Anything else ends the job; a membership change re-forms it without spending one.
 bool restarts_after(const Failure& root, int restarts, int max_restarts, int signal);
 
-// The readable multi-line block every agent prints once about the root cause.
-std::string format_root_cause(const Failure& failure, int world_size);
+// The readable multi-line block every agent prints once about the root cause. `log_dir`: this
+// node's log directory when it is kept and the user did not name it (else empty: not shown).
+std::string format_root_cause(const Failure& failure, int world_size,
+                              const std::string& log_dir = "");
 
 
 }  // namespace ddprun

@@ -41,6 +41,9 @@ struct RoundEnd {
   // The next round, already closed by the chooser (RendezvousHandler::settle_next_round) and
   // carried to every node in the root cause; nullopt: the next round forms as usual.
   std::optional<std::string> next_round;
+  // The next round's master port, agreed with the root cause: the workers' MASTER_PORT when
+  // that round keeps every node's ranks (Round::master_port).
+  std::optional<int> next_master_port;
 };
 
 struct Round {

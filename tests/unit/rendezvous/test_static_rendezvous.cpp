@@ -87,14 +87,14 @@ TEST_CASE("static rendezvous: a restart every node settled does not wait at the 
 
   // Node 1 never comes back. With every node settled, node 0 goes on at once, and counts
   // itself nowhere.
-  a.rdzv.round_ended(round0, RoundEnd{true, false, std::nullopt});
+  a.rdzv.round_ended(round0, RoundEnd{true, false, std::nullopt, std::nullopt});
   auto round1 = a.rdzv.next_round(1).round;
   REQUIRE(round1);
   CHECK(round1->prefix == "attempt/1");
   CHECK(shared.connect()->add("attempt/1/arrived", 0, Deadline::after(kHang)) == 0);
 
   // Without it, node 0 waits for node 1 at the barrier, and says which attempt it waited for.
-  a.rdzv.round_ended(*round1, RoundEnd{false, false, std::nullopt});
+  a.rdzv.round_ended(*round1, RoundEnd{false, false, std::nullopt, std::nullopt});
   CHECK_THROWS_WITH(a.rdzv.next_round(2),
                     Catch::Contains("attempt 2: not every node came back to start workers"));
 }
@@ -107,16 +107,16 @@ TEST_CASE("static rendezvous: a node that missed the root cause passes the gate 
 
   // Node 0 chose the root cause with every node settled; node 1's read of it timed out, so it
   // waits at the next attempt's barrier, where node 0 does not count itself.
-  a.rdzv.round_ended(round0, RoundEnd{true, true, std::nullopt});
+  a.rdzv.round_ended(round0, RoundEnd{true, true, std::nullopt, std::nullopt});
   REQUIRE(a.rdzv.next_round(1).round);
-  b.rdzv.round_ended(round0_b, RoundEnd{false, false, std::nullopt});
+  b.rdzv.round_ended(round0_b, RoundEnd{false, false, std::nullopt, std::nullopt});
   auto round1_b = b.rdzv.next_round(1).round;
   REQUIRE(round1_b);
   CHECK(round1_b->prefix == "attempt/1");
   CHECK(shared.connect()->add("attempt/1/arrived", 0, Deadline::after(kHang)) == 1);
 
   // A node that settled but did not choose opens nothing: the gate of attempt 2 stays shut.
-  b.rdzv.round_ended(*round1_b, RoundEnd{true, false, std::nullopt});
+  b.rdzv.round_ended(*round1_b, RoundEnd{true, false, std::nullopt, std::nullopt});
   CHECK(!shared.connect()->check({"attempt/2/go"}, Deadline::after(kHang)));
 }
 
@@ -134,7 +134,7 @@ TEST_CASE("static rendezvous: one keep-alive ring for every attempt, marked when
     const auto before = beats(shared, 0);
     REQUIRE(test::wait_until([&] { return beats(shared, 0) > before; }, kHang));
     watch.reset();
-    a.rdzv.round_ended(round, RoundEnd{true, false, std::nullopt});
+    a.rdzv.round_ended(round, RoundEnd{true, false, std::nullopt, std::nullopt});
     round.prefix = fmt::format("attempt/{}", attempt + 1);
   }
   CHECK(a.opened == 1);

@@ -1,0 +1,113 @@
+#include "agent/worker_launch.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "agent/worker_env.hpp"
+
+namespace ddprun {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void replace_all(std::string& s, const std::string& token, const std::string& value) {
+  for (auto pos = s.find(token); pos != std::string::npos; pos = s.find(token, pos + value.size())) {
+    s.replace(pos, token.size(), value);
+  }
+}
+
+bool has(Std streams, Std bit) {
+  return (static_cast<int>(streams) & static_cast<int>(bit)) != 0;
+}
+
+// Renders a --log-line-prefix template for one worker ("{time}" is left for per-line use).
+std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
+                          const std::string& host, const std::string& role) {
+  std::string out = tmpl;
+  replace_all(out, "{rank}", std::to_string(rank));
+  replace_all(out, "{local_rank}", std::to_string(local_rank));
+  replace_all(out, "{node}", std::to_string(node));
+  replace_all(out, "{host}", host);
+  replace_all(out, "{role}", role);
+  return out;
+}
+
+}  // namespace
+
+AttemptDir::AttemptDir(const std::string& log_dir, int round)
+    : path_((fs::path(log_dir) / fmt::format("attempt_{}", round)).string()) {}
+
+std::string AttemptDir::rank_dir(int local_rank) const {
+  return (fs::path(path_) / std::to_string(local_rank)).string();
+}
+
+std::string AttemptDir::error_file(int local_rank) const {
+  return (fs::path(rank_dir(local_rank)) / "error.json").string();
+}
+
+std::string AttemptDir::stacks_file(int local_rank) const {
+  return (fs::path(rank_dir(local_rank)) / "stacks.txt").string();
+}
+
+std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const AgentContext& ctx,
+                                               const Round& round, int master_port,
+                                               const AttemptDir& dir,
+                                               const std::string& timer_file,
+                                               const OutputHooks& hooks) {
+  const auto& r = round.ranks;
+  std::vector<WorkerLaunch> launches;
+  for (int local = 0; local < r.local_world_size; ++local) {
+    const fs::path rank_dir = dir.rank_dir(local);
+    fs::create_directories(rank_dir);
+    WorkerEnvInput in;
+    in.ranks = r;
+    in.local_rank = local;
+    in.role = config.role;
+    in.master_addr = round.master_addr;
+    in.master_port = master_port;
+    in.restart_count = round.restart_count;
+    in.max_restarts = config.max_restarts;
+    in.run_id = config.rdzv_id;
+    in.error_file = dir.error_file(local);
+    in.set_omp_threads = r.local_world_size > 1;
+    in.timer_file = timer_file;
+    in.flight_recorder_prefix = (rank_dir / "nccl_trace_rank_").string();
+    in.virtual_local_rank = config.virtual_local_rank;
+    in.mpi_env = config.mpi_env;
+    // A file left by an earlier run would be read as this worker's error.
+    fs::remove(in.error_file);
+
+    WorkerLaunch w;
+    w.local_rank = local;
+    w.rank = r.global_rank(local);
+    w.argv = substitute_local_rank(config.argv, local);
+    w.env = to_env_strings(build_worker_env(ctx.base_env, in));
+    if (local < static_cast<int>(ctx.placements.size())) w.placement = ctx.placements[local];
+    const auto redirect = config.redirects.for_rank(local);
+    const auto tee = config.tee.for_rank(local);
+    const bool shown = !config.local_ranks_filter ||
+                       std::count(config.local_ranks_filter->begin(),
+                                  config.local_ranks_filter->end(), local) > 0;
+    auto& o = w.output;
+    o.stdout_to_console = shown && (!has(redirect, Std::kOut) || has(tee, Std::kOut));
+    o.stderr_to_console = shown && (!has(redirect, Std::kErr) || has(tee, Std::kErr));
+    if (has(redirect, Std::kOut) || has(tee, Std::kOut)) {
+      o.stdout_file = (rank_dir / "stdout.log").string();
+    }
+    if (has(redirect, Std::kErr) || has(tee, Std::kErr)) {
+      o.stderr_file = (rank_dir / "stderr.log").string();
+    }
+    o.prefix = render_prefix(config.log_line_prefix, w.rank, local, r.group_rank, ctx.host,
+                             config.role);
+    o.raw = config.raw_output;
+    o.on_output = hooks.on_output;
+    if (hooks.on_line) o.on_line = hooks.on_line(local);
+    launches.push_back(std::move(w));
+  }
+  return launches;
+}
+
+}  // namespace ddprun

@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/strings.hpp"
-#include "store/libcrypto.hpp"
+#include "common/libcrypto.hpp"
 
 namespace ddprun {
 
@@ -35,12 +35,29 @@ constexpr std::size_t kMaxAnswer = 64 << 20;
 constexpr int kGrpcDeadlineExceeded = 4;
 constexpr int kGrpcUnavailable = 14;
 
-// A failure that the next endpoint may not have: the connection, or an "unavailable" answer.
-struct Transient {
-  std::string what;
+// A failure that the next endpoint may not have, thrown inside one attempt and caught by the
+// failover loop, which keeps each endpoint's last one to explain a timeout.
+class Transient : public std::runtime_error {
+ public:
+  enum class Kind {
+    kUnreachable,  // the member could not be resolved or connected to
+    kUnserved,     // it is up but did not serve the request: no leader, a request that timed
+                   // out waiting for one, or no answer at all
+    kBroken,       // anything else: a connection lost, a stream that broke or ended
+  };
+  Transient(Kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
 bool retryable(int code) { return code == kGrpcUnavailable || code == kGrpcDeadlineExceeded; }
+
+// An etcd error answer that another member (or the same, a moment later) may serve.
+Transient unserved(const EtcdError& error) {
+  return Transient(Transient::Kind::kUnserved, error.what());
+}
 
 // etcd's error object {"error": ..., "code": N, "message": ...} (or a stream's {"error": {...}}).
 EtcdError error_from(const json& body) {
@@ -87,7 +104,7 @@ EtcdError::EtcdError(int code, const std::string& message)
 
 std::string base64_encode(const std::string& bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  const int n = store::libcrypto().evp_encode_block(reinterpret_cast<unsigned char*>(out.data()),
+  const int n = libcrypto().evp_encode_block(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(bytes.data()),
                                 static_cast<int>(bytes.size()));
   out.resize(static_cast<std::size_t>(n));
@@ -98,7 +115,7 @@ std::string base64_decode(const std::string& text) {
   if (text.empty()) return {};
   if (text.size() % 4 != 0) throw ProtocolError(fmt::format("etcd: bad base64 '{}'", text));
   std::string out(3 * (text.size() / 4), '\0');
-  const int n = store::libcrypto().evp_decode_block(reinterpret_cast<unsigned char*>(out.data()),
+  const int n = libcrypto().evp_decode_block(reinterpret_cast<unsigned char*>(out.data()),
                                 reinterpret_cast<const unsigned char*>(text.data()),
                                 static_cast<int>(text.size()));
   if (n < 0) throw ProtocolError(fmt::format("etcd: bad base64 '{}'", text));
@@ -210,7 +227,7 @@ class EtcdClient::Impl {
       try {
         return attempt(deadline.min(Deadline::after(attempt_timeout_)));
       } catch (const Transient& t) {
-        last_errors_[current_] = t.what;
+        last_errors_[current_] = {t.kind(), t.what()};
         conn_.reset();
         current_ = (current_ + 1) % endpoints_.size();
         if (++failures_in_a_row % endpoints_.size() == 0) {
@@ -224,17 +241,17 @@ class EtcdClient::Impl {
     std::vector<std::string> errors;
     for (std::size_t i = 0; i < endpoints_.size(); ++i) {
       errors.push_back(fmt::format("{}: {}", endpoints_[i].text(),
-                                   last_errors_[i].empty() ? "no error" : last_errors_[i]));
+                                   last_errors_[i] ? last_errors_[i]->text : "no error"));
     }
     // A member that accepted the connection but could not serve the request (no leader, a
     // request that timed out waiting for one, or silence) is up without a quorum around it.
-    const bool no_quorum = std::any_of(last_errors_.begin(), last_errors_.end(), [](auto& e) {
-      return e.find("no leader") != std::string::npos ||
-             e.find("timed out") != std::string::npos || e.starts_with("no answer");
-    });
-    const bool none_up = std::all_of(last_errors_.begin(), last_errors_.end(), [](auto& e) {
-      return e.starts_with("cannot connect") || e.starts_with("cannot resolve");
-    });
+    const auto is = [](Transient::Kind kind) {
+      return [kind](const std::optional<LastError>& e) { return e && e->kind == kind; };
+    };
+    const bool no_quorum =
+        std::any_of(last_errors_.begin(), last_errors_.end(), is(Transient::Kind::kUnserved));
+    const bool none_up =
+        std::all_of(last_errors_.begin(), last_errors_.end(), is(Transient::Kind::kUnreachable));
     return EtcdUnavailable(fmt::format("etcd {}: no answer to {} within {}{} ({})", describe(), what,
                                     format_duration(Clock::now() - started),
                                     no_quorum ? "; the etcd cluster has no quorum (its members "
@@ -302,7 +319,10 @@ class EtcdClient::Impl {
           resolver.cancel();
           timer.cancel();
         });
-    if (ec) throw Transient{fmt::format("cannot resolve {}: {}", endpoint.host, ec.message())};
+    if (ec) {
+      throw Transient(Transient::Kind::kUnreachable,
+                      fmt::format("cannot resolve {}: {}", endpoint.host, ec.message()));
+    }
     std::vector<asio::ip::tcp::endpoint> candidates(addresses.begin(), addresses.end());
     connect_to(stream, candidates, deadline);
   }
@@ -315,7 +335,10 @@ class EtcdClient::Impl {
           stream.async_connect(addresses, [done](error_code e, auto&&) { done(e); });
         },
         [&] { stream.close(); });
-    if (ec) throw Transient{fmt::format("cannot connect: {}", ec.message())};
+    if (ec) {
+      throw Transient(Transient::Kind::kUnreachable,
+                      fmt::format("cannot connect: {}", ec.message()));
+    }
     auto& socket = stream.socket();
     socket.set_option(asio::ip::tcp::no_delay(true));
     // A watch may stay silent for an hour; a member that vanished without closing the
@@ -348,7 +371,10 @@ class EtcdClient::Impl {
     auto ec = run(
         [&](auto done) { http::async_write(stream, req, [done](error_code e, std::size_t) { done(e); }); },
         [&] { stream.close(); });
-    if (ec) throw Transient{fmt::format("cannot send {}: {}", path, ec.message())};
+    if (ec) {
+      throw Transient(Transient::Kind::kBroken,
+                      fmt::format("cannot send {}: {}", path, ec.message()));
+    }
   }
 
   json call_once(const std::string& path, const std::string& payload, Deadline deadline) {
@@ -368,9 +394,11 @@ class EtcdClient::Impl {
         [&] { conn_->close(); });
     if (ec) {
       const bool timed_out = ec == beast::error::timeout;
-      throw Transient{fmt::format("{} {}", timed_out ? "no answer to" : "lost the answer to", path) +
-                      (timed_out ? fmt::format(" within {}", format_duration(attempt_timeout_))
-                                 : ": " + ec.message())};
+      throw Transient(timed_out ? Transient::Kind::kUnserved : Transient::Kind::kBroken,
+                      fmt::format("{} {}", timed_out ? "no answer to" : "lost the answer to",
+                                  path) +
+                          (timed_out ? fmt::format(" within {}", format_duration(attempt_timeout_))
+                                     : ": " + ec.message()));
     }
     auto& response = parser.get();
     if (!response.keep_alive()) conn_.reset();
@@ -379,7 +407,8 @@ class EtcdClient::Impl {
     json answer = json::parse(text.substr(0, text.find('\n')), nullptr, false);
     if (answer.is_discarded()) {
       if (response.result() == http::status::service_unavailable) {
-        throw Transient{fmt::format("{} answered {}", path, response.result_int())};
+        throw Transient(Transient::Kind::kUnserved,
+                        fmt::format("{} answered {}", path, response.result_int()));
       }
       throw ProtocolError(fmt::format("etcd {}: {} answered HTTP {} with a body that is not "
                                       "JSON: {}",
@@ -388,7 +417,7 @@ class EtcdClient::Impl {
     }
     if (response.result() != http::status::ok || answer.contains("error")) {
       auto error = error_from(answer);
-      if (retryable(error.code())) throw Transient{error.what()};
+      if (retryable(error.code())) throw unserved(error);
       throw error;
     }
     if (answer.contains("result")) return answer["result"];
@@ -422,7 +451,10 @@ class EtcdClient::Impl {
                                        "the deadline",
                                        describe(), key, *next));
       }
-      if (ec) throw Transient{fmt::format("watch stream broke: {}", ec.message())};
+      if (ec) {
+        throw Transient(Transient::Kind::kBroken,
+                        fmt::format("watch stream broke: {}", ec.message()));
+      }
       if (parser.is_header_done() && parser.get().result() != http::status::ok &&
           !parser.is_done()) {
         continue;  // read the error body whole
@@ -432,10 +464,12 @@ class EtcdClient::Impl {
       while ((line_end = body.find('\n')) != std::string::npos) {
         json message = json::parse(body.substr(0, line_end), nullptr, false);
         body.erase(0, line_end + 1);
-        if (message.is_discarded()) throw Transient{"watch stream sent a line that is not JSON"};
+        if (message.is_discarded()) {
+          throw Transient(Transient::Kind::kBroken, "watch stream sent a line that is not JSON");
+        }
         if (message.contains("error")) {
           auto error = error_from(message);
-          if (retryable(error.code())) throw Transient{error.what()};
+          if (retryable(error.code())) throw unserved(error);
           throw error;
         }
         const json& result = message.contains("result") ? message["result"] : message;
@@ -447,7 +481,8 @@ class EtcdClient::Impl {
                                         "up to {}",
                                         key, *next, compacted));
           }
-          throw Transient{fmt::format("watch canceled: {}", result.value("cancel_reason", ""))};
+          throw Transient(Transient::Kind::kBroken,
+                          fmt::format("watch canceled: {}", result.value("cancel_reason", "")));
         }
         for (const auto& e : result.value("events", json::array())) {
           EtcdEvent event;
@@ -461,17 +496,21 @@ class EtcdClient::Impl {
         if (parser.get().result() != http::status::ok) {
           json answer = json::parse(body, nullptr, false);
           auto error = answer.is_discarded() ? EtcdError(kGrpcUnavailable, body) : error_from(answer);
-          if (retryable(error.code())) throw Transient{error.what()};
+          if (retryable(error.code())) throw unserved(error);
           throw error;
         }
-        throw Transient{"watch stream ended"};
+        throw Transient(Transient::Kind::kBroken, "watch stream ended");
       }
     }
   }
 
   std::vector<EtcdEndpoint> endpoints_;
   std::chrono::milliseconds attempt_timeout_;
-  std::vector<std::string> last_errors_;
+  struct LastError {
+    Transient::Kind kind;
+    std::string text;
+  };
+  std::vector<std::optional<LastError>> last_errors_;  // by endpoint
   std::size_t current_ = 0;
   asio::io_context io_;
   std::optional<beast::tcp_stream> conn_;

@@ -9,10 +9,9 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "etcd/etcd_lease.hpp"
 
 namespace ddprun {
-
-using json = nlohmann::json;
 
 namespace {
 
@@ -23,22 +22,12 @@ constexpr auto kEndTimeout = std::chrono::seconds(5);
 
 const char* const kAgentsDir = "agents/";
 
-struct Registration {
-  std::int64_t lease = 0;
-  std::int64_t ttl = 0;  // seconds, as etcd granted it
-};
-
-// Grants a lease of `ttl` seconds and puts the agent's marker (`marker`, a full key) on it.
-Registration register_agent(EtcdClient& client, const std::string& marker, std::int64_t ttl,
-                            Deadline deadline) {
-  auto grant = client.call("/v3/lease/grant", {{"TTL", ttl}}, deadline);
-  Registration r{json_int(grant, "ID"), json_int(grant, "TTL")};
-  if (r.lease == 0 || r.ttl <= 0) {
-    throw ProtocolError(fmt::format("etcd {}: lease grant answered {}", client.describe(),
-                                    grant.dump()));
-  }
-  client.call("/v3/kv/put", put_request(marker, std::to_string(r.lease), r.lease), deadline);
-  return r;
+// Grants a lease of `ttl` and puts the agent's marker (`marker`, a full key) on it.
+EtcdLease register_agent(EtcdClient& client, const std::string& marker, std::chrono::seconds ttl,
+                         Deadline deadline) {
+  const auto lease = grant_lease(client, ttl, deadline);
+  put_on_lease(client, marker, std::to_string(lease.id), lease.id, deadline);
+  return lease;
 }
 
 }  // namespace
@@ -97,9 +86,9 @@ class EtcdSession::Renewer {
         if (cv_.wait_for(lock, every_, [&] { return stop_; })) return;
       }
       try {
-        auto answer = client_.call("/v3/lease/keepalive", {{"ID", std::to_string(lease())}},
-                                   Deadline::after(timing_.read_timeout));
-        if (json_int(answer, "TTL") <= 0) register_again();
+        if (!renew_lease(client_, lease(), Deadline::after(timing_.read_timeout))) {
+          register_again();
+        }
         std::lock_guard lock(mutex_);
         failure_.reset();
       } catch (const InterruptedError&) {
@@ -114,9 +103,7 @@ class EtcdSession::Renewer {
     spdlog::warn("etcd: this agent's lease {:x} expired (no renewal reached etcd within {} s): "
                  "the other agents took it for dead; registering again with a new lease",
                  lease(), ttl_.count());
-    lease_ = register_agent(client_, marker_, ttl_.count(),
-                            Deadline::after(timing_.read_timeout))
-                 .lease;
+    lease_ = register_agent(client_, marker_, ttl_, Deadline::after(timing_.read_timeout)).id;
   }
 
   void fail(const std::string& message) {
@@ -205,135 +192,116 @@ class EtcdSession::Watch {
  private:
   void run() {
     try {
-      auto [revision, value] = read();
-      if (!value) {
-        // The member puts its key when its keep-alive starts, moments after the round closed;
-        // one that has not within the lease's TTL is as silent as a dead one, with two
-        // allowances for an etcd member's death at that moment: a put already sent to a member
-        // that lost its leader waits out one try (kEtcdAttemptTimeout) before it goes to
-        // another, and while etcd has no leader (the election) nobody can register, just as no
-        // lease can expire, so that time does not count.
-        auto since = revision + 1;
-        bool appeared = false;
-        std::chrono::milliseconds budget = ttl_ + kEtcdAttemptTimeout;
-        const auto limit = budget + timing_.read_timeout;
-        const auto give_up = Deadline::after(limit);
-        while (!appeared && budget.count() > 0) {
-          if (give_up.expired()) {
-            listeners_->error(fmt::format("keep-alive: etcd had no leader for most of {} "
-                                          "while node {} was to register its lease",
-                                          format_duration(limit), member_));
-            return;
-          }
-          const auto slice = std::min<std::chrono::milliseconds>(budget, std::chrono::seconds(1));
-          const auto started = std::chrono::steady_clock::now();
-          try {
-            client_.watch(key_, since, Deadline::after(slice), [&](const EtcdEvent& e) {
-              if (e.deleted) return false;
-              value = e.kv.value;
-              revision = e.kv.mod_revision;
-              appeared = true;
-              return true;
-            });
-          } catch (const TimeoutError&) {
-          } catch (const EtcdError& e) {
-            // The history since the first look is compacted away (the key may have come and
-            // gone in it): the key as it is now.
-            if (e.code() != kEtcdCompacted) throw;
-            auto now = read();
-            since = now.revision + 1;
-            if (now.value) {
-              value = now.value;
-              revision = now.revision;
-              appeared = true;
-            }
-          }
-          if (!appeared && serving()) {
-            budget -= std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - started);
-          }
-        }
-        if (!appeared) {
-          spdlog::warn("keep-alive: node {} never registered its etcd lease within {}", member_,
-                       format_duration(ttl_ + kEtcdAttemptTimeout));
-          listeners_->lost(member_);
-          return;
-        }
+      auto now = read();
+      if (!now.value) {
+        auto registered = wait_for_registration(now.revision);
+        if (!registered) return;
+        now = *registered;
       }
-      if (value == kHeartbeatDone) {
+      if (now.value == kHeartbeatDone) {
         listeners_->ended();
         return;
       }
-      // Re-armed every hour so that each wait is bounded like every other. A kept ring's watch
-      // lives as long as its members do, and etcd may compact the history it would resume
-      // from: after an hour of silence, or when etcd says so, it starts again from the key as
-      // it is now.
-      bool done = false;
-      const auto lost = [&] {
-        spdlog::warn("keep-alive: node {}'s etcd lease expired (no renewal for {})", member_,
-                     format_duration(ttl_));
-        listeners_->lost(member_);
-        done = true;
-      };
-      while (!done) {
-        try {
-          client_.watch(key_, revision + 1, Deadline::after(std::chrono::hours(1)),
-                        [&](const EtcdEvent& e) {
-                          revision = e.kv.mod_revision;
-                          if (e.deleted) {
-                            lost();
-                          } else if (e.kv.value == kHeartbeatDone) {
-                            listeners_->ended();
-                            done = true;
-                          }
-                          return done;
-                        });
-          continue;
-        } catch (const TimeoutError&) {
-        } catch (const EtcdError& e) {
-          if (e.code() != kEtcdCompacted) throw;
-        }
-        auto now = read();
-        revision = now.revision;
-        if (!now.value) {
-          lost();
-        } else if (*now.value == kHeartbeatDone) {
-          listeners_->ended();
-          done = true;
-        }
-      }
+      follow(now.revision);
     } catch (const InterruptedError&) {
     } catch (const std::exception& e) {
       listeners_->error(fmt::format("keep-alive: watching node {} in etcd: {}", member_, e.what()));
     }
   }
 
-  // The watched key as it is now, and the revision etcd read it at.
-  struct Read {
-    std::int64_t revision = 0;
-    std::optional<std::string> value;
-  };
-  Read read() {
-    auto answer =
-        client_.call("/v3/kv/range", key_only(key_), Deadline::after(timing_.read_timeout));
-    Read r{json_int(answer.at("header"), "revision"), std::nullopt};
-    if (answer.contains("kvs") && !answer["kvs"].empty()) {
-      r.value = parse_kv(answer["kvs"][0]).value;
+  // The member puts its key when its keep-alive starts, moments after the round closed; one
+  // that has not within the lease's TTL is as silent as a dead one, with two allowances for an
+  // etcd member's death at that moment: a put already sent to a member that lost its leader
+  // waits out one try (kEtcdAttemptTimeout) before it goes to another, and while etcd has no
+  // leader (the election) nobody can register, just as no lease can expire, so that time does
+  // not count. Returns the key as it appeared; nullopt once the member was reported lost, or
+  // the wait failed.
+  std::optional<EtcdRead> wait_for_registration(std::int64_t revision) {
+    auto since = revision + 1;
+    std::optional<EtcdRead> appeared;
+    std::chrono::milliseconds budget = ttl_ + kEtcdAttemptTimeout;
+    const auto limit = budget + timing_.read_timeout;
+    const auto give_up = Deadline::after(limit);
+    while (!appeared && budget.count() > 0) {
+      if (give_up.expired()) {
+        listeners_->error(fmt::format("keep-alive: etcd had no leader for most of {} while node "
+                                      "{} was to register its lease",
+                                      format_duration(limit), member_));
+        return std::nullopt;
+      }
+      const auto slice = std::min<std::chrono::milliseconds>(budget, std::chrono::seconds(1));
+      const auto started = std::chrono::steady_clock::now();
+      try {
+        client_.watch(key_, since, Deadline::after(slice), [&](const EtcdEvent& e) {
+          if (e.deleted) return false;
+          appeared = EtcdRead{e.kv.mod_revision, e.kv.value};
+          return true;
+        });
+      } catch (const TimeoutError&) {
+      } catch (const EtcdError& e) {
+        // The history since the first look is compacted away (the key may have come and gone
+        // in it): the key as it is now.
+        if (e.code() != kEtcdCompacted) throw;
+        auto now = read();
+        since = now.revision + 1;
+        if (now.value) appeared = now;
+      }
+      if (!appeared && etcd_has_leader(client_, Deadline::after(timing_.interval))) {
+        budget -= std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - started);
+      }
     }
-    return r;
+    if (!appeared) {
+      spdlog::warn("keep-alive: node {} never registered its etcd lease within {}", member_,
+                   format_duration(ttl_ + kEtcdAttemptTimeout));
+      listeners_->lost(member_);
+    }
+    return appeared;
   }
 
-  // Whether etcd answers now with a leader (the client asks with "has leader" metadata).
-  bool serving() {
-    try {
-      client_.call("/v3/maintenance/status", json::object(), Deadline::after(timing_.interval));
-      return true;
-    } catch (const InterruptedError&) {
-      throw;
-    } catch (const Error&) {
-      return false;
+  // Follows the registered key from `revision` until it is deleted (the lease expired: the
+  // member is lost) or "done" is written in its place (it left on purpose). Re-armed every
+  // hour so that each wait is bounded like every other. A kept ring's watch lives as long as
+  // its members do, and etcd may compact the history it would resume from: after an hour of
+  // silence, or when etcd says so, it starts again from the key as it is now.
+  void follow(std::int64_t revision) {
+    bool done = false;
+    const auto lost = [&] {
+      spdlog::warn("keep-alive: node {}'s etcd lease expired (no renewal for {})", member_,
+                   format_duration(ttl_));
+      listeners_->lost(member_);
+      done = true;
+    };
+    while (!done) {
+      try {
+        client_.watch(key_, revision + 1, Deadline::after(std::chrono::hours(1)),
+                      [&](const EtcdEvent& e) {
+                        revision = e.kv.mod_revision;
+                        if (e.deleted) {
+                          lost();
+                        } else if (e.kv.value == kHeartbeatDone) {
+                          listeners_->ended();
+                          done = true;
+                        }
+                        return done;
+                      });
+        continue;
+      } catch (const TimeoutError&) {
+      } catch (const EtcdError& e) {
+        if (e.code() != kEtcdCompacted) throw;
+      }
+      auto now = read();
+      revision = now.revision;
+      if (!now.value) {
+        lost();
+      } else if (*now.value == kHeartbeatDone) {
+        listeners_->ended();
+        done = true;
+      }
     }
   }
+
+  EtcdRead read() { return read_key(client_, key_, Deadline::after(timing_.read_timeout)); }
 
   EtcdClient client_;
   std::string key_;
@@ -369,15 +337,17 @@ EtcdSession::EtcdSession(EtcdStoreOptions options, std::string id, KeepAliveTimi
                  *stale, store_->full_key(""));
   }
   const auto marker = store_->full_key(kAgentsDir + id_);
-  const auto registered = register_agent(
-      store_->client(), marker, std::max<std::int64_t>(kMinLeaseTtl, wanted.count()), deadline);
-  ttl_ = registered.ttl;
+  const auto registered =
+      register_agent(store_->client(), marker,
+                     std::chrono::seconds(std::max<std::int64_t>(kMinLeaseTtl, wanted.count())),
+                     deadline);
+  ttl_ = registered.ttl.count();
   if (ttl_ != wanted.count()) {
     spdlog::info("etcd: lease TTL {} s (keep-alive {} x {} asks for {} s; etcd's minimum is {} s)",
                  ttl_, format_duration(timing_.interval), timing_.max_attempts, wanted.count(),
                  kMinLeaseTtl);
   }
-  renewer_ = std::make_unique<Renewer>(options_, marker, registered.lease,
+  renewer_ = std::make_unique<Renewer>(options_, marker, registered.id,
                                        std::chrono::seconds(ttl_), timing_);
 }
 

@@ -30,29 +30,40 @@ struct OptionSpec {
   std::string_view value_name;  // empty for a boolean flag
   std::string_view group;
   std::string_view help;
+  HostsRole hosts = HostsRole::kTravels;  // where it goes in a one-command job
 };
 
-// Every flag of torchrun's contract plus ddprun's own. Defaults live in LaunchConfig; the
-// help repeats them for the reader.
+// Every flag of torchrun's contract plus ddprun's own, and what each means to a one-command
+// job. Defaults live in LaunchConfig; the help repeats them for the reader.
 constexpr OptionSpec kOptions[] = {
-    {"nnodes", "", "N|MIN:MAX", kNodes, "Number of nodes, or an elastic range [1]"},
-    {"node-rank", "", "RANK", kNodes, "This node's rank, static rendezvous only [0]"},
-    {"master-addr", "", "ADDR", kNodes, "Node 0's address, static only; IPv6 as [::1] [127.0.0.1]"},
-    {"master-port", "", "PORT", kNodes, "Node 0's port, static only [29500]"},
+    {"nnodes", "", "N|MIN:MAX", kNodes, "Number of nodes, or an elastic range [1]",
+     HostsRole::kSetPerHost},
+    {"node-rank", "", "RANK", kNodes, "This node's rank, static rendezvous only [0]",
+     HostsRole::kSetPerHost},
+    {"master-addr", "", "ADDR", kNodes, "Node 0's address, static only; IPv6 as [::1] [127.0.0.1]",
+     HostsRole::kSetPerHost},
+    {"master-port", "", "PORT", kNodes, "Node 0's port, static only [29500]",
+     HostsRole::kSetPerHost},
     {"rdzv-backend", "", "NAME", kNodes, "static, c10d or etcd (both elastic) [static]"},
     {"rdzv-endpoint", "", "HOST[:PORT]", kNodes,
-     "c10d store address [port 29400];\netcd: HOST[:PORT],... [localhost:2379]"},
-    {"rdzv-id", "", "ID", kNodes, "Job id, becomes TORCHELASTIC_RUN_ID [none]"},
+     "c10d store address [port 29400];\netcd: HOST[:PORT],... [localhost:2379]",
+     HostsRole::kSetPerHost},
+    {"rdzv-id", "", "ID", kNodes, "Job id, becomes TORCHELASTIC_RUN_ID [none]",
+     HostsRole::kSetPerHost},
     {"rdzv-conf", "", "K=V,...", kNodes,
      "Rendezvous settings (seconds): join_timeout [600],\nlast_call_timeout [30], "
      "close_timeout [30], read_timeout [60],\nkeep_alive_interval [5]; also "
      "keep_alive_max_attempt [3], is_host;\netcd: etcd_prefix [/ddprun]"},
-    {"standalone", "", "", kNodes, "One node: rendezvous in the agent's memory, random run id"},
-    {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]"},
+    {"standalone", "", "", kNodes, "One node: rendezvous in the agent's memory, random run id",
+     HostsRole::kSetPerHost},
+    {"local-addr", "", "ADDR", kNodes, "This node's address as other nodes see it [hostname]",
+     HostsRole::kSetPerHost},
     {"token-file", "", "PATH", kNodes,
-     "The job's secret: the store and every agent must\nshare it [$DDPRUN_TOKEN; --hosts: a random one]"},
+     "The job's secret: the store and every agent must\nshare it [$DDPRUN_TOKEN; --hosts: a random one]",
+     HostsRole::kCommandOnly},
 
-    {"nproc-per-node", "", "N|cpu|gpu|auto", kWorkers, "Workers on this node [1]"},
+    {"nproc-per-node", "", "N|cpu|gpu|auto", kWorkers, "Workers on this node [1]",
+     HostsRole::kSetPerHost},
     {"role", "", "NAME", kWorkers, "ROLE_NAME of the workers [default]"},
     {"module", "m", "", kWorkers, "Run PROGRAM as a Python module (python -u -m)"},
     {"no-python", "", "", kWorkers, "Execute PROGRAM directly, without Python"},
@@ -103,26 +114,36 @@ constexpr OptionSpec kOptions[] = {
     {"metrics-addr", "", "ADDR", kWatch,
      "The address metrics are served on; another host\nreaches them only if you say so [127.0.0.1]"},
     {"dry-run", "", "", kOutput,
-     "Print the plan (hosts, ranks, commands, worker\nenvironment) and exit; --dry-run=json for tools"},
+     "Print the plan (hosts, ranks, commands, worker\nenvironment) and exit; --dry-run=json for tools",
+     HostsRole::kCommandOnly},
     {"progress-interval", "", "SECONDS", kOutput,
      "A long wait says how far it got after this, then\nat doubling intervals up to a minute; 0: never [10]"},
 
     {"hosts", "H", "HOST[:SLOTS],...", kHosts,
      "Start an agent on every host over ssh; SLOTS\nworkers there [--nproc-per-node]; the first is the master;\n"
-     "slurm: every node of this Slurm allocation, over srun"},
-    {"hostfile", "", "FILE", kHosts, "Hosts one per line: host, host slots=N or host:N"},
+     "slurm: every node of this Slurm allocation, over srun",
+     HostsRole::kCommandOnly},
+    {"hostfile", "", "FILE", kHosts, "Hosts one per line: host, host slots=N or host:N",
+     HostsRole::kCommandOnly},
     {"ssh-command", "", "CMD", kHosts,
-     "How to reach a host; the host is appended\n[\"ssh -o BatchMode=yes\"]"},
-    {"remote-ddprun", "", "PATH", kHosts, "ddprun on the hosts [this ddprun's absolute path]"},
+     "How to reach a host; the host is appended\n[\"ssh -o BatchMode=yes\"]",
+     HostsRole::kNeedsHosts},
+    {"remote-ddprun", "", "PATH", kHosts, "ddprun on the hosts [this ddprun's absolute path]",
+     HostsRole::kNeedsHosts},
     {"no-stage", "", "", kHosts,
-     "A host without this ddprun at --remote-ddprun fails\nthe preflight [it gets a copy in its cache]"},
-    {"connect-timeout", "", "SECONDS", kHosts, "Every host reached and checked within this [30]"},
+     "A host without this ddprun at --remote-ddprun fails\nthe preflight [it gets a copy in its cache]",
+     HostsRole::kNeedsHosts},
+    {"connect-timeout", "", "SECONDS", kHosts, "Every host reached and checked within this [30]",
+     HostsRole::kNeedsHosts},
     {"hangup-timeout", "", "SECONDS", kHosts,
-     "A remote agent that hears nothing from this\ncommand for this long stops its workers [10]"},
+     "A remote agent that hears nothing from this\ncommand for this long stops its workers [10]",
+     HostsRole::kNeedsHosts},
     {"fanout", "", "N", kHosts,
-     "Connections opened at once; with a tree, hosts\neach agent starts [32]"},
+     "Connections opened at once; with a tree, hosts\neach agent starts [32]",
+     HostsRole::kNeedsHosts},
     {"tree-threshold", "", "N", kHosts,
-     "More hosts than this: tree fan-out, agents start\nthe agents of their subtree [64]"},
+     "More hosts than this: tree fan-out, agents start\nthe agents of their subtree [64]",
+     HostsRole::kNeedsHosts},
 };
 
 // CLI11 reads "--log-dir=" (an empty value, typical of a script expanding an unset variable)
@@ -307,6 +328,21 @@ CliOutcome usage_error(std::string message) {
 }
 
 }  // namespace
+
+HostsRole hosts_role(std::string_view flag) {
+  for (const auto& spec : kOptions) {
+    if (spec.name == flag) return spec.hosts;
+  }
+  return HostsRole::kTravels;
+}
+
+std::vector<std::string_view> flags_with_hosts_role(HostsRole role) {
+  std::vector<std::string_view> names;
+  for (const auto& spec : kOptions) {
+    if (spec.hosts == role) names.push_back(spec.name);
+  }
+  return names;
+}
 
 std::vector<std::string_view> long_option_names() {
   std::vector<std::string_view> names;

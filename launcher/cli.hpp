@@ -2,6 +2,7 @@
 // The ddprun command line: torchrun's flags (both spellings, PET_* environment fallback)
 // plus ddprun's own, turned into a LaunchConfig. Nothing here starts processes or exits.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,18 @@ struct CliOutcome {
 // for bad input.
 CliOutcome parse_command_line(const std::vector<std::string>& args,
                               const std::map<std::string, std::string>& env);
+
+// What a flag means to a one-command job (--hosts, --hostfile), from the option table.
+enum class HostsRole : std::uint8_t {
+  kTravels,      // passed on to every host's agent as given
+  kNeedsHosts,   // means something only with --hosts or --hostfile, and only to the command
+  kCommandOnly,  // the command's own besides those: never passed on to the agents
+  kSetPerHost,   // the command sets it for each host itself
+};
+// A long option's role, in our spelling; kTravels for a name the table does not have.
+HostsRole hosts_role(std::string_view flag);
+// The long options with `role`, in the table's order.
+std::vector<std::string_view> flags_with_hosts_role(HostsRole role);
 
 // Every long option's name in our spelling ("nproc-per-node"), --help and --version included.
 std::vector<std::string_view> long_option_names();

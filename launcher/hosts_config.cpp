@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <span>
 #include <string_view>
 
 #include "cluster/host_list.hpp"
@@ -12,27 +11,13 @@
 #include "common/error.hpp"
 #include "common/launch_config.hpp"
 #include "common/strings.hpp"
+#include "launcher/cli.hpp"
 #include "launcher/option_reader.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/value_parsers.hpp"
 
 namespace ddprun {
 namespace {
-
-// Flags that mean something only with --hosts or --hostfile, and only to the command.
-constexpr std::string_view kNeedHosts[] = {"ssh-command",    "remote-ddprun", "no-stage",
-                                           "connect-timeout", "hangup-timeout", "fanout",
-                                           "tree-threshold"};
-// The command's own besides those: never passed on to the agents.
-constexpr std::string_view kCommandOnly[] = {"hosts", "hostfile", "dry-run", "token-file"};
-// Flags the command sets for each host itself.
-constexpr std::string_view kSetPerHost[] = {"nnodes",      "node-rank", "master-addr",
-                                            "master-port", "rdzv-endpoint", "rdzv-id",
-                                            "local-addr",  "nproc-per-node", "standalone"};
-
-bool is_one_of(std::string_view key, std::span<const std::string_view> keys) {
-  return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
 
 bool slurm_hosts(const OptionReader& options) {
   const RawValue* hosts = options.find("hosts");
@@ -58,8 +43,8 @@ std::vector<HostSpec> read_host_list(const OptionReader& options,
 }  // namespace
 
 void check_no_hosts_flags(const RawOptions& raw, const std::vector<std::string>& forward) {
-  for (auto key : kNeedHosts) {
-    auto it = raw.find(key);
+  for (auto key : flags_with_hosts_role(HostsRole::kNeedsHosts)) {
+    auto it = raw.find(std::string(key));
     if (it != raw.end() && it->second.from_command_line) {
       throw ConfigError(fmt::format("{} needs --hosts or --hostfile", it->second.label));
     }
@@ -150,10 +135,7 @@ RawOptions build_hosts_config(const RawOptions& raw, const std::vector<std::stri
   // Flags from the command line that mean the same on every host travel as they are; PET_*
   // travel in the forwarded environment.
   for (const auto& [key, value] : raw) {
-    if (!value.from_command_line || is_one_of(key, kNeedHosts) || is_one_of(key, kCommandOnly) ||
-        is_one_of(key, kSetPerHost)) {
-      continue;
-    }
+    if (!value.from_command_line || hosts_role(key) != HostsRole::kTravels) continue;
     cluster.agent_flags.push_back(fmt::format("--{}={}", key, value.text));
   }
   if (options.find("log-line-prefix") == nullptr &&

@@ -36,9 +36,9 @@ struct Machine {
   std::string summary() const;
 };
 
-class TopologyError : public Error {
+class TopologyError : public ConfigError {
  public:
-  using Error::Error;
+  using ConfigError::ConfigError;
 };
 
 // This machine as hwloc sees it, limited to the CPUs this thread may use (its affinity and

@@ -25,9 +25,9 @@ struct RankPlacement {
 
 // The mode cannot be honoured on this machine; what() names the mode, the device or node, and
 // what is missing.
-class PlacementError : public Error {
+class PlacementError : public ConfigError {
  public:
-  using Error::Error;
+  using ConfigError::ConfigError;
 };
 
 // One entry per local rank. `gpu_bus_ids`: the PCI address of each CUDA device index as the

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "agent/worker_env.hpp"
+#include "common/env_map.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
 #include "etcd/etcd_client.hpp"
@@ -123,7 +123,8 @@ void build_rendezvous(const OptionReader& options, BuiltConfig& out) {
 
   if (config.is_static()) {
     if (config.min_nodes != config.max_nodes) {
-      throw ConfigError(fmt::format("{}={}:{}: a range of nodes needs --rdzv-backend=c10d",
+      throw ConfigError(fmt::format("{}={}:{}: a range of nodes needs an elastic rendezvous: "
+                                    "--rdzv-backend=c10d or etcd",
                                     options.label("nnodes"), config.min_nodes, config.max_nodes));
     }
     // torchrun's static rendezvous takes the master's address from --rdzv-endpoint when given.

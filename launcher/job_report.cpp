@@ -84,13 +84,15 @@ nlohmann::json summary_json(const RunResult& r) {
                                       : nlohmann::json()}};
 }
 
-void report(const RunResult& r) {
+void report(const RunResult& r, const std::string& log_dir) {
   const int code = exit_code_of(r);
   // A quiet log (--log-level warn) keeps the summary of a job that went well to itself.
   if (code != 0 || spdlog::default_logger()->should_log(spdlog::level::info)) {
     std::fputs(format_summary(r).c_str(), stderr);
   }
-  if (r.root_cause) std::fputs(format_root_cause(*r.root_cause, r.world_size).c_str(), stderr);
+  if (r.root_cause) {
+    std::fputs(format_root_cause(*r.root_cause, r.world_size, log_dir).c_str(), stderr);
+  }
   if (code == 0) {
     spdlog::info("job finished: {} ({} restart{})", r.reason, r.restarts,
                  r.restarts == 1 ? "" : "s");

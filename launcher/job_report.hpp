@@ -22,6 +22,8 @@ nlohmann::json summary_json(const RunResult& result);
 
 // Prints the summary, then the root-cause block when there is one (stderr), then one line with
 // the outcome.
-void report(const RunResult& result);
+// `log_dir`: this node's log directory, shown in the root cause, when the user did not name it
+// and it is kept (--redirects or --tee); empty otherwise.
+void report(const RunResult& result, const std::string& log_dir = "");
 
 }  // namespace ddprun

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
+
+#include "common/exit_codes.hpp"
 #include "launcher/modes.hpp"
 
 namespace ddprun {
@@ -15,10 +18,20 @@ std::vector<int> handled_signals(const LaunchConfig& config) {
                                           : config.signals_to_handle;
 }
 
-// Whether the worker program can run here, looked up on this process's PATH.
+// Whether the worker program can run here, looked up on this process's PATH, and the script a
+// Python worker runs exists: a missing script fails before anything starts, with the shell's
+// 127, instead of as the interpreter's exit 2 in every worker (which reads as a usage error).
 ProgramCheck check_worker_program(const LaunchConfig& config) {
   const char* path = std::getenv("PATH");
-  return check_program(config.argv.at(0), path ? path : "");
+  auto check = check_program(config.argv.at(0), path ? path : "");
+  if (check.exit_code == 0 && !config.no_python && !config.module &&
+      !std::filesystem::exists(config.program)) {
+    std::error_code ec;
+    const auto cwd = std::filesystem::current_path(ec);
+    check.exit_code = kExitNotFound;
+    check.message = fmt::format("{}: no such file in {}", config.program, cwd.string());
+  }
+  return check;
 }
 
 std::string this_executable() {

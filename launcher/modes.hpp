@@ -41,7 +41,8 @@ int run_dry_run(const LaunchConfig& config);
 // The signals passed on to the workers (--signals-to-handle, else torchrun's four).
 std::vector<int> handled_signals(const LaunchConfig& config);
 
-// Whether the worker program can run here, looked up on this process's PATH.
+// Whether the worker program can run here, looked up on this process's PATH, and a Python
+// worker's script exists.
 ProgramCheck check_worker_program(const LaunchConfig& config);
 // This program's absolute path (what a --hosts command starts on the hosts by default).
 std::string this_executable();

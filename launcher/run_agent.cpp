@@ -111,6 +111,14 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   // at once (a usage error).
   LogDir log_dir(config);
   if (const auto scratch = log_dir.scratch(); !scratch.empty()) guard.remove_if_abandoned(scratch);
+  // Logs kept in a directory the user did not name: said at start and in the root cause, or
+  // nobody would know where to look.
+  const std::string unnamed_log_dir =
+      config.log_dir.empty() && log_dir.scratch().empty() ? log_dir.path() : std::string();
+  if (!unnamed_log_dir.empty()) {
+    spdlog::info("worker logs: {}/attempt_<n>/<local rank>/ (no --log-dir given)",
+                 unnamed_log_dir);
+  }
   EventLog events = config.events_file.empty() ? EventLog() : EventLog(config.events_file);
   events.write("agent_started", {{"version", ddprun_version()}, {"host", host},
                                  {"pid", static_cast<int>(getpid())}, {"run_id", config.rdzv_id}});
@@ -202,7 +210,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     body["node"] = session->hello.node;
     session->link->report({Report::Kind::kResult, body}, session->hello.token);
   } else {
-    report(result);
+    report(result, unnamed_log_dir);
   }
   if (const auto lost = lost_output_files(); !lost.empty()) {
     spdlog::warn("output was lost: {} worker log file(s) could not be written in full: {}",

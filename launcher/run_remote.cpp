@@ -12,9 +12,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "agent/worker_env.hpp"
 #include "cluster/head_link.hpp"
 #include "cluster/subtree_relay.hpp"
+#include "common/env_map.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "common/logging.hpp"
@@ -26,7 +26,6 @@
 namespace ddprun {
 namespace {
 
-namespace fs = std::filesystem;
 
 // After this agent's end, the hosts it relays (tree fan-out) are waited for: their output and
 // results still come through here.
@@ -100,10 +99,6 @@ int run_remote(const std::vector<std::string>& args) {
   const LaunchConfig& config = *outcome.config;
   auto check = check_worker_program(config);
   if (check.exit_code != 0) return refuse(check.message, check.exit_code);
-  if (!config.no_python && !config.module && !fs::exists(config.program)) {
-    return refuse(fmt::format("{}: no such file in {}", config.program, hello.cwd),
-                  kExitNotFound);
-  }
   send(Report::Kind::kReady, {{"nproc_per_node", config.nproc_per_node}, {"pid", getpid()}});
   std::string why;
   if (!link.wait_for_go(hello.silence_before_go(), &why)) {
@@ -113,7 +108,14 @@ int run_remote(const std::vector<std::string>& args) {
   }
   setup_logging("ddprun@" + hello.host, config.log_level);
   Session session{&link, hello, relay ? &*relay : nullptr};
-  const int code = run_agent(config, outcome.notes, outcome.warnings, &session);
+  int code = 0;
+  try {
+    code = run_agent(config, outcome.notes, outcome.warnings, &session);
+  } catch (...) {
+    // The hosts this one relays still need to hear of their end, however this agent ended.
+    if (relay) wait_for_subtree(*relay, hello);
+    throw;
+  }
   if (relay) wait_for_subtree(*relay, hello);
   return code;
 }

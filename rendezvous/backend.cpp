@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 #include "common/strings.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "rendezvous/static_rendezvous.hpp"
@@ -20,6 +22,42 @@ namespace asio = boost::asio;
 
 namespace {
 
+// Waits until `host` resolves, trying every quarter second: a name may not resolve yet when the
+// agent starts (a Kubernetes headless service's record appears only once its pod is ready, on
+// that pod too), and the store's host may be this node. Says so at once and then now and then;
+// throws TimeoutError at `deadline`.
+void wait_until_resolvable(const std::string& host, std::uint16_t port, Deadline deadline,
+                           std::chrono::milliseconds progress_interval) {
+  const auto store = format_host_port(host, port);
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  ProgressClock progress(progress_interval);
+  bool said = false;
+  const auto started = Clock::now();
+  while (true) {
+    auto results = resolver.resolve(host, "0", ec);
+    if (!ec && !results.empty()) {
+      if (said) {
+        spdlog::info("the store's address {} resolves now (after {})", store,
+                     format_duration(Clock::now() - started));
+      }
+      return;
+    }
+    const auto why = ec ? ec.message() : std::string("no addresses");
+    if (deadline.expired()) {
+      throw TimeoutError(fmt::format("the store's address {} did not resolve within {}: {}",
+                                     store, format_duration(Clock::now() - started), why));
+    }
+    if (!said || progress.due()) {
+      spdlog::info("waiting for the store's address {} to resolve ({}); {} so far", store, why,
+                   format_duration(Clock::now() - started));
+      said = true;
+    }
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(std::chrono::milliseconds(250), deadline.remaining()));
+  }
+}
 
 // True when `host` names an address of this machine (it can be bound).
 bool is_local_address(const std::string& host) {
@@ -140,14 +178,30 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
     handler_ = make_rendezvous_handler(config, *client_, opener(), host, session_.get());
     return;
   }
+  // Whether this node serves the store depends on what the name is, and a client cannot reach
+  // it before it resolves.
+  if (!(config.is_static() && config.max_nodes == 1)) {
+    wait_until_resolvable(client_options_.host, client_options_.port, deadline,
+                          config.progress_interval);
+  }
   if (config.is_static()) {
     if (config.max_nodes == 1) {
       // One node: no other agent will ever connect, and the workers make a store of their own
       // at MASTER_PORT. The store is this agent's memory: no socket, no thread to serve it.
       local_ = std::make_unique<store::MemoryStore>(std::make_shared<store::SharedStoreState>(),
                                              client_options_.run_id, "this agent's memory");
-    } else if (config.node_rank == 0) {
-      serve(config.master_addr, config.master_port);
+    } else if (config.node_rank == 0 && config.rdzv_conf.is_host.value_or(true)) {
+      // Node 0 serves the store unless told that another process does (is_host=0: a
+      // ddprun-store). It never joins a store it finds on the port by itself: that may be
+      // another job's, and joining it would merge the two.
+      try {
+        serve(config.master_addr, config.master_port);
+      } catch (const ConnectionError& e) {
+        throw ConnectionError(fmt::format("{} (node 0 serves the store of a static job; when a "
+                                          "ddprun-store serves it there, give node 0 "
+                                          "--rdzv-conf=is_host=0)",
+                                          e.what()));
+      }
     }
   } else if (config.rdzv_conf.is_host.value_or(is_local_address(client_options_.host))) {
     try {

@@ -150,8 +150,10 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   count_joined(store, o.node_rank, o.nnodes, deadline);
   std::vector<std::string> keys;
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
-  spdlog::info("rendezvous: node {} of {} joined; waiting for the others (store at {})",
-               o.node_rank, o.nnodes, store.describe());
+  if (o.nnodes > 1) {
+    spdlog::info("rendezvous: node {} of {} joined; waiting for the others (store at {})",
+                 o.node_rank, o.nnodes, store.describe());
+  }
   auto missing_ranks = [&] {
     std::vector<int> missing;
     for (int g = 0; g < o.nnodes; ++g) {

@@ -7,7 +7,7 @@
 #                    this order: one `ssh host true` alone (the floor), ddprun and mpirun (tree
 #                    spawn, its default) with /bin/true, mpirun without tree spawn, then both
 #                    with a worker that writes its start time to a file per rank.
-#   simulated hosts  N = 256, 1024: tests/support/local_ssh.sh as --ssh-command (every agent runs
+#   simulated hosts  N = 256, 1024: testing/local_ssh.sh as --ssh-command (every agent runs
 #                    on this machine), /bin/true; the time, and the peak number of processes. Per
 #                    round, flat fan-out (--tree-threshold above N) and the tree (--tree-threshold=1)
 #                    one after the other. --sim-delay S puts S seconds of waiting before every
@@ -251,7 +251,7 @@ fi
 # --- simulated hosts: every agent on this machine ---------------------------------------------
 count_processes() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 if [[ -n $sim_sizes ]]; then
-  ssh_sim=("$here/tests/support/local_ssh.sh")
+  ssh_sim=("$here/testing/local_ssh.sh")
   if [[ $sim_delay != 0 ]]; then ssh_sim=("$here/bench/delayed_ssh.sh" "$sim_delay"); fi
   IFS=, read -ra sizes <<<"$sim_sizes"
   for n in "${sizes[@]}"; do

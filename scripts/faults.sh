@@ -507,7 +507,7 @@ fault_hosts_odd_bytes() {
   # over --hosts (the local ssh stand-in).
   local cwd=$dir/$'caf\xe9-\xff'; mkdir -p "$cwd"
   local big; big=$(head -c 102400 /dev/zero | tr '\0' a)
-  local ddprun_path ssh; ddprun_path=$(realpath "$ddprun"); ssh=$PWD/tests/support/local_ssh.sh
+  local ddprun_path ssh; ddprun_path=$(realpath "$ddprun"); ssh=$PWD/testing/local_ssh.sh
   (cd "$cwd" && ODD_BYTES=$'\x01\t\xe9\xff end' FAULTS_RUN=$run_id exec "$ddprun_path" \
       --hosts=127.0.0.1,127.0.0.2 --ssh-command="$ssh" -x ODD_BYTES \
       --master-port="$(free_port)" --no-python sh -c \

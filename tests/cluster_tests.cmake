@@ -8,16 +8,15 @@ add_executable(cluster_unit_tests
 target_link_libraries(cluster_unit_tests PRIVATE ddprun_test_main ddprun_cluster)
 catch_discover_tests(cluster_unit_tests TEST_PREFIX "unit: ")
 
-# End to end over tests/support/local_ssh.sh (a stand-in for ssh that runs the remote command
+# End to end over testing/local_ssh.sh (a stand-in for ssh that runs the remote command
 # here): loopback addresses play the hosts.
 add_executable(hosts_tests
-  integration/ddprun_process.cpp
   integration/test_hosts.cpp
   integration/test_staging.cpp)
 target_link_libraries(hosts_tests PRIVATE ddprun_test_main ddprun_test_support)
 target_compile_definitions(hosts_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
-  LOCAL_SSH="${CMAKE_CURRENT_SOURCE_DIR}/support/local_ssh.sh")
+  LOCAL_SSH="${PROJECT_SOURCE_DIR}/testing/local_ssh.sh")
 add_dependencies(hosts_tests ddprun fake_worker)
 catch_discover_tests(hosts_tests TEST_PREFIX "hosts: " PROPERTIES TIMEOUT 300)

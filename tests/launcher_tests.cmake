@@ -16,7 +16,6 @@ target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launch
 catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
 
 add_executable(launcher_tests
-  integration/ddprun_process.cpp
   integration/test_dry_run.cpp
   integration/test_hard_to_break.cpp
   integration/test_hang.cpp
@@ -29,17 +28,17 @@ target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_suppor
   ddprun_store ddprun_topology ddprun_launcher_lib nlohmann_json::nlohmann_json)
 target_compile_definitions(launcher_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
+  DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
   TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py"
   TORCH_HANG_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/hang.py"
   LAUNCHER_CASES_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/launcher_cases.py"
   TOUCH_RANK_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/touch_rank.sh"
   TOPOLOGY_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/topology/data")
-add_dependencies(launcher_tests ddprun fake_worker)
+add_dependencies(launcher_tests ddprun ddprun-store fake_worker)
 catch_discover_tests(launcher_tests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
 
 add_executable(elastic_tests
-  integration/ddprun_process.cpp
   integration/test_elastic.cpp)
 target_link_libraries(elastic_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_common
   nlohmann_json::nlohmann_json)
@@ -72,7 +71,6 @@ set_tests_properties("faults: smoke subset of the fault matrix" PROPERTIES TIMEO
 # The etcd backend against a real etcd cluster on loopback (Debian's etcd-server; reported as
 # skipped, exit 77, where it is not installed).
 add_executable(etcd_tests
-  integration/ddprun_process.cpp
   integration/test_etcd_store.cpp
   integration/test_etcd_rendezvous.cpp)
 target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_test_support
@@ -90,10 +88,17 @@ add_test(NAME "netns: Slurm: srun ddprun, --hosts=slurm, exit codes, scancel"
 set_tests_properties("netns: Slurm: srun ddprun, --hosts=slurm, exit codes, scancel"
   PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 
+# ddprun with no flags in a Kubeflow PyTorchJob's and a TrainJob's pod environment (PET_* only),
+# each pod with its own /etc/hosts, the master's name resolving late (on node 0 too); exit codes
+# (root only; reported as skipped elsewhere). docs/kubernetes.md.
+add_test(NAME "netns: Kubernetes: PyTorchJob and TrainJob pod environments, no flags, a master name that resolves late, exit codes"
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/kubernetes.sh $<TARGET_FILE:ddprun>)
+set_tests_properties("netns: Kubernetes: PyTorchJob and TrainJob pod environments, no flags, a master name that resolves late, exit codes"
+  PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
 # `ddprun status` and the metrics against real agents, a real etcd (skipped without it), a real
 # Prometheus server and tmux (tests/netns/status_prometheus.sh, skipped without them).
 add_executable(status_tests
-  integration/ddprun_process.cpp
   integration/test_status.cpp)
 target_link_libraries(status_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_testing_etcd nlohmann_json::nlohmann_json)

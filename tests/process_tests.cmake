@@ -8,7 +8,8 @@ target_link_libraries(process_unit_tests PRIVATE ddprun_test_main ddprun_test_su
   ddprun_process)
 catch_discover_tests(process_unit_tests TEST_PREFIX "unit: ")
 
-add_executable(runner_tests integration/test_process_runner.cpp integration/test_spawn.cpp)
+add_executable(runner_tests integration/test_process_runner.cpp integration/test_orphan_guard.cpp
+  integration/test_spawn.cpp)
 target_link_libraries(runner_tests PRIVATE
   ddprun_test_main ddprun_test_support ddprun_process ddprun_agent nlohmann_json::nlohmann_json)
 target_compile_definitions(runner_tests PRIVATE

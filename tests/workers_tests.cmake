@@ -24,7 +24,6 @@ catch_discover_tests(workers_unit_tests TEST_PREFIX "workers unit: "
 
 # ddp_resnet under the real ddprun.
 add_executable(workers_tests
-  integration/ddprun_process.cpp
   integration/test_ddp_resnet.cpp)
 target_link_libraries(workers_tests PRIVATE ddprun_test_main ddprun_test_support)
 target_compile_definitions(workers_tests PRIVATE

@@ -9,7 +9,7 @@
 #include <regex>
 #include <sys/wait.h>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;

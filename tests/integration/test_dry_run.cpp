@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;
@@ -113,4 +113,34 @@ TEST_CASE("dry run: several hosts, their ranks and commands, nothing contacted",
   // The usage error it would have hit, as without --dry-run.
   DdprunProcess bad({"--dry-run", "--hosts=a,b", "--nnodes=3", "x.py"});
   CHECK(bad.wait(30s) == 2);
+}
+
+TEST_CASE("dry run: the reference's example prints what the reference shows", "[dry-run]") {
+  // docs/reference.md, "Before starting: --dry-run": the same command, line by line.
+  DdprunProcess p({"--dry-run", "--hosts=10.0.0.1:2,10.0.0.2:1", "train.py"});
+  REQUIRE(p.wait(30s) == 0);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("ddprun --dry-run: the plan (nothing was started), ddprun "));
+  CHECK_THAT(out, Contains("  rendezvous   static, 2 node(s), master 10.0.0.1:29500, run id "));
+  CHECK_THAT(out, Contains("  program      train.py (with python3 -u, or $PYTHON_EXEC, on each "
+                           "host)\n"));
+  CHECK_THAT(out, Contains("  0     10.0.0.1  2        0..1 of 3\n"));
+  CHECK_THAT(out, Contains("  1     10.0.0.2  1        2 of 3\n"));
+  CHECK_THAT(out, Contains("  command for node 0: ssh -o BatchMode=yes -o ServerAliveInterval=3 "
+                           "-o ServerAliveCountMax=3 10.0.0.1 '<staging script>'\n"));
+  CHECK_THAT(out, Contains("    its agent's arguments (in the session's hello): "
+                           "'--log-line-prefix=[{host}:{rank}]:' --nnodes=2 --node-rank=0 "
+                           "--master-addr=10.0.0.1 --master-port=29500 --rdzv-id="));
+  CHECK_THAT(out, Contains("--local-addr=10.0.0.1 --nproc-per-node=2 -- train.py\n"));
+  CHECK_THAT(out, Contains("  staging script: each host runs "));
+  CHECK_THAT(out, Contains("  worker environment (MASTER_PORT: a free port on the master, chosen "
+                           "for each attempt; TORCHELASTIC_ERROR_FILE: a file under the log "
+                           "directory, per attempt; TORCH_NCCL_DEBUG_INFO_TEMP_FILE and "
+                           "TORCH_FR_DUMP_TEMP_FILE: <log dir>/attempt_<n>/<local "
+                           "rank>/nccl_trace_rank_):\n"));
+  CHECK_THAT(out, Contains("    rank 0: GROUP_RANK=0 GROUP_WORLD_SIZE=2 LOCAL_RANK=0 "
+                           "LOCAL_WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 OMP_NUM_THREADS=1 RANK=0 "));
+  CHECK_THAT(out, Contains(" TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+                           "TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "
+                           "WORLD_SIZE=3\n"));
 }

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/deadline.hpp"
-#include "integration/ddprun_process.hpp"
-#include "integration/elastic_cluster.hpp"
+#include "testing/ddprun_process.hpp"
+#include "testing/elastic_cluster.hpp"
 #include "testing/child.hpp"
 #include "testing/test_util.hpp"
 

@@ -13,7 +13,7 @@
 
 #include "common/deadline.hpp"
 #include "etcd/etcd_store.hpp"
-#include "integration/elastic_cluster.hpp"
+#include "testing/elastic_cluster.hpp"
 #include "testing/etcd_cluster.hpp"
 
 using namespace ddprun;

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;

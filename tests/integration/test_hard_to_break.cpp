@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;

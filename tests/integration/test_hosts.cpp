@@ -1,5 +1,5 @@
 // One command for several hosts (`ddprun --hosts`), end to end with the real binary. The remote
-// shell is tests/support/local_ssh.sh, which runs the remote command here with a fresh
+// shell is testing/local_ssh.sh, which runs the remote command here with a fresh
 // environment as sshd would; the "hosts" are loopback addresses (127.0.0.x). The same checks
 // against real sshd servers in network namespaces are in tests/netns/ssh_hosts.sh.
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <set>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/strings.hpp"
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;
@@ -319,6 +319,38 @@ TEST_CASE("ddprun: bad command lines exit 2 at once and start nothing", "[launch
   }
 }
 
+TEST_CASE("ddprun: a static job uses a ddprun-store of its own host when node 0 is told so",
+          "[launcher]") {
+  const auto port = free_port();
+  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                         std::to_string(port), "--log-level", "warn"}, {}, {}});
+  // Listening once a connection can be made (a bounded wait: the store starts in milliseconds).
+  REQUIRE(wait_until([&] {
+    const int fd = connect_loopback(port);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  }, 30s));
+  TempDir dir;
+  std::map<std::string, std::string> env{{"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", dir.path()}};
+  const auto common = std::vector<std::string>{"--nnodes=2", port_arg(port)};
+  {
+    // Told nothing, node 0 serves the store itself: the port is taken, and it says what to do.
+    DdprunProcess node0(fake(common + std::vector<std::string>{"--node-rank=0"}), env);
+    CHECK(node0.wait() == 124);
+    CHECK_THAT(node0.output(), Catch::Contains("Address already in use") &&
+                                   Catch::Contains("--rdzv-conf=is_host=0"));
+  }
+  DdprunProcess node0(
+      fake(common + std::vector<std::string>{"--node-rank=0", "--rdzv-conf=is_host=0"}), env);
+  DdprunProcess node1(fake(common + std::vector<std::string>{"--node-rank=1"}), env);
+  REQUIRE(node0.wait() == 0);
+  REQUIRE(node1.wait() == 0);
+  CHECK(read_env_file(dir.file("env_0.txt"))["WORLD_SIZE"] == "2");
+  CHECK(read_env_file(dir.file("env_1.txt"))["GROUP_RANK"] == "1");
+  store.signal(SIGTERM);
+  CHECK(store.wait_for(10s).has_value());
+}
+
 TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]") {
   auto port = port_arg(free_port());
   std::vector<std::string> common{"--nnodes=3", port, "--rdzv-conf=join_timeout=60"};
@@ -481,6 +513,26 @@ TEST_CASE("ddprun: a console-only job's temp log directory goes with it, logs as
     REQUIRE(entries(tmp.path()).size() == 1);
     CHECK_FALSE(find_file(tmp.path(), "stdout.log").empty());
   }
+  SECTION("a directory nobody named is named at the start and in the root cause") {
+    DdprunProcess p(fake({"-r", "3", port_arg(free_port())}),
+                    {{"TMPDIR", tmp.path()}, {"FAKE_MODE", "exit:3"}});
+    CHECK(p.wait() == 3);
+    REQUIRE(entries(tmp.path()).size() == 1);
+    const auto dir = tmp.path() + "/" + entries(tmp.path()).front();
+    // <TMPDIR>/torchelastic_<random>/<run id>_<random>
+    CHECK_THAT(p.output(), Catch::Contains("worker logs: " + dir + "/none_") &&
+                               Catch::Contains("/attempt_<n>/<local rank>/ (no --log-dir given)"));
+    CHECK_THAT(p.output(), Catch::Contains("  logs        " + dir + "/none_") &&
+                               Catch::Contains(" (this node's log directory)"));
+  }
+}
+
+TEST_CASE("ddprun: a Python script that does not exist is refused before anything starts",
+          "[launcher]") {
+  DdprunProcess p({"--nproc-per-node=2", "no_such_script.py"}, {{"PYTHON_EXEC", "/bin/true"}});
+  CHECK(p.wait() == 127);
+  CHECK_THAT(p.output(), Catch::Contains("no_such_script.py: no such file in "));
+  CHECK_THAT(p.output(), !Catch::Contains("starting 2 workers"));
 }
 
 TEST_CASE("ddprun: a log file that cannot be written is reported, and the summary says so",

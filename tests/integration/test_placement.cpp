@@ -14,7 +14,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 #include "topology/machine.hpp"
 #include "topology/placement_plan.hpp"

@@ -1,5 +1,6 @@
-// PosixProcessRunner and OrphanGuard with real processes: the fake worker's modes stand in for
-// training scripts that succeed, fail, crash, hang, print, or leave grandchildren behind.
+// PosixProcessRunner with real processes: the fake worker's modes stand in for training scripts
+// that succeed, fail, crash, hang, print, or leave grandchildren behind. The orphan guard's
+// tests are in test_orphan_guard.cpp.
 // Time bounds are generous: they catch hangs, they do not measure speed.
 
 #include <catch2/catch.hpp>
@@ -26,20 +27,18 @@
 
 #include "agent/worker_env.hpp"
 #include "common/error.hpp"
-#include "process/orphan_guard.hpp"
 #include "process/posix_process_runner.hpp"
+#include "testing/fake_worker_launch.hpp"
 #include "testing/test_util.hpp"
-
-#ifndef FAKE_WORKER_BINARY
-#error "FAKE_WORKER_BINARY must be the path of the fake worker"
-#endif
 
 using namespace std::chrono_literals;
 using ddprun::PosixProcessRunner;
 using ddprun::WorkerExit;
 using ddprun::WorkerLaunch;
+using ddprun::test::ExitLog;
+using ddprun::test::Fake;
 using ddprun::test::process_alive;
-using ddprun::test::process_state;
+using ddprun::test::read_pids;
 using ddprun::test::read_lines;
 using ddprun::test::TempDir;
 using ddprun::test::wait_until;
@@ -50,61 +49,6 @@ namespace {
 // Hang detectors only; a healthy run takes milliseconds.
 constexpr auto kBound = 20s;
 
-// What one fake worker should do, and as whom: Fake("exit:3").rank(1, 3).launch().
-class Fake {
- public:
-  explicit Fake(std::string mode = "succeed") : mode_(std::move(mode)) {}
-
-  Fake& rank(int local_rank, int local_world_size) {
-    local_rank_ = local_rank;
-    local_world_size_ = local_world_size;
-    return *this;
-  }
-  Fake& restart(int count) {
-    restart_count_ = count;
-    return *this;
-  }
-  Fake& error_file(std::string path) {
-    error_file_ = std::move(path);
-    return *this;
-  }
-  Fake& env(const std::string& key, std::string value) {
-    extra_env_[key] = std::move(value);
-    return *this;
-  }
-
-  WorkerLaunch launch() const {
-    ddprun::WorkerEnvInput in;
-    in.ranks = ddprun::assign_ranks({local_world_size_}, 0);
-    in.local_rank = local_rank_;
-    in.master_addr = "127.0.0.1";
-    in.master_port = 29500;
-    in.restart_count = restart_count_;
-    in.error_file = error_file_;
-    const char* path = std::getenv("PATH");
-    ddprun::EnvMap base{{"PATH", path ? path : "/usr/bin:/bin"}};
-    for (const auto& [k, v] : extra_env_) base[k] = v;
-
-    WorkerLaunch w;
-    w.local_rank = local_rank_;
-    w.rank = in.ranks.global_rank(local_rank_);
-    w.argv = {FAKE_WORKER_BINARY, "--mode=" + mode_};
-    w.env = ddprun::to_env_strings(ddprun::build_worker_env(base, in));
-    // Tests read what they need from files and stderr_tail; the console stays clean.
-    w.output.stdout_to_console = false;
-    w.output.stderr_to_console = false;
-    return w;
-  }
-
- private:
-  std::string mode_;
-  int local_rank_ = 0;
-  int local_world_size_ = 1;
-  int restart_count_ = 0;
-  std::string error_file_;
-  ddprun::EnvMap extra_env_;
-};
-
 // Waits until fake workers of local ranks 0 and 1 (FAKE_TOUCH_DIR=dir) are past exec and in
 // their own code.
 bool both_started(const TempDir& dir) {
@@ -114,52 +58,9 @@ bool both_started(const TempDir& dir) {
   }, kBound);
 }
 
-// Exits reported by the runner (from its own thread).
-class ExitLog {
- public:
-  ddprun::ProcessRunner::ExitCallback callback() {
-    return [this](const WorkerExit& e) {
-      std::lock_guard lock(mutex_);
-      exits_.push_back(e);
-      changed_.notify_all();
-    };
-  }
-
-  bool wait_for(std::size_t count, std::chrono::milliseconds timeout = kBound) {
-    std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, timeout, [&] { return exits_.size() >= count; });
-  }
-
-  // Sorted by local rank.
-  std::vector<WorkerExit> exits() const {
-    std::lock_guard lock(mutex_);
-    auto out = exits_;
-    std::sort(out.begin(), out.end(),
-              [](const auto& a, const auto& b) { return a.local_rank < b.local_rank; });
-    return out;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<WorkerExit> exits_;
-};
-
 bool tail_contains(const WorkerExit& e, const std::string& text) {
   return std::any_of(e.stderr_tail.begin(), e.stderr_tail.end(),
                      [&](const std::string& line) { return line.find(text) != std::string::npos; });
-}
-
-// Pids from a file that processes append "pid\n" lines to; only newline-terminated lines count.
-std::vector<pid_t> read_pids(const std::string& path) {
-  const std::string content = ddprun::test::read_file(path);
-  std::vector<pid_t> pids;
-  std::size_t start = 0;
-  for (auto nl = content.find('\n'); nl != std::string::npos; nl = content.find('\n', start)) {
-    pids.push_back(static_cast<pid_t>(std::stol(content.substr(start, nl - start))));
-    start = nl + 1;
-  }
-  return pids;
 }
 
 std::vector<std::string> expected_lines(int count, int rank, const std::string& prefix = "") {
@@ -563,259 +464,4 @@ TEST_CASE("destroying the runner kills its workers", "[runner]") {
     REQUIRE(process_alive(pids[0]));
   }
   CHECK_FALSE(process_alive(pids[0]));
-}
-
-TEST_CASE("no worker or grandchild outlives a SIGKILLed agent that has an OrphanGuard",
-          "[runner][orphan]") {
-  TempDir dir;
-  const auto pid_file = dir.file("pids");
-  const auto guardian_file = dir.file("guardian");
-  // A scratch directory like a run's (its attempt's and workers' directories, files in them,
-  // a link that must not be followed), which the guardian removes when the agent dies.
-  const auto scratch = dir.file("scratch");
-  const auto kept = dir.file("kept");
-  std::filesystem::create_directories(scratch + "/run/attempt_0/0");
-  std::filesystem::create_directories(scratch + "/run/attempt_0/1");
-  std::filesystem::create_directories(kept);
-  std::ofstream(scratch + "/run/attempt_0/0/error.json") << "{}";
-  std::ofstream(kept + "/file") << "stays";
-  std::filesystem::create_directory_symlink(kept, scratch + "/run/attempt_0/1/link");
-  std::cout.flush();
-  std::fflush(nullptr);
-  // Catch2 runs tests on one thread and no runner exists here, so forking is safe.
-  const pid_t agent = ::fork();
-  REQUIRE(agent >= 0);
-  if (agent == 0) {
-    // A stand-in agent; it must never return into Catch2.
-    try {
-      ddprun::OrphanGuard guard;
-      guard.remove_if_abandoned(scratch);
-      PosixProcessRunner runner(&guard);
-      runner.start({Fake("grandchild").env("FAKE_PID_FILE", pid_file).launch()}, {});
-      // start() returns once the worker has told the guardian its group (before its exec).
-      {
-        std::ofstream(guardian_file + ".tmp") << guard.guardian_pid() << "\n";
-        std::rename((guardian_file + ".tmp").c_str(), guardian_file.c_str());
-      }
-      while (true) ::pause();
-    } catch (...) {
-      ::_exit(1);
-    }
-  }
-
-  const bool ready = wait_until([&] {
-    return read_pids(pid_file).size() >= 2 && read_pids(guardian_file).size() == 1;
-  }, kBound);
-  if (!ready) {
-    ::kill(agent, SIGKILL);
-    ddprun::test::wait_for_exit(agent, kBound);
-    FAIL("the stand-in agent did not start its worker and guardian");
-  }
-  const auto family = read_pids(pid_file);
-  const pid_t worker = family[0];
-  const pid_t grandchild = family[1];
-  const pid_t guardian = read_pids(guardian_file)[0];
-  CHECK(process_alive(worker));
-  CHECK(process_alive(grandchild));
-  CHECK(process_alive(guardian));
-
-  ::kill(agent, SIGKILL);
-  const int status = ddprun::test::wait_for_exit(agent, kBound);
-  REQUIRE(status != -1);
-  CHECK(WIFSIGNALED(status));
-
-  // The worker dies of its parent-death signal; the grandchild, which ignores SIGTERM and has
-  // no parent-death signal, only through the guardian; then the guardian exits.
-  const bool all_gone = wait_until([&] {
-    return !process_alive(worker) && !process_alive(grandchild) && !process_alive(guardian);
-  }, 10s);
-  CHECK_FALSE(process_alive(worker));
-  CHECK_FALSE(process_alive(grandchild));
-  CHECK_FALSE(process_alive(guardian));
-  if (!all_gone) {  // leave nothing behind, even on failure
-    ::kill(-worker, SIGKILL);
-    ::kill(grandchild, SIGKILL);
-    ::kill(guardian, SIGKILL);
-  }
-  // Its exit came after the scratch directory's removal; the link's target is untouched.
-  CHECK_FALSE(std::filesystem::exists(scratch));
-  CHECK(std::filesystem::exists(kept + "/file"));
-}
-
-TEST_CASE("a grandchild without the guard's marker dies with a SIGKILLed agent: the worker "
-          "stored its group in the guard's memory", "[runner][orphan]") {
-  TempDir dir;
-  const auto pid_file = dir.file("pids");
-  std::cout.flush();
-  std::fflush(nullptr);
-  const pid_t agent = ::fork();
-  REQUIRE(agent >= 0);
-  if (agent == 0) {  // a stand-in agent; it must never return into Catch2
-    try {
-      ddprun::OrphanGuard guard;
-      PosixProcessRunner runner(&guard);
-      runner.start({Fake("grandchild_bare").env("FAKE_PID_FILE", pid_file).launch()}, {});
-      while (true) ::pause();
-    } catch (...) {
-      ::_exit(1);
-    }
-  }
-  // Ready once the grandchild runs sleep with an empty environment: the marker sweep cannot
-  // find it, and it ignores SIGTERM and has no parent-death signal; only a kill of the worker's
-  // group reaches it, and only the guardian's slots know that group once the agent is gone.
-  pid_t worker = -1;
-  pid_t grandchild = -1;
-  const bool ready = wait_until([&] {
-    const auto family = read_pids(pid_file);
-    if (family.size() < 2) return false;
-    worker = family[0];
-    grandchild = family[1];
-    std::ifstream comm("/proc/" + std::to_string(grandchild) + "/comm");
-    std::string name;
-    return std::getline(comm, name) && name == "sleep";
-  }, kBound);
-  if (!ready) {
-    ::kill(agent, SIGKILL);
-    ddprun::test::wait_for_exit(agent, kBound);
-    if (worker > 0) ::kill(-worker, SIGKILL);
-    FAIL("the stand-in agent's worker did not start its bare grandchild");
-  }
-  ::kill(agent, SIGKILL);
-  REQUIRE(ddprun::test::wait_for_exit(agent, kBound) != -1);
-  const bool gone =
-      wait_until([&] { return !process_alive(worker) && !process_alive(grandchild); }, 10s);
-  CHECK_FALSE(process_alive(worker));
-  CHECK_FALSE(process_alive(grandchild));
-  if (!gone) ::kill(-worker, SIGKILL);  // leave nothing behind, even on failure
-}
-
-TEST_CASE("a guardian told of an unclean end leaves the scratch directory to its living agent",
-          "[runner][orphan]") {
-  TempDir dir;
-  const auto scratch = dir.file("scratch");
-  std::filesystem::create_directories(scratch + "/run");
-  std::cout.flush();
-  std::fflush(nullptr);
-  const pid_t agent = ::fork();
-  REQUIRE(agent >= 0);
-  if (agent == 0) {  // a stand-in agent; it must never return into Catch2
-    int code = 0;
-    try {
-      ddprun::OrphanGuard guard;
-      guard.remove_if_abandoned(scratch);
-      // A child of the agent's own that is not the guardian: the end is not clean, so the
-      // guardian kills and sweeps, and finish() waits for it.
-      const pid_t child = ::fork();
-      if (child == 0) {
-        ::close(guard.fd());  // or the guardian's pipe never closes
-        while (true) ::pause();
-      }
-      guard.finish();
-      if (!std::filesystem::exists(scratch + "/run")) code = 10;
-      ::kill(child, SIGKILL);
-      ::waitpid(child, nullptr, 0);
-    } catch (...) {
-      code = 11;
-    }
-    ::_exit(code);
-  }
-  const int status = ddprun::test::wait_for_exit(agent, kBound);
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
-  INFO("10: the guardian removed the living agent's scratch directory; 11: an exception");
-  CHECK(WEXITSTATUS(status) == 0);
-}
-
-TEST_CASE("told of a clean end, the guardian exits before its agent reaps it", "[runner][orphan]") {
-  std::cout.flush();
-  std::fflush(nullptr);
-  // A stand-in agent (the guard makes its process a subreaper); it must never return into
-  // Catch2. Its exit code says what it saw.
-  const pid_t agent = ::fork();
-  REQUIRE(agent >= 0);
-  if (agent == 0) {
-    int code = 0;
-    try {
-      pid_t guardian = -1;
-      {
-        ddprun::OrphanGuard guard;
-        guardian = guard.guardian_pid();
-        {
-          ExitLog log;
-          PosixProcessRunner runner(&guard);
-          runner.start({Fake("succeed").launch()}, log.callback());
-          if (!log.wait_for(1)) code = 10;
-        }
-        if (process_state(guardian) == 'Z') code = 11;  // it must wait for the agent's word
-        guard.finish();
-        // Exited by itself: only this process can reap it, and nothing here has yet.
-        if (code == 0 && !wait_until([&] { return process_state(guardian) == 'Z'; }, kBound)) {
-          code = 12;
-        }
-      }
-      if (code == 0 && ::kill(guardian, 0) == 0) code = 13;  // the guard reaped it
-    } catch (...) {
-      code = 14;
-    }
-    ::_exit(code);
-  }
-  const int status = ddprun::test::wait_for_exit(agent, kBound);
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
-  INFO("10: the worker's exit was not reported; 11: the guardian left before finish(); 12: it "
-       "did not exit after finish(); 13: the guard did not reap it; 14: an exception");
-  CHECK(WEXITSTATUS(status) == 0);
-}
-
-TEST_CASE("a daemon that left the worker's session does not outlive a SIGKILLed agent",
-          "[runner][orphan]") {
-  TempDir dir;
-  const auto pid_file = dir.file("pids");
-  const auto guardian_file = dir.file("guardian");
-  std::cout.flush();
-  std::fflush(nullptr);
-  const pid_t agent = ::fork();
-  REQUIRE(agent >= 0);
-  if (agent == 0) {
-    try {
-      ddprun::OrphanGuard guard;
-      PosixProcessRunner runner(&guard);
-      // The worker starts a daemon (setsid: another session and group, SIGTERM ignored) and
-      // hangs; neither the worker's group nor the subreaper reaches the daemon once the agent
-      // is SIGKILLed: only the marker in its environment does.
-      runner.start({Fake("daemon_hang").env("FAKE_PID_FILE", pid_file).launch()}, {});
-      {
-        std::ofstream(guardian_file + ".tmp") << guard.guardian_pid() << "\n";
-        std::rename((guardian_file + ".tmp").c_str(), guardian_file.c_str());
-      }
-      while (true) ::pause();
-    } catch (...) {
-      ::_exit(1);
-    }
-  }
-
-  const bool ready = wait_until([&] {
-    return !read_pids(pid_file).empty() && read_pids(guardian_file).size() == 1;
-  }, kBound);
-  if (!ready) {
-    ::kill(agent, SIGKILL);
-    ddprun::test::wait_for_exit(agent, kBound);
-    FAIL("the stand-in agent did not start its worker's daemon and the guardian");
-  }
-  const pid_t daemon = read_pids(pid_file)[0];
-  const pid_t guardian = read_pids(guardian_file)[0];
-  REQUIRE(process_alive(daemon));
-  CHECK(::getsid(daemon) == daemon);  // really in a session of its own
-
-  ::kill(agent, SIGKILL);
-  REQUIRE(ddprun::test::wait_for_exit(agent, kBound) != -1);
-
-  const bool gone =
-      wait_until([&] { return !process_alive(daemon) && !process_alive(guardian); }, 10s);
-  CHECK_FALSE(process_alive(daemon));
-  CHECK_FALSE(process_alive(guardian));
-  if (!gone) {
-    ::kill(daemon, SIGKILL);
-    ::kill(guardian, SIGKILL);
-  }
 }

@@ -1,5 +1,5 @@
 // `--hosts` staging ddprun on hosts that lack it (cluster/staging.hpp), end to end with the real
-// binary over tests/support/local_ssh.sh; each "host" has a HOME of its own (LOCAL_SSH_HOMES),
+// binary over testing/local_ssh.sh; each "host" has a HOME of its own (LOCAL_SSH_HOMES),
 // so its cache is its own. The same over real OpenSSH: tests/netns/ssh_hosts.sh, check
 // "staging".
 
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;

@@ -24,7 +24,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/etcd_cluster.hpp"
 #include "testing/test_util.hpp"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "launcher/cpu_count.hpp"
 #include "testing/test_util.hpp"
 

@@ -22,7 +22,7 @@
 #include "rendezvous/backend.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "store/memory_store.hpp"
-#include "support/fake_runner.hpp"
+#include "testing/fake_runner.hpp"
 #include "testing/hook_store.hpp"
 #include "testing/test_util.hpp"
 

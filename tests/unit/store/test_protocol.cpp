@@ -2,9 +2,12 @@
 
 #include "common/error.hpp"
 #include "store/protocol.hpp"
+#include "testing/store_request.hpp"
 
 using namespace ddprun;
 using namespace ddprun::store;
+
+using ddprun::test::make_request;
 
 namespace {
 
@@ -16,14 +19,6 @@ std::string body_of(const std::string& frame) {
 }
 
 Request round_trip(const Request& in) { return decode_request(body_of(encode_request(in))); }
-
-Request make(Command c, std::vector<std::string> keys = {}, std::vector<std::string> values = {}) {
-  Request r;
-  r.command = c;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
 
 }  // namespace
 
@@ -39,49 +34,49 @@ TEST_CASE("every request round-trips through the codec", "[protocol]") {
   hello.nonce = std::string("n\0nce", 5);
   CHECK(round_trip(hello).nonce == hello.nonce);
 
-  auto auth = round_trip(make(Command::kAuth, {}, {std::string(32, '\xff')}));
+  auto auth = round_trip(make_request(Command::kAuth, {}, {std::string(32, '\xff')}));
   CHECK(auth.command == Command::kAuth);
   CHECK(auth.values == std::vector<std::string>{std::string(32, '\xff')});
 
-  auto set = round_trip(make(Command::kSet, {"k"}, {std::string("v\0x", 3)}));
+  auto set = round_trip(make_request(Command::kSet, {"k"}, {std::string("v\0x", 3)}));
   CHECK(set.keys == std::vector<std::string>{"k"});
   CHECK(set.values == std::vector<std::string>{std::string("v\0x", 3)});
 
-  auto get = make(Command::kGet, {"key"});
+  auto get = make_request(Command::kGet, {"key"});
   get.timeout_ms = 1234;
   auto g = round_trip(get);
   CHECK(g.keys[0] == "key");
   CHECK(g.timeout_ms == 1234);
 
-  CHECK(round_trip(make(Command::kTryGet, {"a"})).keys[0] == "a");
-  CHECK(round_trip(make(Command::kErase, {"a"})).command == Command::kErase);
-  CHECK(round_trip(make(Command::kCheck, {"a", "b", "c"})).keys.size() == 3);
+  CHECK(round_trip(make_request(Command::kTryGet, {"a"})).keys[0] == "a");
+  CHECK(round_trip(make_request(Command::kErase, {"a"})).command == Command::kErase);
+  CHECK(round_trip(make_request(Command::kCheck, {"a", "b", "c"})).keys.size() == 3);
 
-  auto add = make(Command::kAdd, {"ctr"});
+  auto add = make_request(Command::kAdd, {"ctr"});
   add.number = -7;
   CHECK(round_trip(add).number == -7);
   add.number = INT64_MIN;
   CHECK(round_trip(add).number == INT64_MIN);
 
-  auto cas = round_trip(make(Command::kCompareSet, {"k"}, {"", "new"}));
+  auto cas = round_trip(make_request(Command::kCompareSet, {"k"}, {"", "new"}));
   CHECK(cas.values == std::vector<std::string>{"", "new"});
 
-  auto mget = make(Command::kMultiGet, {"x", "y"});
+  auto mget = make_request(Command::kMultiGet, {"x", "y"});
   mget.timeout_ms = 5;
   auto mg = round_trip(mget);
   CHECK(mg.keys == std::vector<std::string>{"x", "y"});
   CHECK(mg.timeout_ms == 5);
 
-  auto mset = round_trip(make(Command::kMultiSet, {"x", "y"}, {"1", "2"}));
+  auto mset = round_trip(make_request(Command::kMultiSet, {"x", "y"}, {"1", "2"}));
   CHECK(mset.values == std::vector<std::string>{"1", "2"});
 
-  auto wait = make(Command::kWait, {"w"});
+  auto wait = make_request(Command::kWait, {"w"});
   wait.timeout_ms = 99;
   CHECK(round_trip(wait).timeout_ms == 99);
-  CHECK(round_trip(make(Command::kNumKeys)).command == Command::kNumKeys);
-  CHECK(round_trip(make(Command::kPing)).command == Command::kPing);
+  CHECK(round_trip(make_request(Command::kNumKeys)).command == Command::kNumKeys);
+  CHECK(round_trip(make_request(Command::kPing)).command == Command::kPing);
 
-  auto arrive = make(Command::kArrive, {"settled", "all_settled", "news/root_cause"});
+  auto arrive = make_request(Command::kArrive, {"settled", "all_settled", "news/root_cause"});
   arrive.number = 1024;
   arrive.timeout_ms = 77;
   arrive.arrived = 5;  // the server's own mark: never sent
@@ -147,7 +142,7 @@ TEST_CASE("every response round-trips through the codec", "[protocol]") {
 }
 
 TEST_CASE("frame size is known only once the whole frame arrived", "[protocol]") {
-  auto frame = encode_request(make(Command::kSet, {"key"}, {"value"}));
+  auto frame = encode_request(make_request(Command::kSet, {"key"}, {"value"}));
   for (std::size_t n = 0; n < frame.size(); ++n) {
     CHECK_FALSE(complete_frame_size(std::string_view(frame).substr(0, n), Limits{}));
   }
@@ -155,7 +150,7 @@ TEST_CASE("frame size is known only once the whole frame arrived", "[protocol]")
 }
 
 TEST_CASE("the decoder rejects truncated input", "[protocol]") {
-  auto body = body_of(encode_request(make(Command::kMultiSet, {"a", "b"}, {"1", "2"})));
+  auto body = body_of(encode_request(make_request(Command::kMultiSet, {"a", "b"}, {"1", "2"})));
   for (std::size_t n = 0; n < body.size(); ++n) {
     CHECK_THROWS_AS(decode_request(body.substr(0, n)), ProtocolError);
   }
@@ -182,7 +177,7 @@ TEST_CASE("limits are checked before allocating", "[protocol]") {
     CHECK_THROWS_WITH(complete_frame_size(header, small), Catch::Contains("over the limit"));
   }
   SECTION("oversized key") {
-    auto body = body_of(encode_request(make(Command::kTryGet, {"0123456789"})));
+    auto body = body_of(encode_request(make_request(Command::kTryGet, {"0123456789"})));
     CHECK_THROWS_WITH(decode_request(body, small), Catch::Contains("key of 10 bytes"));
   }
   SECTION("oversized value claimed by the length field alone") {
@@ -192,7 +187,7 @@ TEST_CASE("limits are checked before allocating", "[protocol]") {
     CHECK_THROWS_WITH(decode_request(body, small), Catch::Contains("value of 2147483647 bytes"));
   }
   SECTION("too many keys") {
-    auto body = body_of(encode_request(make(Command::kCheck, {"a", "b", "c"})));
+    auto body = body_of(encode_request(make_request(Command::kCheck, {"a", "b", "c"})));
     CHECK_THROWS_WITH(decode_request(body, small), Catch::Contains("exceeds the limit"));
   }
   SECTION("a forged count larger than the frame") {
@@ -201,7 +196,7 @@ TEST_CASE("limits are checked before allocating", "[protocol]") {
     CHECK_THROWS_AS(decode_request(body), ProtocolError);
   }
   SECTION("the encoder refuses what the decoder would") {
-    CHECK_THROWS_AS(encode_request(make(Command::kSet, {"k"}, {std::string(17, 'v')}), small),
+    CHECK_THROWS_AS(encode_request(make_request(Command::kSet, {"k"}, {std::string(17, 'v')}), small),
                     ProtocolError);
   }
 }

@@ -1,19 +1,16 @@
 #include <catch2/catch.hpp>
 
 #include "store/store_state.hpp"
+#include "testing/store_request.hpp"
 
 using namespace ddprun::store;
 
 namespace {
 
+// Requests that block wait a second unless a test says otherwise.
 Request req(Command c, std::vector<std::string> keys = {}, std::vector<std::string> values = {},
             std::uint32_t timeout_ms = 1000) {
-  Request r;
-  r.command = c;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.timeout_ms = timeout_ms;
-  return r;
+  return ddprun::test::make_request(c, std::move(keys), std::move(values), timeout_ms);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "integration/ddprun_process.hpp"
+#include "testing/ddprun_process.hpp"
 #include "testing/test_util.hpp"
 
 namespace ddprun::test {

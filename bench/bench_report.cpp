@@ -1,10 +1,15 @@
 // bench_report: turns the series that the bench programs appended to a results file into
-// docs/benchmarks.md: the machine, a summary of the targets, and a table per figure
-// (median, min and max of the recorded runs; the ratio to the comparison). A hand-written
-// section between "<!-- analysis:begin -->" and "<!-- analysis:end -->" in the previous output
-// file is carried over, so that regenerating the tables keeps it.
+// docs/benchmarks.md: the machine, a summary of the targets, and one section per figure
+// (what is measured, the command that measures it, one table of median (min-max) per metric
+// and case, the figure's targets). Hand-written text is carried over from the previous output
+// file, so that regenerating the tables keeps it: the block between "<!-- analysis:begin -->"
+// and "<!-- analysis:end -->" goes after the targets, "<!-- analysis:begin figure N -->" ...
+// "<!-- analysis:end figure N -->" at the end of figure N's section, and
+// "<!-- analysis:begin after figures -->" ... "<!-- analysis:end after figures -->" after the
+// last figure (measurements that scripts/bench.sh does not make).
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -28,48 +33,71 @@ constexpr int kFigures = 12;
 
 struct FigureText {
   const char* title;
-  const char* how;
+  const char* how;  // what is measured, against what
+  const char* runs;  // what `scripts/bench.sh --figures N` runs for it
 };
 
 const std::map<int, FigureText>& figure_texts() {
   static const std::map<int, FigureText> texts{
       {1, {"Launch overhead",
            "4 trivial workers (`--no-python true`), one node: wall time of the whole command, "
-           "from posix_spawn to the exit seen on a pidfd."}},
+           "from posix_spawn to the exit seen on a pidfd, against torchrun (default and 0.05 s "
+           "monitor interval) and Open MPI's `mpirun -np 4 true`; `--events-file` splits "
+           "ddprun's time. From 1 to 32 workers, ddprun runs by turns with the floor, a C "
+           "program that only posix_spawns the workers and waits.",
+           "`bench_launch --figure launch --floor spawn_floor --mpirun mpirun`"}},
       {2, {"Restart latency",
            "4 `bench_worker`s; rank 0 exits 3 when TORCHELASTIC_RESTART_COUNT=0; "
-           "`--max-restarts=1`. Whole-command wall time; failure to restart as the workers see "
-           "it (the failing worker stamps CLOCK_MONOTONIC before it exits, the restarted ones "
-           "when they start) for both launchers, and from ddprun's --events-file."}},
+           "`--max-restarts=1`; against torchrun (default and 0.05 s monitor interval). "
+           "Whole-command wall time; failure to restart as the workers see it (the failing "
+           "worker stamps CLOCK_MONOTONIC before it exits, the restarted ones when they start), "
+           "and from ddprun's --events-file. The target is checked on runs of ddprun alone: a "
+           "torchrun run leaves the machine busy for the run after it.",
+           "`bench_launch --figure restart`"}},
       {3, {"Two-node start",
-           "2 agents on 127.0.0.1 (static rendezvous, 2 + 1 workers), started back to back: "
-           "from the first spawn until the last of the 3 workers runs (the workers stamp "
-           "CLOCK_MONOTONIC as they start)."}},
+           "2 agents on 127.0.0.1 (static rendezvous, 2 + 1 workers), started back to back, "
+           "against torchrun: from the first spawn until the last of the 3 workers runs (the "
+           "workers stamp CLOCK_MONOTONIC as they start).",
+           "`bench_launch --figure two-node`"}},
       {4, {"Agent memory",
            "Peak RSS (`VmHWM` of /proc/<agent>/status, read every 10 ms) of the agent process "
-           "while 4 workers sleep; the workers are not counted. torchrun's agent is its Python "
-           "process."}},
+           "while 4 workers sleep, against torchrun's agent (its Python process); the workers "
+           "are not counted.",
+           "`bench_memory --torchrun fast --sleep 2`"}},
       {5, {"Store throughput",
            "N threads, each with its own client, repeating set (own key, 64 bytes) / get (that "
-           "key) / add (one shared counter) for a fixed time; the server runs in a separate "
-           "process (`ddprun-store`; c10d's TCPStore from libtorch 1.13 in a small C++ host), "
-           "both driven from the same C++ harness. c10d's `get` is its client's wait + get."}},
+           "key) / add (one shared counter) for 1 s; the server runs in a separate process "
+           "(`ddprun-store`, or c10d's TCPStore from libtorch 1.13 in the same binary), both "
+           "driven from the same C++ harness, by turns. c10d's `get` is its client's wait + "
+           "get. A minimal blocking client against ddprun's server shows the client's share.",
+           "`bench_store_c10d --clients 1 16 64 --seconds 1 --diagnostic`, or without libtorch "
+           "at build time `bench_store`, ddprun's store alone"}},
       {6, {"Rendezvous at scale",
            "N simulated agents, each a thread with its own TcpStoreClient connection (256 KiB "
            "stacks), run the real elastic protocol (`join_round`, `--nnodes=N:N`) against one "
-           "`ddprun-store` process. Timed from the release of the N connected agents."}},
+           "`ddprun-store` process, and over a 3-member etcd on loopback. Timed from the "
+           "release of the N connected agents.",
+           "`bench_rendezvous --agents 256 1024 4096 16384`, and `--etcd-members 3 --agents "
+           "256 1024 4096`"}},
       {7, {"Node-death detection",
            "3 elastic agents (`--nnodes=2:3`, c10d backend, one worker each); a random moment "
            "within one keep-alive interval after the round formed, the harness takes "
            "CLOCK_MONOTONIC and SIGKILLs the third agent (not the store's host). Times from "
            "the survivors' --events-file. No torchrun comparison: its agents do not notice a "
-           "dead peer, only joiners trigger a re-rendezvous (docs/torchrun-contract.md)."}},
+           "dead peer, only joiners trigger a re-rendezvous (docs/torchrun-contract.md).",
+           "`bench_node_death --interval 1 --attempts 3 --last-call 0.1`, with "
+           "`--etcd-members 3`, and `--interval 5` when 150 s of `--budget` are left"}},
       {8, {"Training throughput, CPU",
-           "ResNet-18, 32x32 synthetic, batch 32 per rank, 2 ranks, Gloo: `ddp_resnet` vs "
-           "`scripts/reference_ddp.py`, both under ddprun with the same OMP_NUM_THREADS."}},
+           "ResNet-18, 32x32 synthetic, batch 32 per rank, 2 ranks, Gloo: `ddp_resnet` against "
+           "`scripts/reference_ddp.py`, both under ddprun with the same OMP_NUM_THREADS.",
+           "`bench_train --threads 1 --steps 10 --epochs 2`, not in `--quick`; "
+           "`DDP_RESNET=PATH` picks the worker"}},
       {9, {"Training throughput, GPU",
            "ResNet-50 and ResNet-152, bf16, channels_last, synthetic, NCCL: images/s of "
-           "`ddp_resnet` vs the Python reference, on a GPU machine."}},
+           "`ddp_resnet` against the Python reference. `scripts/bench.sh` measures nothing "
+           "here; reproduce on a GPU machine with `scripts/gpu_bench.sh DDPRUN DDP_RESNET "
+           "--steps 12`.",
+           nullptr}},
       {10, {"Hangs: verdict and stacks",
             "`bench/hang_bench.py`. The verdict: 3 Gloo ranks (torch 1.13) where rank 1 sleeps "
             "before an `all_reduce` the others wait in, `--hang-timeout=3`; from the last line "
@@ -77,7 +105,9 @@ const std::map<int, FigureText>& figure_texts() {
             "torchrun 1.13 runs the same job and is watched for any report within a bounded "
             "wait. The stacks: the `stacks` event's duration, every rank at once, for Python "
             "ranks (every Python thread and every native thread) and native ones (`sleep`, "
-            "every thread), once every rank has blocked."}},
+            "every thread), once every rank has blocked.",
+            "`bench/hang_bench.py --runs 3 --ranks 2 4 8 --torchrun-wait 30`, with gdb and "
+            "torch, not in `--quick`"}},
       {11, {"Watching a job",
             "`bench/bench_watch.cpp`. The job's side: the launch of figure 1, the restart of "
             "figure 2 and an agent whose 2 workers sleep 3 s, each run plain and watched "
@@ -87,19 +117,23 @@ const std::map<int, FigureText>& figure_texts() {
             "`ddprun-store` process, each at its own moment within the period, as agents do: "
             "every 5 s while nothing changes, and every second when every node changes state "
             "at once (the most an agent writes); then one `ddprun status --rdzv-endpoint` "
-            "reads all N."}},
+            "reads all N.",
+            "`bench_watch --agents 1024`"}},
       {12, {"Recovery at scale",
             "`bench/bench_recovery.cpp`. N real agents on 127.0.0.1, one process per simulated "
             "node, each with one `bench_worker` that sleeps; the job's last rank blocks opening "
             "a FIFO until the harness opens it, then exits 3 (`--max-restarts=1`). From that "
             "worker's own stamp before its exit to the last worker of the next attempt stamping "
             "its start (the harness learns of the stamps through inotify, so it spends no CPU "
-            "while the agents share the 2 cores). Static: node 0 serves the store; c10d: the "
+            "while the agents share the cores). Static: node 0 serves the store; c10d: the "
             "agent started first serves it; etcd: 3 members on loopback. Node death: an elastic "
             "c10d job (`--nnodes=N-1:N`, `last_call_timeout` 0.1 s) whose last agent is "
             "SIGKILLed, until every survivor's worker runs again. torchrun 1.13 runs the same "
             "job with its c10d backend. The phases and the CPU come from the agents' "
-            "--events-file (`mono` and `cpu` of attempt_decided, restart and workers_started)."}},
+            "--events-file (`mono` and `cpu` of attempt_decided, restart and workers_started).",
+            "`bench_recovery --backend c10d|static|etcd --nodes 2 8 16 128 256 512 1024`, "
+            "`--node-death --interval 1 --nodes 16 128 1024` and `--torchrun python3 "
+            "[--monitor-interval 0.1] --nodes 2 8 16`"}},
   };
   return texts;
 }
@@ -180,77 +214,179 @@ Verdict check(const std::vector<Series>& all, const Series& s) {
   return v;
 }
 
-std::string carried_analysis(const std::string& path) {
-  const auto text = read_text(path);
-  const std::string begin = "<!-- analysis:begin -->", end = "<!-- analysis:end -->";
-  auto b = text.find(begin);
-  auto e = text.find(end);
+// The hand-written block named `name` ("" for the one after the targets) in the previous
+// output, markers included, or "" when it has none.
+std::string carried_block(const std::string& text, const std::string& name) {
+  const auto tag = name.empty() ? std::string() : " " + name;
+  const auto begin = "<!-- analysis:begin" + tag + " -->";
+  const auto end = "<!-- analysis:end" + tag + " -->";
+  const auto b = text.find(begin);
+  const auto e = text.find(end);
   if (b == std::string::npos || e == std::string::npos || e < b) return "";
   return text.substr(b, e + end.size() - b);
 }
 
+// Appends x unless v holds it: the order of first appearance, which is the order the bench
+// programs recorded their series in.
+void add_once(std::vector<std::string>& v, const std::string& x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+// A case's leading number ("256 agents" -> 256), or 0 when it has none.
+double case_size(const std::string& case_name) {
+  return !case_name.empty() && std::isdigit(static_cast<unsigned char>(case_name.front()))
+             ? std::strtod(case_name.c_str(), nullptr)
+             : 0;
+}
+
+// One cell: "median (min-max)", the median alone when the three read the same (one run), or
+// why the series was not measured.
+std::string cell(const Series& s) {
+  if (!s.measured || s.samples.empty()) return s.note.empty() ? "not measured" : s.note;
+  const auto med = num(median(s.samples));
+  const auto lo = num(*std::min_element(s.samples.begin(), s.samples.end()));
+  const auto hi = num(*std::max_element(s.samples.begin(), s.samples.end()));
+  return lo == med && hi == med ? med : fmt::format("{} ({}-{})", med, lo, hi);
+}
+
+// One table per figure: a row per metric and case, a column per subject, so that a series over
+// a size (workers, clients, agents, nodes) reads down one column. Cases of one metric that all
+// start with a number are sorted by it; everything else keeps the order the bench programs
+// recorded it in.
+void write_table(std::ostream& out, int figure, const std::vector<Series>& all) {
+  std::vector<const Series*> series;
+  std::vector<std::string> subjects, metrics, cases;
+  for (const auto& s : all) {
+    if (s.figure != figure) continue;
+    series.push_back(&s);
+    add_once(subjects, s.subject);
+    add_once(metrics, s.metric);
+    add_once(cases, s.case_name);
+  }
+  // One case only: it heads the metrics' column.
+  const bool one_case = cases.size() == 1;
+  out << "| " << (one_case ? cases.front() : "metric") << " |" << (one_case ? "" : " case |");
+  for (const auto& subject : subjects) out << " " << subject << " |";
+  out << "\n|---|" << (one_case ? "" : "---|");
+  for (std::size_t i = 0; i < subjects.size(); ++i) out << "--:|";
+  out << "\n";
+  for (const auto& metric : metrics) {
+    std::vector<std::string> metric_cases;
+    std::string unit;
+    for (const auto* s : series) {
+      if (s->metric != metric) continue;
+      add_once(metric_cases, s->case_name);
+      if (unit.empty()) unit = s->unit;
+    }
+    if (std::all_of(metric_cases.begin(), metric_cases.end(),
+                    [](const auto& c) { return case_size(c) > 0; })) {
+      std::stable_sort(metric_cases.begin(), metric_cases.end(), [](const auto& a, const auto& b) {
+        return case_size(a) < case_size(b);
+      });
+    }
+    bool first = true;
+    for (const auto& c : metric_cases) {
+      out << "| " << (first ? (unit.empty() ? metric : fmt::format("{} ({})", metric, unit)) : "")
+          << " |" << (one_case ? "" : " " + c + " |");
+      first = false;
+      for (const auto& subject : subjects) {
+        const auto it = std::find_if(series.begin(), series.end(), [&](const Series* s) {
+          return s->metric == metric && s->case_name == c && s->subject == subject;
+        });
+        out << " " << (it == series.end() ? "" : cell(**it)) << " |";
+      }
+      out << "\n";
+    }
+  }
+  out << "\n";
+}
+
+// What a metric means, once per figure: "- metric: note". Metrics that share a note share its
+// line. Where one metric's series carry different notes, the note that most of them carry goes
+// by the metric's name alone, and each other note names what it is about: its cases when no
+// other note covers them, else its subjects.
+void write_notes(std::ostream& out, int figure, const std::vector<Series>& all) {
+  struct Note {
+    std::string text, metric;
+    std::vector<std::string> subjects, cases;
+    int series = 0;
+  };
+  std::vector<std::string> metrics;  // the table's order, which the notes keep
+  for (const auto& s : all) {
+    if (s.figure == figure) add_once(metrics, s.metric);
+  }
+  std::vector<Note> notes;
+  for (const auto& s : all) {
+    if (s.figure != figure || s.note.empty() || !s.measured) continue;
+    auto it = std::find_if(notes.begin(), notes.end(), [&](const Note& n) {
+      return n.text == s.note && n.metric == s.metric;
+    });
+    if (it == notes.end()) it = notes.insert(notes.end(), Note{s.note, s.metric, {}, {}, 0});
+    add_once(it->subjects, s.subject);
+    add_once(it->cases, s.case_name);
+    ++it->series;
+  }
+  std::stable_sort(notes.begin(), notes.end(), [&](const Note& a, const Note& b) {
+    return std::find(metrics.begin(), metrics.end(), a.metric) <
+           std::find(metrics.begin(), metrics.end(), b.metric);
+  });
+  std::vector<std::pair<std::string, std::string>> lines;  // label, note
+  for (const auto& n : notes) {
+    std::string label = n.metric;
+    int most_of_others = -1;
+    std::vector<std::string> other_cases;
+    for (const auto& m : notes) {
+      if (m.metric != n.metric || &m == &n) continue;
+      most_of_others = std::max(most_of_others, m.series);
+      for (const auto& c : m.cases) add_once(other_cases, c);
+    }
+    if (most_of_others >= n.series) {
+      const bool own_cases = std::none_of(n.cases.begin(), n.cases.end(), [&](const auto& c) {
+        return std::find(other_cases.begin(), other_cases.end(), c) != other_cases.end();
+      });
+      label += fmt::format(" ({})", fmt::join(own_cases ? n.cases : n.subjects, "; "));
+    }
+    auto it = std::find_if(lines.begin(), lines.end(),
+                           [&](const auto& l) { return l.second == n.text; });
+    if (it == lines.end()) {
+      lines.emplace_back(label, n.text);
+    } else {
+      it->first += ", " + label;
+    }
+  }
+  for (const auto& [label, text] : lines) out << "- " << label << ": " << text << "\n";
+  if (!lines.empty()) out << "\n";
+}
+
 void write_figure(std::ostream& out, int figure, const std::vector<Series>& all) {
   const auto& t = figure_texts().at(figure);
-  out << fmt::format("## {}. {}\n\n{}\n\n", figure, t.title, t.how);
+  out << fmt::format("## {}. {}\n\n{}", figure, t.title, t.how);
+  if (t.runs) {
+    out << fmt::format(" Reproduce: `scripts/bench.sh --figures {0} --output /tmp/figure{0}.md` "
+                       "runs {1}.",
+                       figure, t.runs);
+  }
+  out << "\n\n";
   std::vector<std::string> cases;
   for (const auto& s : all) {
-    if (s.figure == figure && std::find(cases.begin(), cases.end(), s.case_name) == cases.end()) {
-      cases.push_back(s.case_name);
-    }
+    if (s.figure == figure) add_once(cases, s.case_name);
   }
   if (cases.empty()) {
     out << "Not run.\n\n";
     return;
   }
-  for (const auto& c : cases) {
-    out << fmt::format("**{}**\n\n", c);
-    out << "| metric | subject | median | min | max | ratio |\n|---|---|--:|--:|--:|---|\n";
-    std::map<std::string, const Series*> first;  // per metric: the row ratios refer to
-    std::vector<std::pair<std::string, std::string>> notes;  // note, the metrics it is about
-    for (const auto& s : all) {
-      if (s.figure != figure || s.case_name != c) continue;
-      if (!first.count(s.metric)) first[s.metric] = &s;
-      if (!s.measured || s.samples.empty()) {
-        out << fmt::format("| {} | {} | {} | | | |\n", s.metric, s.subject,
-                           s.note.empty() ? "not measured" : s.note);
-        continue;
-      }
-      std::string ratio;
-      const Series* base = first[s.metric];
-      if (s.compare_with == "none") {
-      } else if (!s.compare_with.empty()) {
-        if (const auto* other = find(all, s, s.compare_with)) {
-          ratio = fmt::format("{:.2f}x vs {}", advantage(s, *other), s.compare_with);
-        }
-      } else if (base != &s && base->measured && !base->samples.empty()) {
-        ratio = fmt::format("{} {:.2f}x", base->subject, advantage(*base, s));
-      }
-      out << fmt::format("| {} ({}) | {} | {} | {} | {} | {} |\n", s.metric, s.unit, s.subject,
-                         num(median(s.samples)),
-                         num(*std::min_element(s.samples.begin(), s.samples.end())),
-                         num(*std::max_element(s.samples.begin(), s.samples.end())), ratio);
-      if (!s.note.empty()) {
-        auto it = std::find_if(notes.begin(), notes.end(),
-                               [&](const auto& n) { return n.first == s.note; });
-        if (it == notes.end()) {
-          notes.emplace_back(s.note, s.metric);
-        } else if (it->second.find(s.metric) == std::string::npos) {
-          it->second += ", " + s.metric;
-        }
-      }
-    }
-    out << "\n";
-    for (const auto& s : all) {
-      if (s.figure != figure || s.case_name != c || s.target_text.empty()) continue;
-      auto v = check(all, s);
-      out << fmt::format("Target ({}, {}): {}. Measured: {}; {}.\n\n", s.subject, s.metric,
-                         s.target_text, v.measured, v.result);
-    }
-    if (!notes.empty()) {
-      for (const auto& [note, metrics] : notes) out << "- " << metrics << ": " << note << "\n";
-      out << "\n";
-    }
+  write_table(out, figure, all);
+  bool any_target = false;
+  for (const auto& s : all) {
+    if (s.figure != figure || s.target_text.empty()) continue;
+    auto v = check(all, s);
+    out << fmt::format("- Target ({}{}; {}): {}. Measured: {}; {}.\n",
+                       cases.size() > 1 ? s.case_name + "; " : "", s.subject, s.metric,
+                       s.target_text, v.measured, v.result);
+    any_target = true;
   }
+  if (any_target) out << "\n";
+  write_notes(out, figure, all);
 }
 
 // The scaling figures drawn as charts: which metric, over what (a number read from the case,
@@ -355,17 +491,17 @@ int main(int argc, char** argv) {
     auto all = read_series(results);
     std::vector<int> charted;
     if (!charts.empty()) charted = write_charts(charts, all);
-    const auto analysis = carried_analysis(output);
+    const auto previous = read_text(output);
     std::ostringstream out;
     out << "# Benchmarks\n\n"
         << "Written by `scripts/bench.sh`" << (mode == "quick" ? " --quick" : "")
-        << "; do not edit the tables by hand (the analysis section is kept when they are "
-           "regenerated). ";
+        << "; do not edit the tables by hand (the hand-written paragraphs are kept when they "
+           "are regenerated). ";
     out << fmt::format(
-        "Every series is the median of {} recorded run(s) after {} warm-up run(s), with min and "
-        "max. Ratios are medians: \"ddprun 12.00x\" on a comparison's row means ddprun is 12 "
-        "times better (faster, smaller, or more operations per second) than that row. Timings "
-        "use CLOCK_MONOTONIC, the clock of ddprun's `--events-file`.{}\n\n",
+        "Every cell is the median of {} recorded run(s) after {} warm-up run(s), with min-max in "
+        "parentheses. A ratio is of medians: \"9.00x mpirun\" means ddprun is 9 times better "
+        "(faster, smaller, or more operations per second) than mpirun. Timings use "
+        "CLOCK_MONOTONIC, the clock of ddprun's `--events-file`.{}\n\n",
         runs, warmup, elapsed > 0 ? fmt::format(" The suite took {:.0f} s.", elapsed) : "");
     if (mode == "quick") {
       out << "**Quick mode: small sizes and few runs, a smoke test; these are not the "
@@ -391,7 +527,7 @@ int main(int argc, char** argv) {
       }
     }
     out << "\n";
-    if (!analysis.empty()) out << analysis << "\n\n";
+    if (const auto block = carried_block(previous, ""); !block.empty()) out << block << "\n\n";
     for (int f = 1; f <= kFigures; ++f) {
       write_figure(out, f, all);
       if (std::find(charted.begin(), charted.end(), f) != charted.end()) {
@@ -400,9 +536,16 @@ int main(int argc, char** argv) {
         out << fmt::format("![Figure {}: {}]({}/figure{}.svg)\n\n", f,
                            figure_texts().at(f).title, name, f);
       }
+      const auto block = carried_block(previous, fmt::format("figure {}", f));
+      if (!block.empty()) out << block << "\n\n";
     }
+    if (const auto block = carried_block(previous, "after figures"); !block.empty()) {
+      out << block << "\n";
+    }
+    auto text = out.str();
+    while (text.size() > 1 && text[text.size() - 2] == '\n') text.pop_back();  // one final newline
     std::ofstream file(output);
     if (!file) throw Error("cannot write " + output);
-    file << out.str();
+    file << text;
   });
 }

@@ -19,9 +19,10 @@ struct Series {
   std::vector<double> samples;
   std::string note;       // how it was measured, or why it was not
   bool measured = true;   // false: a row that says why nothing was measured
-  // The ratio shown on this row: "" (default) how many times better the group's first row
-  // (ddprun) is than this one; "none": no ratio; a subject: how many times better this row is
-  // than that subject's row of the same case and metric.
+  // The comparison the bench program means for this row: "" (default) the case's first row
+  // (ddprun) against this one; "none": none; a subject: this row against that subject's row of
+  // the same case and metric. Recorded for readers of the results file: the report sets the
+  // subjects side by side and states ratios only in the targets' verdicts (target_vs).
   std::string compare_with;
   // The target for this series, checked on the median, if it has one.
   std::optional<double> target_max;    // median <= this (the worst sample with target_on_worst)

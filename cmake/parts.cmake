@@ -1,7 +1,7 @@
 # The parts of the source tree and the order between them, held by the build.
 #
-# A part is a folder (common, store, etcd, rendezvous, process, topology, agent, cluster, launcher,
-# workers) whose headers are included as "<folder>/<name>.hpp". The project's root is on no include
+# A part is a folder (common, store, etcd, rendezvous, process, topology, agent, cluster, monitor,
+# launcher, workers, testing) whose headers are included as "<folder>/<name>.hpp". The project's root is on no include
 # path. Instead each part's folder is reached through a directory of the build tree that holds
 # nothing but a link to that one folder, and that directory is a PUBLIC include directory of the
 # part's targets. A target therefore sees the headers of the parts it links, directly or through
@@ -11,8 +11,10 @@
 # The order (docs/architecture.md):
 #   common <- store <- etcd <- rendezvous <- agent <- cluster <- launcher
 #   common <- process <- agent
+#   agent, process, store <- monitor <- launcher
 #   common <- topology <- launcher
 #   common <- workers
+#   common, etcd <- testing (tests and benchmarks only)
 
 # Makes `folder`'s headers visible to `target` and to whatever links it.
 function(ddprun_part target folder)

@@ -54,7 +54,9 @@ class Transient : public std::runtime_error {
 
 bool retryable(int code) { return code == kGrpcUnavailable || code == kGrpcDeadlineExceeded; }
 
-// An etcd error answer that another member (or the same, a moment later) may serve.
+// An etcd error answer that another member (or the same, a moment later) may serve: no leader,
+// a leader changing, or a request that timed out waiting for one. A timeout that saw only these
+// (or silence) reports a cluster without quorum.
 Transient unserved(const EtcdError& error) {
   return Transient(Transient::Kind::kUnserved, error.what());
 }

@@ -24,7 +24,10 @@ std::vector<int> handled_signals(const LaunchConfig& config) {
 ProgramCheck check_worker_program(const LaunchConfig& config) {
   const char* path = std::getenv("PATH");
   auto check = check_program(config.argv.at(0), path ? path : "");
+  // A script named with ${local_rank} is a different file for each worker (torchrun substitutes
+  // it in the whole command line): not checked here.
   if (check.exit_code == 0 && !config.no_python && !config.module &&
+      config.program.find("${local_rank}") == std::string::npos &&
       !std::filesystem::exists(config.program)) {
     std::error_code ec;
     const auto cwd = std::filesystem::current_path(ec);

@@ -35,10 +35,6 @@
 namespace ddprun {
 namespace {
 
-const char* backend_name(const LaunchConfig& config) {
-  return config.is_static() ? "static" : config.is_etcd() ? "etcd" : "c10d";
-}
-
 std::string this_host(const LaunchConfig& config) {
   if (!config.local_addr.empty()) return config.local_addr;
   char name[256] = "";
@@ -91,18 +87,13 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   }
 
   // Before anything starts: a binding this machine cannot honour is the user's to change.
-  NodePlacement placement;
-  try {
-    placement = plan_node_placement(config);
-    if (!placement.this_system && !placement.ranks.empty()) {
-      throw PlacementError(fmt::format("{}: the machine described by HWLOC_XMLFILE or "
-                                       "HWLOC_SYNTHETIC is not this one: its bindings can be "
-                                       "shown (--dry-run), not applied",
-                                       to_string(config.binding)));
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "ddprun: %s\n", e.what());
-    return kExitUsage;
+  // PlacementError and TopologyError are ConfigErrors: main() prints them and exits 2.
+  const NodePlacement placement = plan_node_placement(config);
+  if (!placement.this_system && !placement.ranks.empty()) {
+    throw PlacementError(fmt::format("{}: the machine described by HWLOC_XMLFILE or "
+                                     "HWLOC_SYNTHETIC is not this one: its bindings can be "
+                                     "shown (--dry-run), not applied",
+                                     to_string(config.binding)));
   }
   if (!placement.ranks.empty()) spdlog::info("{}", describe(placement));
 
@@ -123,7 +114,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   events.write("agent_started", {{"version", ddprun_version()}, {"host", host},
                                  {"pid", static_cast<int>(getpid())}, {"run_id", config.rdzv_id}});
   // Before the store listens: a metrics port that is taken is a usage error, nothing started.
-  StatusBoard board(config.rdzv_id, backend_name(config), host, config.max_restarts);
+  StatusBoard board(config.rdzv_id, to_string(config.rdzv_backend), host, config.max_restarts);
   const auto make_monitor = [&](bool metrics) {
     JobMonitorOptions options;
     if (metrics) {

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <memory>
 
+#include <spdlog/spdlog.h>
+
 #include "cluster/remote_command.hpp"
 #include "cluster/staging.hpp"
 #include "common/env_map.hpp"
@@ -17,12 +19,13 @@ namespace ddprun {
 namespace {
 
 // This executable as the hosts that lack it would get it; null with --no-stage, or when it
-// cannot be read (the plan then says nothing of staging, as the job would stage nothing).
+// cannot be read (said, and the plan then says nothing of staging: the job would stage nothing).
 std::shared_ptr<const StagedBinary> staged_binary(const ClusterConfig& cluster) {
   if (!cluster.stage) return nullptr;
   try {
     return read_own_binary();
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    spdlog::warn("ddprun cannot be staged on hosts that lack it: {}", e.what());
     return nullptr;
   }
 }

@@ -108,14 +108,7 @@ int run_remote(const std::vector<std::string>& args) {
   }
   setup_logging("ddprun@" + hello.host, config.log_level);
   Session session{&link, hello, relay ? &*relay : nullptr};
-  int code = 0;
-  try {
-    code = run_agent(config, outcome.notes, outcome.warnings, &session);
-  } catch (...) {
-    // The hosts this one relays still need to hear of their end, however this agent ended.
-    if (relay) wait_for_subtree(*relay, hello);
-    throw;
-  }
+  const int code = run_agent(config, outcome.notes, outcome.warnings, &session);
   if (relay) wait_for_subtree(*relay, hello);
   return code;
 }

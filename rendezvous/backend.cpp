@@ -25,7 +25,8 @@ namespace {
 // Waits until `host` resolves, trying every quarter second: a name may not resolve yet when the
 // agent starts (a Kubernetes headless service's record appears only once its pod is ready, on
 // that pod too), and the store's host may be this node. Says so at once and then now and then;
-// throws TimeoutError at `deadline`.
+// throws TimeoutError once `deadline` has passed. One lookup is getaddrinfo's, bounded by the
+// resolver's own timeout (resolv.conf), which can carry the wait past `deadline` by that much.
 void wait_until_resolvable(const std::string& host, std::uint16_t port, Deadline deadline,
                            std::chrono::milliseconds progress_interval) {
   const auto store = format_host_port(host, port);

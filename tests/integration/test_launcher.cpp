@@ -533,6 +533,10 @@ TEST_CASE("ddprun: a Python script that does not exist is refused before anythin
   CHECK(p.wait() == 127);
   CHECK_THAT(p.output(), Catch::Contains("no_such_script.py: no such file in "));
   CHECK_THAT(p.output(), !Catch::Contains("starting 2 workers"));
+  // A name with ${local_rank} is each worker's own file: left to the workers.
+  DdprunProcess per_rank({"--nproc-per-node=2", "rank_${local_rank}.py"},
+                         {{"PYTHON_EXEC", "/bin/true"}});
+  CHECK(per_rank.wait() == 0);
 }
 
 TEST_CASE("ddprun: a log file that cannot be written is reported, and the summary says so",

@@ -5,7 +5,8 @@ add_executable(cluster_unit_tests
   unit/cluster/test_session_protocol.cpp
   unit/cluster/test_slurm_hostlist.cpp
   unit/cluster/test_tree.cpp)
-target_link_libraries(cluster_unit_tests PRIVATE ddprun_test_main ddprun_cluster)
+target_link_libraries(cluster_unit_tests PRIVATE ddprun_test_main ddprun_test_support
+  ddprun_cluster)
 catch_discover_tests(cluster_unit_tests TEST_PREFIX "unit: ")
 
 # End to end over testing/local_ssh.sh (a stand-in for ssh that runs the remote command

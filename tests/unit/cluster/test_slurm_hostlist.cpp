@@ -12,6 +12,7 @@
 
 #include "cluster/host_list.hpp"
 #include "common/error.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 
@@ -19,12 +20,13 @@ namespace {
 
 using Hosts = std::vector<std::string>;
 
-// `scontrol show hostnames TEXT` with a throw-away configuration; nullopt without scontrol.
+// `scontrol show hostnames TEXT` with a throw-away configuration, in a directory that goes with
+// the test run; nullopt without scontrol.
 std::optional<Hosts> scontrol_hostnames(const std::string& text) {
   if (access("/usr/bin/scontrol", X_OK) != 0) return std::nullopt;
+  static const ddprun::test::TempDir dir;
   static const std::string conf = [] {
-    char dir[] = "/tmp/ddprun-slurm-conf-XXXXXX";
-    const std::string path = std::string(mkdtemp(dir)) + "/slurm.conf";
+    const std::string path = dir.file("slurm.conf");
     std::ofstream(path) << "ClusterName=x\nSlurmctldHost=localhost\nNodeName=n1\n"
                            "PartitionName=p Nodes=n1\n";
     return path;

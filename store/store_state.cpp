@@ -28,6 +28,15 @@ std::size_t StoreState::num_keys(const std::string& ns) const {
   return it == namespaces_.end() ? 0 : it->second.data.size();
 }
 
+std::vector<std::string> StoreState::keys(const std::string& ns) const {
+  std::vector<std::string> keys;
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) return keys;
+  keys.reserve(it->second.data.size());
+  for (const auto& [key, _] : it->second.data) keys.push_back(key);
+  return keys;
+}
+
 std::vector<std::string> StoreState::missing_keys(const Namespace& ns,
                                                   std::span<const std::string> keys) const {
   std::vector<std::string> missing;

@@ -42,6 +42,7 @@ class StoreState {
 
   std::size_t num_waiters() const { return waiters_.size(); }
   std::size_t num_keys(const std::string& ns) const;
+  std::vector<std::string> keys(const std::string& ns) const;
 
  private:
   struct Namespace {

@@ -1,18 +1,22 @@
 # store/: the codec, the server's state and handshake, the secret, the in-memory store (unit);
-# the TCP server and client over real sockets, and ddprun-store (integration); the fuzzers.
+# the TCP server and client over real sockets, ddprun-store, and the workers' store with torch's
+# own clients (integration); the fuzzers.
 add_executable(store_unit_tests
   unit/store/test_memory_store.cpp
   unit/store/test_protocol.cpp
   unit/store/test_store_auth.cpp
   unit/store/test_store_handshake.cpp
-  unit/store/test_store_state.cpp)
+  unit/store/test_store_state.cpp
+  unit/store/test_torch_protocol.cpp)
 target_link_libraries(store_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_store)
 catch_discover_tests(store_unit_tests TEST_PREFIX "unit: ")
 
-add_executable(store_tests integration/test_tcp_store.cpp)
+add_executable(store_tests integration/test_tcp_store.cpp integration/test_torch_store.cpp)
 target_link_libraries(store_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_store)
 target_compile_definitions(store_tests PRIVATE
-  DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>")
+  DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>"
+  TORCH_STORE_CLIENT_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/torch_store_client.py"
+  TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py")
 add_dependencies(store_tests ddprun-store)
 catch_discover_tests(store_tests TEST_PREFIX "store: " PROPERTIES TIMEOUT 120)
 

@@ -22,6 +22,12 @@ target_precompile_headers(workers_unit_tests REUSE_FROM ddp_worker_lib)
 catch_discover_tests(workers_unit_tests TEST_PREFIX "workers unit: "
   PROPERTIES TIMEOUT 300 ENVIRONMENT OMP_NUM_THREADS=1)
 
+# libtorch's own TCPStore client against the workers' store.
+add_executable(workers_store_tests integration/test_torch_store_libtorch.cpp)
+target_link_libraries(workers_store_tests PRIVATE ddprun_test_main ddp_worker_lib ddprun_store)
+target_precompile_headers(workers_store_tests REUSE_FROM ddp_worker_lib)
+catch_discover_tests(workers_store_tests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 120)
+
 # ddp_resnet under the real ddprun.
 add_executable(workers_tests
   integration/test_ddp_resnet.cpp)

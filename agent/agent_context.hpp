@@ -24,8 +24,9 @@ struct AgentContext {
   store::StoreOpener open_store;  // more connections, for threads that block on their own
   RendezvousHandler* rendezvous = nullptr;
   ProcessRunner* runner = nullptr;
-  // A port free on the given address now, for the workers' own store (group rank 0 only).
-  std::function<int(const std::string& address)> reserve_master_port;
+  // Opens a workers' store for a round and returns its port, the workers' MASTER_PORT (group
+  // rank 0 only; agent/workers_stores.hpp).
+  std::function<int()> open_workers_store;
   std::string log_dir;         // this run's log directory (attempt_<round>/<local_rank>/...)
   EnvMap base_env;             // the environment workers inherit
   EventLog* events = nullptr;  // --events-file, optional

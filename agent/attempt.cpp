@@ -188,7 +188,7 @@ AttemptOutcome Attempt::wait_for_outcome(std::optional<AttemptOutcome> outcome) 
 std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
   if (round_.ranks.group_rank == 0) {
     channel_.publish_master_port(round_.master_port ? *round_.master_port
-                                                    : ctx_.reserve_master_port(round_.master_addr));
+                                                    : ctx_.open_workers_store());
   }
   if (round_.master_port) return round_.master_port;
   const auto& conf = config_.rdzv_conf;

@@ -30,16 +30,14 @@ Settler::Settler(const LaunchConfig& config, AgentContext& ctx, const Round& rou
     : config_(config), ctx_(ctx), round_(round), channel_(channel), side_(side), signal_(signal) {}
 
 // When the next round keeps every node's ranks (a static job, an elastic round of the same
-// members) group rank 0 is the same node, and the port it offers here is the one its workers
-// use. It publishes the same port in that round too, for a node that missed the root cause; a
-// round with other ranks picks a port of its own. The port is free when picked and held by
-// nobody until the workers bind it, as any port picked ahead is (torchrun's too), only for
-// longer: a rank 0 that cannot bind it fails that attempt.
+// members) group rank 0 is the same node, and the workers' store it opens here is the one its
+// workers use: listening before the round begins. It publishes the same port in that round
+// too, for a node that missed the root cause; a round with other ranks opens a store of its own.
 std::optional<int> Settler::offer_next_master_port() {
   if (round_.ranks.group_rank != 0) return std::nullopt;
   int port = 0;
   try {
-    port = ctx_.reserve_master_port(round_.master_addr);
+    port = ctx_.open_workers_store();
   } catch (const Error& e) {
     spdlog::warn("could not reserve the next round's master port: {}", e.what());
     return std::nullopt;

@@ -34,8 +34,10 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(in.restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(in.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = in.run_id;
-  // ddprun's store is not a c10d TCPStore, so rank 0 hosts the workers' own store.
-  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  // MASTER_ADDR:MASTER_PORT is the workers' store, which speaks torch's TCPStore protocol and
+  // listens before any worker starts (agent/workers_stores.hpp): torch's clients join it
+  // instead of rank 0 hosting one, and none waits out a retry for rank 0 to listen.
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
   env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
   if (in.mpi_env) {
     // Open MPI's names, for scripts written for mpirun. OMPI_COMM_WORLD_NODE_RANK is, in Open

@@ -13,6 +13,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/status_board.hpp"
+#include "agent/workers_stores.hpp"
 #include "cluster/head_link.hpp"
 #include "cluster/subtree_relay.hpp"
 #include "common/exit_codes.hpp"
@@ -154,6 +155,10 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   }
   RunResult result;
   {
+    // Outlives the workers: the runner reaps them first.
+    WorkersStores workers_stores(config.is_static() && config.max_nodes == 1 && !config.standalone
+                                     ? std::optional<std::uint16_t>(config.master_port)
+                                     : std::nullopt);
     PosixProcessRunner runner(&guard, config.progress_interval);
     AgentContext ctx;
     ctx.host = host;
@@ -161,7 +166,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     ctx.open_store = backend.opener();
     ctx.rendezvous = &backend.handler();
     ctx.runner = &runner;
-    ctx.reserve_master_port = reserve_port;
+    ctx.open_workers_store = [&workers_stores] { return workers_stores.open(); };
     ctx.hosts_store = backend.serves_store();
     ctx.log_dir = log_dir.path();
     ctx.base_env = current_environment();

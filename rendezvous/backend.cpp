@@ -1,6 +1,5 @@
 #include "rendezvous/backend.hpp"
 
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,37 +82,6 @@ KeepAliveTiming keep_alive_timing(const RdzvConf& conf) {
 }
 
 }  // namespace
-
-int reserve_port(const std::string& host) {
-  boost::system::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  if (ec) {
-    asio::io_context io;
-    asio::ip::tcp::resolver resolver(io);
-    auto results = resolver.resolve(host, "0", ec);
-    if (ec || results.empty()) {
-      throw ConnectionError(fmt::format("cannot resolve master address '{}': {}", host,
-                                        ec ? ec.message() : "no addresses"));
-    }
-    address = results.begin()->endpoint().address();
-  }
-  // The port the kernel picks for a socket bound to the address, asked with plain system calls:
-  // an acceptor would first make its io_context's epoll, timer and event descriptors.
-  asio::ip::tcp::endpoint endpoint(address, 0);
-  const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-  socklen_t size = static_cast<socklen_t>(endpoint.capacity());
-  const bool bound =
-      fd >= 0 && ::bind(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) == 0 &&
-      ::getsockname(fd, endpoint.data(), &size) == 0;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (!bound) {
-    throw ConnectionError(fmt::format("cannot bind a port for the workers on the master address "
-                                      "{}: {}", address.to_string(), errno_message(error)));
-  }
-  endpoint.resize(size);
-  return endpoint.port();
-}
 
 JobStoreAddress job_store_address(const LaunchConfig& config) {
   JobStoreAddress address;

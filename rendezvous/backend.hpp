@@ -76,8 +76,4 @@ JobStoreAddress job_store_address(const LaunchConfig& config);
 // metrics, `ddprun status --rdzv-endpoint`).
 store::StoreOpener job_store_opener(const LaunchConfig& config);
 
-// A TCP port that is free on `address` now (the workers' store binds it moments later).
-// Throws ConnectionError when the address cannot be resolved.
-int reserve_port(const std::string& address);
-
 }  // namespace ddprun

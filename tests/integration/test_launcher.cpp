@@ -55,12 +55,12 @@ TEST_CASE("ddprun: 1 node x 4 workers get torchrun's environment", "[launcher]")
     CHECK(env["GROUP_WORLD_SIZE"] == "1");
     CHECK(env["ROLE_NAME"] == "default");
     CHECK(env["MASTER_ADDR"] == "127.0.0.1");
-    CHECK(env["MASTER_PORT"] != std::to_string(port));  // the workers' own store
-    CHECK(std::stoi(env["MASTER_PORT"]) > 0);
+    // The workers' store, on --master-port as torchrun's agent store is on one node.
+    CHECK(env["MASTER_PORT"] == std::to_string(port));
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
     CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "2");
     CHECK(env["TORCHELASTIC_RUN_ID"] == "job7");
-    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
     CHECK_THAT(env["TORCHELASTIC_ERROR_FILE"], Catch::EndsWith("/" + std::to_string(rank) +
                                                                "/error.json"));
     CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
@@ -384,6 +384,47 @@ TEST_CASE("ddprun: a real PyTorch gloo job under two agents", "[launcher][torch]
   CHECK_THAT(node0.output(), Catch::Contains("rank 0/3 local 0 group 0 sum 6 expected 6"));
   CHECK_THAT(node0.output(), Catch::Contains("rank 1/3 local 1 group 0 sum 6 expected 6"));
   CHECK_THAT(node1.output(), Catch::Contains("rank 2/3 local 0 group 1 sum 6 expected 6"));
+}
+
+TEST_CASE("ddprun: torch 1.13 ranks on two agents meet again in the next attempt's workers' "
+          "store, static and c10d", "[launcher][torch]") {
+  if (!torch_available()) {
+    WARN("Debian's python3-torch is not installed: skipped");
+    return;
+  }
+  const auto port = std::to_string(free_port());
+  // Rank 2 (node 1) raises after its first all_reduce: every rank starts again and meets in
+  // the store group rank 0's agent opened for that attempt.
+  std::map<std::string, std::string> env{{"PYTHON_EXEC", "/usr/bin/python3"},
+                                         {"ALLREDUCE_FAIL_RANK", "2"}};
+  for (const std::string backend : {"static", "c10d"}) {
+    INFO(backend);
+    std::vector<std::string> common{"--nnodes=2", "--max-restarts=1", "--rdzv-id=" + port};
+    if (backend == "static") {
+      common.push_back("--master-port=" + port);
+    } else {
+      common.insert(common.end(), {"--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + port,
+                                   "--local-addr=127.0.0.1"});
+    }
+    auto node = [&](const char* nproc, const char* rank) {
+      auto flags = common;
+      flags.push_back(nproc);
+      if (backend == "static") flags.push_back(rank);
+      flags.push_back(TORCH_ALLREDUCE_SCRIPT);
+      return std::make_unique<DdprunProcess>(flags, env);
+    };
+    auto node0 = node("--nproc-per-node=2", "--node-rank=0");
+    auto node1 = node("--nproc-per-node=1", "--node-rank=1");
+    CHECK(node0->wait(240s) == 0);
+    CHECK(node1->wait(240s) == 0);
+    const auto all = node0->output() + node1->output();
+    INFO(all);
+    // Each rank's line in both attempts: the second attempt's ranks met and summed again.
+    for (int rank = 0; rank < 3; ++rank) {
+      CHECK(count_of(all, "rank " + std::to_string(rank) + "/3 ") == 2);
+    }
+    CHECK(count_of(all, "sum 6 expected 6") == 6);
+  }
 }
 
 TEST_CASE("ddprun: static mode notices a dead node and stops instead of hanging",

@@ -94,7 +94,7 @@ struct Node {
     ctx.rendezvous = rendezvous.get();
     ctx.runner = &runner;
     // A new port at each reservation, so that a test sees which one the workers got.
-    ctx.reserve_master_port = [this](const std::string&) { return 23456 + reserved++; };
+    ctx.open_workers_store = [this] { return 23456 + reserved++; };
     ctx.hosts_store = options.hosts_store;
     ctx.log_dir = log_dir;
     ctx.base_env = {{"HOME", "/home/test"}};

@@ -49,7 +49,7 @@ TEST_CASE("worker env matches the contract's 2+1 example for the worker on node 
       // The rest of the contract's list.
       {"MASTER_ADDR", "10.0.0.1"},
       {"MASTER_PORT", "29500"},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCHELASTIC_ERROR_FILE", "/tmp/ddprun/attempt_0/0/error.json"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
   };

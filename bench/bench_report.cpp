@@ -29,7 +29,7 @@ using namespace ddprun::bench;
 
 namespace {
 
-constexpr int kFigures = 12;
+constexpr int kFigures = 13;
 
 struct FigureText {
   const char* title;
@@ -134,6 +134,17 @@ const std::map<int, FigureText>& figure_texts() {
             "`bench_recovery --backend c10d|static|etcd --nodes 2 8 16 128 256 512 1024`, "
             "`--node-death --interval 1 --nodes 16 128 1024` and `--torchrun python3 "
             "[--monitor-interval 0.1] --nodes 2 8 16`"}},
+      {13, {"Failure to the next training step",
+            "`bench/first_step.py` under each launcher, one node: torch 1.13, Gloo, 3 ranks, "
+            "`init_process_group(\"gloo\")` over env://, a small DDP model, a checkpoint every "
+            "5 steps; on the first attempt rank 1 SIGKILLs itself at step 20 "
+            "(`--max-restarts=1`). The script stamps CLOCK_MONOTONIC before `import torch`, "
+            "after it, after init_process_group and after the attempt's first step. Subjects: "
+            "ddprun (the workers' store, TORCHELASTIC_USE_AGENT_STORE=True); ddprun with rank 0 "
+            "hosting the workers' store (TORCHELASTIC_USE_AGENT_STORE=False, as torchrun 1.13's "
+            "c10d backend does); torchrun at a 0.1 s monitor interval and at its default. "
+            "20 runs of each (5 of torchrun at its default interval).",
+            "`bench_first_step --script bench/first_step.py`"}},
   };
   return texts;
 }

@@ -17,7 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kPortNote = "a free port on the master, chosen for each attempt";
+constexpr const char* kPortNote = "the workers' store on the master, one for each attempt";
 constexpr const char* kErrorFileNote = "a file under the log directory, per attempt";
 constexpr const char* kFlightRecorderNote = "<log dir>/attempt_<n>/<local rank>/nccl_trace_rank_";
 

@@ -133,8 +133,8 @@ TEST_CASE("dry run: the reference's example prints what the reference shows", "[
                            "--master-addr=10.0.0.1 --master-port=29500 --rdzv-id="));
   CHECK_THAT(out, Contains("--local-addr=10.0.0.1 --nproc-per-node=2 -- train.py\n"));
   CHECK_THAT(out, Contains("  staging script: each host runs "));
-  CHECK_THAT(out, Contains("  worker environment (MASTER_PORT: a free port on the master, chosen "
-                           "for each attempt; TORCHELASTIC_ERROR_FILE: a file under the log "
+  CHECK_THAT(out, Contains("  worker environment (MASTER_PORT: the workers' store on the master, "
+                           "one for each attempt; TORCHELASTIC_ERROR_FILE: a file under the log "
                            "directory, per attempt; TORCH_NCCL_DEBUG_INFO_TEMP_FILE and "
                            "TORCH_FR_DUMP_TEMP_FILE: <log dir>/attempt_<n>/<local "
                            "rank>/nccl_trace_rank_):\n"));

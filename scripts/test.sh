@@ -23,7 +23,8 @@ if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" != 0 ]]; then
   echo "== fuzzing the store codec for ${FUZZ_SECONDS}s"
   CXX=clang++ cmake -S . -B "$BUILD_DIR-fuzz" -DDDPRUN_FUZZ=ON -DDDPRUN_WORKERS=OFF \
     -DDDPRUN_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build "$BUILD_DIR-fuzz" -j "$JOBS" --target fuzz_protocol fuzz_server make_seeds >/dev/null
+  cmake --build "$BUILD_DIR-fuzz" -j "$JOBS" --target fuzz_protocol fuzz_server fuzz_torch_protocol \
+    make_seeds >/dev/null
   corpus="$BUILD_DIR-fuzz/corpus"
   mkdir -p "$corpus" "$corpus-server"
   "$BUILD_DIR-fuzz/tests/make_seeds" "$corpus"
@@ -33,6 +34,10 @@ if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" != 0 ]]; then
   echo "== fuzzing the store server's handshake and state for ${FUZZ_SECONDS}s"
   "$BUILD_DIR-fuzz/tests/fuzz_server" -max_total_time="$FUZZ_SECONDS" -max_len=8192 \
     "$corpus-server" 2>&1 | tail -n 3 || status=$?
+  echo "== fuzzing the workers' store's reading of torch's queries for ${FUZZ_SECONDS}s"
+  mkdir -p "$corpus-torch"
+  "$BUILD_DIR-fuzz/tests/fuzz_torch_protocol" -max_total_time="$FUZZ_SECONDS" -max_len=4096 \
+    "$corpus-torch" 2>&1 | tail -n 3 || status=$?
 else
   echo "== clang++ not found: store codec fuzzing skipped"
 fi

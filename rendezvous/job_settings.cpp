@@ -15,8 +15,6 @@ JobSettings agreed_settings(const LaunchConfig& c) {
   return {
       {"--max-restarts", std::to_string(c.max_restarts)},
       {"--hang-timeout", format_duration(c.hang_timeout)},
-      {"--rdzv-conf join_timeout", format_duration(c.rdzv_conf.join_timeout)},
-      {"--rdzv-conf last_call_timeout", format_duration(c.rdzv_conf.last_call_timeout)},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
       // By its file name: ./train.py and /home/me/train.py are one program to the user.

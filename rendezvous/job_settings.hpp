@@ -1,7 +1,11 @@
 #pragma once
-// The settings every node of a job must share (the restart budget, the rendezvous's and the
-// hang detector's timeouts, the program): nodes that disagree would each decide differently
-// when a worker fails, so the rendezvous compares them and names the difference.
+// The settings every node of a job must share, because each node decides on them alone and the
+// job behaves as documented only when every node decides alike: the restart budget (each node
+// decides whether a failure restarts the job), the hang timeout (each node votes on its own
+// ranks' silence), the keep-alive interval and attempts (a node judges its ring neighbour's
+// heartbeats by its own deadline, so a neighbour beating slower than that would be taken for
+// dead), and the program. The rendezvous compares them and names the difference. The join and
+// last-call timeouts are each agent's own wait, as under torchrun: they may differ.
 
 #include <string>
 #include <utility>

@@ -467,6 +467,20 @@ fault_settings_mismatch() {
 }
 expect_settings_mismatch="both nodes exit 124 at once, naming both values"
 
+fault_local_timeouts_differ() {
+  # Each agent's own waits: torchrun runs such a job, and so does ddprun.
+  local port; port=$(free_port)
+  start a --nnodes=2 --node-rank=0 --rdzv-conf=join_timeout=60 --master-port="$port" $(fake)
+  local a=$agent
+  start b --nnodes=2 --node-rank=1 --rdzv-conf=join_timeout=20,last_call_timeout=2 \
+    --master-port="$port" $(fake)
+  wait_pid "$agent" 60; local sb=$status
+  wait_pid "$a" 60; local sa=$status
+  [[ $sa == 0 && $sb == 0 ]] && ! grep -q "different settings" "$dir/a.out" "$dir/b.out" && met=1
+  note="join_timeout 60 s and 20 s, last_call_timeout default and 2 s"
+}
+expect_local_timeouts_differ="both nodes run the job (exit 0)"
+
 fault_nnodes_mismatch() {
   local port; port=$(free_port)
   start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
@@ -619,7 +633,8 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restar
         log_dir_full port_taken foreign_program malformed_frames idle_flood huge_frames slowloris
         wrong_secret
         missing_secret lines_under_crash
-        log_dir_other_user settings_mismatch nnodes_mismatch progress_bar hosts_odd_bytes
+        log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
+        hosts_odd_bytes
         process_limit oom_kill worker_limits)
 if ((smoke)); then
   faults=(worker_exit agent_sigkill setsid_daemons_end foreign_program missing_secret)

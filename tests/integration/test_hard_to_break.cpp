@@ -93,6 +93,30 @@ TEST_CASE("hard to break: static nodes started with different settings all fail 
   }
 }
 
+TEST_CASE("hard to break: nodes whose join and last-call timeouts differ run one job, static "
+          "and c10d", "[launcher][robust]") {
+  const auto port = std::to_string(free_port());
+  for (const std::string backend : {"static", "c10d"}) {
+    INFO(backend);
+    auto node = [&](const char* rank, const char* conf) {
+      std::vector<std::string> flags{"--nnodes=2", conf, "--no-python", "true"};
+      if (backend == "static") {
+        flags.insert(flags.begin(), {"--master-port=" + port, rank});
+      } else {
+        flags.insert(flags.begin(), {"--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + port,
+                                     "--rdzv-id=timeouts-" + port});
+      }
+      return std::make_unique<DdprunProcess>(flags);
+    };
+    auto a = node("--node-rank=0", "--rdzv-conf=join_timeout=60");
+    auto b = node("--node-rank=1", "--rdzv-conf=join_timeout=20,last_call_timeout=2");
+    CHECK(a->wait(60s) == 0);
+    CHECK(b->wait(60s) == 0);
+    CHECK_THAT(a->output() + b->output(), !Catch::Contains("different settings") &&
+                                              !Catch::Contains("cannot join"));
+  }
+}
+
 TEST_CASE("hard to break: an elastic node with other settings is refused, the job goes on",
           "[launcher][robust]") {
   TempDir dir;

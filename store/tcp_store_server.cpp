@@ -48,12 +48,17 @@ class TcpStoreServer::Impl {
       max_connections_ = limit.rlim_cur > 128 ? static_cast<std::size_t>(limit.rlim_cur - 64) : 64;
     }
     context_.on_close = [this](const std::shared_ptr<store::Connection>& c) { forget(c); };
+    // Without a secret any client is served: on loopback, any user of this host.
     spdlog::info("store: listening on {}{}", endpoint_text(),
-                 options_.secret.empty() ? "" : ", clients must prove the job's secret");
+                 !options_.secret.empty() ? ", clients must prove the job's secret"
+                 : bound_.address().is_loopback()
+                     ? ", no secret: any user of this host can read the ranks' pids and last "
+                       "output lines in it"
+                     : "");
     if (options_.secret.empty() && !bound_.address().is_loopback()) {
       spdlog::warn("store: {} is reachable from other hosts and has no secret: anyone who can "
-                   "reach it can end this job or fake its result; give every agent the same "
-                   "--token-file (or DDPRUN_TOKEN)",
+                   "reach it can read the ranks' pids and last output lines, end this job or "
+                   "fake its result; give every agent the same --token-file (or DDPRUN_TOKEN)",
                    endpoint_text());
     }
     accept();

@@ -187,7 +187,20 @@ TEST_CASE("ddprun: a store open beyond loopback without a secret is named at sta
   DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port}), {{"FAKE_MODE", "sleep:0"}});
   REQUIRE(node0.wait(kHang) == 0);
   REQUIRE(node1.wait(kHang) == 0);
-  CHECK_THAT(node0.output(), Contains("is reachable from other hosts and has no secret"));
+  CHECK_THAT(node0.output(), Contains("is reachable from other hosts and has no secret") &&
+                                 Contains("can read the ranks' pids and last output lines"));
+}
+
+TEST_CASE("ddprun: a store on loopback without a secret says that any local user can read it",
+          "[security]") {
+  const auto port = "--master-port=" + std::to_string(free_port());
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port}), {{"FAKE_MODE", "sleep:0"}});
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port}), {{"FAKE_MODE", "sleep:0"}});
+  REQUIRE(node0.wait(kHang) == 0);
+  REQUIRE(node1.wait(kHang) == 0);
+  CHECK_THAT(node0.output(), Contains("no secret: any user of this host can read the ranks' "
+                                      "pids and last output lines"));
+  CHECK_THAT(node0.output(), !Contains("is reachable from other hosts"));
 }
 
 TEST_CASE("ddprun: a secret too short, or a token file that cannot be read, is a usage error",

@@ -59,9 +59,18 @@ std::vector<RankWhere> take_stacks(ProcessRunner& runner, const LocalWorkers& wo
     r.host = host;
     r.node = round.ranks.group_rank;
   }
-  if (!targets.empty()) {
-    spdlog::info("took the stacks of {} live worker(s) in {}: {}/<local rank>/stacks.txt",
-                 targets.size(), format_duration(Clock::now() - started), dir.path());
+  const auto taken = static_cast<std::size_t>(
+      std::count_if(captures.begin(), captures.end(), [](const StackCapture& c) { return c.ok; }));
+  if (taken > 0) {
+    spdlog::info("took the stacks of {} of {} live worker(s) in {}: {}/<local rank>/stacks.txt",
+                 taken, targets.size(), format_duration(Clock::now() - started), dir.path());
+  }
+  // Said here, at the verdict: a reader of the root cause looks for stacks.txt.
+  if (taken < captures.size()) {
+    const auto failed = std::find_if(captures.begin(), captures.end(),
+                                     [](const StackCapture& c) { return !c.ok; });
+    spdlog::warn("no stacks of {} of {} live worker(s): {}", captures.size() - taken,
+                 captures.size(), failed->error);
   }
   return where;
 }

@@ -29,6 +29,7 @@
 #include "monitor/job_monitor.hpp"
 #include "process/orphan_guard.hpp"
 #include "process/posix_process_runner.hpp"
+#include "process/stack_capture.hpp"
 #include "process/worker_output.hpp"
 #include "rendezvous/backend.hpp"
 #include "store/store_auth.hpp"
@@ -142,6 +143,11 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   guard.unlink_if_abandoned(monitor->control_path());
   RendezvousBackend backend(config, host, Deadline::after(config.rdzv_conf.join_timeout));
   spdlog::info("rendezvous: {}", backend.describe());
+  if (config.hang_timeout.count() > 0) {
+    if (auto why = stacks_unavailable()) {
+      spdlog::warn("--hang-timeout: a hang will name its ranks without their stacks: {}", *why);
+    }
+  }
   monitor->attach_store(backend.opener(), [&backend] { return backend.store_requests_served(); });
   // The monitor reads and writes through the backend: it stops first, however this returns.
   struct StopFirst {

@@ -132,7 +132,20 @@ std::vector<std::string> native_command(const std::string& gdb, int pid) {
   return argv;
 }
 
+constexpr const char* kNoDebugger =
+    "no debugger: gdb is not on PATH (Debian: apt-get install gdb python3.11-dbg)";
+
+ProgramCheck find_gdb() {
+  const char* path = std::getenv("PATH");
+  return check_program("gdb", path != nullptr ? path : "");
+}
+
 }  // namespace
+
+std::optional<std::string> stacks_unavailable() {
+  if (find_gdb().exit_code == 0) return std::nullopt;
+  return std::string(kNoDebugger);
+}
 
 std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
                                          Deadline deadline) {
@@ -150,7 +163,7 @@ std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets
     return results;
   }
   const auto started = Clock::now();
-  const auto gdb_check = check_program("gdb", std::getenv("PATH") ? std::getenv("PATH") : "");
+  const auto gdb_check = find_gdb();
   const auto& gdb = gdb_check.path;
   std::vector<std::size_t> python;
   std::vector<Job> jobs;
@@ -158,7 +171,7 @@ std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets
     results[i].pid = targets[i].pid;
     results[i].file = targets[i].file;
     if (gdb_check.exit_code != 0) {
-      results[i].error = "no debugger: gdb is not on PATH (Debian: apt-get install gdb python3.11-dbg)";
+      results[i].error = kNoDebugger;
       continue;
     }
     results[i].python = is_python(targets[i].pid);

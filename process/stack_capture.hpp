@@ -7,6 +7,7 @@
 // symbol. Processes are captured in parallel, within one deadline for all of them, each into a
 // file of its own.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct StackCapture {
   std::string error;    // when !ok: why (no debugger, it failed, it ran past the deadline)
   double seconds = 0;   // how long this process's capture took
 };
+
+// Why no stack can be taken on this host (gdb is not on PATH), or nullopt when one can.
+std::optional<std::string> stacks_unavailable();
 
 // Captures every target at once. Returns when each debugger has ended, or at `deadline`, when
 // those still running are killed (a killed debugger detaches: the kernel resumes its

@@ -481,6 +481,22 @@ fault_local_timeouts_differ() {
 }
 expect_local_timeouts_differ="both nodes run the job (exit 0)"
 
+fault_hang_without_gdb() {
+  # --hang-timeout on a host without gdb: the verdict comes, and says why it has no stacks.
+  mkdir -p "$dir/empty"
+  PATH=$dir/empty FAKE_MODE=sleep:600000 start a --nproc-per-node=2 --hang-timeout=1 \
+    --log-dir="$dir/logs" --master-port="$(free_port)" $(fake)
+  local t0; t0=$(now_ms)
+  wait_pid "$agent" 60
+  detect=$(( $(now_ms) - t0 ))
+  [[ $status == 122 ]] && grep -q "a hang will name its ranks without their stacks" "$dir/a.out" &&
+    grep -q "no stacks of 2 of 2 live worker(s): no debugger" "$dir/a.out" &&
+    ! grep -q "took the stacks" "$dir/a.out" && [[ -z $(find "$dir/logs" -name stacks.txt) ]] &&
+    met=1
+  note="gdb not on PATH; said at start and at the verdict; detect: start to exit (timeout 1 s)"
+}
+expect_hang_without_gdb="exit 122; no gdb said at start and at the verdict, no stacks claimed"
+
 fault_nnodes_mismatch() {
   local port; port=$(free_port)
   start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
@@ -634,7 +650,7 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restar
         wrong_secret
         missing_secret lines_under_crash
         log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
-        hosts_odd_bytes
+        hosts_odd_bytes hang_without_gdb
         process_limit oom_kill worker_limits)
 if ((smoke)); then
   faults=(worker_exit agent_sigkill setsid_daemons_end foreign_program missing_secret)

@@ -241,6 +241,22 @@ TEST_CASE("hang: a native worker's stacks (no Python)", "[hang]") {
   CHECK_THAT(text, Contains("sleep_ms"));
 }
 
+TEST_CASE("hang: without gdb on PATH, said at start and at the verdict, which still comes",
+          "[hang]") {
+  TempDir dir;
+  DdprunProcess p({"--nproc-per-node=2", "--hang-timeout=1", "--log-dir=" + dir.file("logs"),
+                   "--no-python", FAKE_WORKER_BINARY},
+                  {{"FAKE_MODE", "sleep:600000"}, {"PATH", dir.path()}});
+  REQUIRE(p.wait(kBound) == 122);
+  const auto out = p.output();
+  CHECK(count_of(out, "--hang-timeout: a hang will name its ranks without their stacks: no "
+                      "debugger: gdb is not on PATH") == 1);
+  CHECK_THAT(out, Contains("no stacks of 2 of 2 live worker(s): no debugger: gdb is not on PATH"));
+  CHECK_THAT(out, !Contains("took the stacks"));
+  CHECK_THAT(out, Contains("hang        no progress from any of 2 ranks"));
+  CHECK(stack_files(dir.file("logs")).empty());
+}
+
 TEST_CASE("hang: stacks taken by an agent that is not root", "[hang]") {
   if (!gdb_available() || ::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
     WARN("needs gdb, root (to become another user) and setpriv: skipped");

@@ -1,6 +1,8 @@
 #include "store/store_state.hpp"
 
 #include <algorithm>
+
+#include <fmt/format.h>
 #include <unordered_set>
 
 #include "common/error.hpp"
@@ -140,7 +142,11 @@ void StoreState::store(Namespace& ns, const std::string& key, std::string value)
 std::int64_t StoreState::add(Namespace& ns, const std::string& key, std::int64_t delta) {
   auto it = ns.data.find(key);
   std::int64_t value = delta;
-  if (it != ns.data.end()) value += parse_counter(it->second, key);
+  if (it != ns.data.end() &&
+      __builtin_add_overflow(parse_counter(it->second, key), delta, &value)) {
+    throw Error(fmt::format("store key '{}' holds {}: adding {} overflows a 64-bit counter", key,
+                            it->second, delta));
+  }
   store(ns, key, std::to_string(value));
   return value;
 }

@@ -29,12 +29,16 @@ std::optional<std::uint8_t> byte_of(const std::array<TorchCommand, N>& commands,
 }
 
 // Reads fields off the front of a buffer. Each read returns false when the buffer ends first:
-// the query has not fully arrived, and is read again from its start once more bytes have.
+// the query has not fully arrived, and is read again from its start once more bytes have
+// (`needed()` says how many at least). A measuring reader copies nothing: a query is measured
+// until it is whole, then read once.
 class Reader {
  public:
-  Reader(std::string_view buffer, const TorchLimits& limits) : in_(buffer), limits_(limits) {}
+  Reader(std::string_view buffer, const TorchLimits& limits, bool measure)
+      : in_(buffer), limits_(limits), measure_(measure) {}
 
   std::size_t taken() const { return at_; }
+  std::size_t needed() const { return needed_; }
 
   bool byte(std::uint8_t& v) {
     if (in_.size() - at_ < 1) return false;
@@ -76,7 +80,7 @@ class Reader {
 
  private:
   bool little_endian(std::uint64_t& v, int bytes) {
-    if (in_.size() - at_ < static_cast<std::size_t>(bytes)) return false;
+    if (!have(static_cast<std::size_t>(bytes))) return false;
     v = 0;
     for (int i = bytes - 1; i >= 0; --i) {
       v = (v << 8) | static_cast<std::uint8_t>(in_[at_ + static_cast<std::size_t>(i)]);
@@ -91,15 +95,27 @@ class Reader {
       throw ProtocolError(fmt::format("a {} of {} bytes, more than the {} allowed", what, n,
                                       limit));
     }
-    if (in_.size() - at_ < n) return false;
-    into.emplace_back(in_.substr(at_, n));
+    if (!have(n)) return false;
+    if (!measure_) into.emplace_back(in_.substr(at_, n));
     at_ += n;
     return true;
+  }
+  // Whether the next n bytes are in the buffer; if not, notes that they are needed.
+  bool have(std::size_t n) {
+    if (at_ + n > limits_.max_query) {
+      throw ProtocolError(fmt::format("a query of more than {} bytes, the most one may take",
+                                      limits_.max_query));
+    }
+    if (in_.size() - at_ >= n) return true;
+    needed_ = at_ + n;
+    return false;
   }
 
   std::string_view in_;
   const TorchLimits& limits_;
+  bool measure_;
   std::size_t at_ = 0;
+  std::size_t needed_ = 0;
 };
 
 bool read_fields(Reader& r, TorchQuery& q) {
@@ -173,7 +189,8 @@ const char* torch_command_name(TorchCommand command) {
 }
 
 std::optional<TorchParsed> parse_torch_query(std::string_view buffer, TorchDialect& dialect,
-                                             const TorchLimits& limits) {
+                                             const TorchLimits& limits, std::size_t* needed) {
+  if (needed != nullptr) *needed = 1;
   if (buffer.empty()) return std::nullopt;
   const auto code = static_cast<std::uint8_t>(buffer[0]);
   auto speaks = dialect;
@@ -181,7 +198,9 @@ std::optional<TorchParsed> parse_torch_query(std::string_view buffer, TorchDiale
     if (code != 0) {
       speaks = TorchDialect::kLegacy;
     } else if (buffer.size() < 5) {
-      return std::nullopt;  // VALIDATE's magic, or the start of an older SET's key length
+      // VALIDATE's magic, or the start of an older SET's key length.
+      if (needed != nullptr) *needed = 5;
+      return std::nullopt;
     } else {
       std::uint32_t magic = 0;
       for (int i = 3; i >= 0; --i) magic = (magic << 8) | static_cast<std::uint8_t>(buffer[1 + i]);
@@ -202,8 +221,13 @@ std::optional<TorchParsed> parse_torch_query(std::string_view buffer, TorchDiale
     }
     parsed.query.command = kValidatedCommands[code];
   }
-  Reader r(buffer.substr(1), limits);
-  if (!read_fields(r, parsed.query)) return std::nullopt;
+  Reader measure(buffer.substr(1), limits, true);
+  if (!read_fields(measure, parsed.query)) {
+    if (needed != nullptr) *needed = 1 + measure.needed();
+    return std::nullopt;
+  }
+  Reader r(buffer.substr(1), limits, false);
+  read_fields(r, parsed.query);
   if (parsed.query.command == C::kValidate && parsed.query.number != kTorchValidationMagic) {
     throw ProtocolError(fmt::format("VALIDATE with the magic number {:#x}, not torch's {:#x}",
                                     parsed.query.number, kTorchValidationMagic));

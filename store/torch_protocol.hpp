@@ -12,8 +12,8 @@
 //   torch 2.2 and on    VALIDATE=0 SET=1 ... GETNUMKEYS=7 DELETE_KEY=8 APPEND MULTI_GET MULTI_SET
 //                       CANCEL_WAIT=12 PING=13 (2.5) QUEUE_PUSH QUEUE_POP QUEUE_LEN (2.8) LIST=17
 // A client of 2.2 or later opens every connection with VALIDATE and its magic number, which no
-// older query can start with (SET's key length would be 1e18 bytes); a connection that opens
-// with anything else speaks the older numbering. There, 7 and 8 are read as torch 1.13's
+// older query can start with (SET's key length would be at least 1e9 bytes); a connection that
+// opens with anything else speaks the older numbering. There, 7 and 8 are read as torch 1.13's
 // (WATCH_KEY, DELETE_KEY): torch 2.1's DELETE_KEY and APPEND cannot be told from them.
 //
 // Answers: SET, MULTI_SET, APPEND and VALIDATE get none. GET and COMPARE_SET a value; MULTI_GET
@@ -74,6 +74,7 @@ struct TorchLimits {
   std::size_t max_key = 8 * 1024;
   std::size_t max_value = 64 * 1024 * 1024;
   std::size_t max_keys = 128 * 1024;
+  std::size_t max_query = 128 * 1024 * 1024;  // all of one query's bytes
 };
 
 struct TorchQuery {
@@ -86,15 +87,19 @@ struct TorchQuery {
 };
 
 // Reads the first query of `buffer`. Returns it and the bytes it took once all of them have
-// arrived, nullopt while more are needed (a length is checked against the limits before its
-// bytes are waited for). The first query of a connection settles `dialect`. Throws
-// ProtocolError on an unknown command, a wrong magic number, or a field over the limits.
+// arrived, nullopt while more are needed: then `*needed`, when given, is how many bytes the
+// buffer must hold at least before a call can return more (no field is copied before the
+// whole query is there, so a large query costs one copy however it arrives). A length is
+// checked against the limits before its bytes are waited for. The first query of a
+// connection settles `dialect`. Throws ProtocolError on an unknown command, a wrong magic
+// number, or a field or the whole query over the limits.
 struct TorchParsed {
   TorchQuery query;
   std::size_t size = 0;
 };
 std::optional<TorchParsed> parse_torch_query(std::string_view buffer, TorchDialect& dialect,
-                                             const TorchLimits& limits = {});
+                                             const TorchLimits& limits = {},
+                                             std::size_t* needed = nullptr);
 
 // Answers, appended to `out` as the client reads them.
 void put_torch_byte(std::string& out, std::uint8_t value);

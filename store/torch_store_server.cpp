@@ -25,6 +25,8 @@ namespace {
 
 // The one namespace of a workers' store: a store serves one attempt of one job.
 const std::string kNamespace;
+// Answers a client may leave unread before its connection stops reading its queries.
+constexpr std::size_t kMostUnread = 16 * 1024 * 1024;
 
 // What every connection of one server shares, all on the server's thread.
 struct TorchContext {
@@ -54,7 +56,7 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
     socket_.set_option(tcp::no_delay(true), ec);
   }
 
-  void start() { read(); }
+  void start() { read_more(); }
 
   void close(const std::string& reason) {
     if (closed_) return;
@@ -74,6 +76,7 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
     socket_.async_read_some(
         asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec,
                                                           std::size_t n) {
+          self->reading_ = false;
           if (self->closed_) return;
           if (ec) {
             self->close(ec == asio::error::eof || ec == asio::error::connection_reset ||
@@ -84,24 +87,33 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
           }
           self->buffer_.append(self->chunk_.data(), n);
           self->process();
-          if (!self->closed_) self->read();
+          self->read_more();
         });
+  }
+
+  // Reads and answers on unless the answers not yet taken by the client pile up: a client that
+  // asks and does not read must not grow this process without bound. The write's end goes on.
+  bool backlogged() const { return out_.size() + sending_.size() > kMostUnread; }
+  void read_more() {
+    if (closed_ || reading_ || backlogged()) return;
+    reading_ = true;
+    read();
   }
 
   // Runs every whole query in the buffer, in order. A pending WAIT holds nothing up: a client
   // whose deadline passed goes on with other queries (torch 2.1 and later first send
-  // CANCEL_WAIT; 1.13 does not, and its late STOP_WAITING comes when torch's own server would
-  // send it).
+  // CANCEL_WAIT; 1.13 does not, and its wait stays until it waits again or its keys come).
   void process() {
-    while (!closed_) {
+    while (!closed_ && buffer_.size() >= needed_ && !backlogged()) {
       std::optional<TorchParsed> parsed;
       try {
-        parsed = parse_torch_query(buffer_, dialect_, context_.limits);
+        parsed = parse_torch_query(buffer_, dialect_, context_.limits, &needed_);
       } catch (const ProtocolError& e) {
         close(e.what());
         return;
       }
       if (!parsed) break;
+      needed_ = 1;
       buffer_.erase(0, parsed->size);
       context_.requests_served.fetch_add(1, std::memory_order_relaxed);
       try {
@@ -111,11 +123,7 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
         return;
       }
     }
-    // What is left is the start of a query, at most one field over the limits away from whole.
-    if (buffer_.size() > context_.limits.max_value + context_.limits.max_key + 64) {
-      close(fmt::format("{} bytes of one query, more than any query may take", buffer_.size()));
-      return;
-    }
+    // What is left is the start of one query, within TorchLimits::max_query.
     flush();
   }
 
@@ -219,14 +227,15 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
   }
 
   // One wait per connection: a client waits again only once its last wait ended or it gave up on
-  // it, and then that one is forgotten.
+  // it (torch 1.13 gives up without a word), and then that one is forgotten.
   void wait(std::vector<std::string> keys) {
     cancel_wait();
     StoreState::WaiterId id = 0;
-    auto ready = [weak = weak_from_this(), executor = socket_.get_executor()] {
+    const auto serial = ++wait_serial_;
+    auto ready = [weak = weak_from_this(), executor = socket_.get_executor(), serial] {
       // Called inside another connection's write: this one goes on once that one is done.
-      asio::post(executor, [weak] {
-        if (auto self = weak.lock()) self->wait_over();
+      asio::post(executor, [weak, serial] {
+        if (auto self = weak.lock()) self->wait_over(serial);
       });
     };
     auto r = request(Command::kWait, std::move(keys));
@@ -238,8 +247,9 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
     waiter_ = id;
   }
 
-  void wait_over() {
-    if (closed_ || !waiting_) return;  // canceled after the keys came and before this ran
+  void wait_over(std::uint64_t serial) {
+    // Canceled, or replaced by a later wait, after the keys came and before this ran.
+    if (closed_ || !waiting_ || serial != wait_serial_) return;
     waiting_ = false;
     waiter_ = 0;
     put_torch_byte(out_, kTorchStopWaiting);
@@ -266,7 +276,8 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
                           self->close(ec == asio::error::operation_aborted ? "" : ec.message());
                           return;
                         }
-                        self->flush();
+                        self->process();  // answers what waited for the backlog to drain
+                        self->read_more();
                       });
   }
 
@@ -279,8 +290,11 @@ class TorchConnection final : public std::enable_shared_from_this<TorchConnectio
   std::string out_;      // answers not yet handed to the socket
   std::string sending_;  // answers the socket is writing
   bool writing_ = false;
+  bool reading_ = false;
+  std::size_t needed_ = 1;  // bytes the buffer must hold before its next query can be whole
   bool waiting_ = false;
   StoreState::WaiterId waiter_ = 0;
+  std::uint64_t wait_serial_ = 0;
   bool closed_ = false;
 };
 
@@ -293,9 +307,13 @@ class TorchStoreServer::Impl {
     const auto port = options.port;
     boost::system::error_code ec;
     if (options.host.empty()) {
-      // Both families on one socket where the kernel has IPv6; IPv4 alone where it has not.
+      // Both families on one socket where the kernel has IPv6; IPv4 alone where it has not
+      // (not when the port is taken: a client of ::1 would reach whoever holds it).
       listen(tcp::endpoint(tcp::v6(), port), false, ec);
-      if (ec) listen(tcp::endpoint(tcp::v4(), port), true, ec);
+      if (ec == asio::error::address_family_not_supported ||
+          ec == boost::system::errc::address_not_available) {
+        listen(tcp::endpoint(tcp::v4(), port), true, ec);
+      }
     } else {
       auto address = asio::ip::make_address(options.host, ec);
       if (!ec) listen(tcp::endpoint(address, port), true, ec);
@@ -311,7 +329,7 @@ class TorchStoreServer::Impl {
     if (max_connections_ == 0) {
       rlimit limit{};
       getrlimit(RLIMIT_NOFILE, &limit);
-      max_connections_ = std::max<std::size_t>(64, static_cast<std::size_t>(limit.rlim_cur / 2));
+      max_connections_ = std::max<std::size_t>(64, static_cast<std::size_t>(limit.rlim_cur / 4));
     }
     context_.on_close = [this](const void* c) { forget(c); };
     accept();
@@ -320,6 +338,7 @@ class TorchStoreServer::Impl {
 
   ~Impl() {
     asio::post(io_, [this] {
+      stopping_ = true;  // an accept or a retry already queued behind this must not go on
       boost::system::error_code ignored;
       acceptor_.close(ignored);
       accept_retry_.cancel();
@@ -349,14 +368,14 @@ class TorchStoreServer::Impl {
 
   void accept() {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
+      if (ec == asio::error::operation_aborted || stopping_) return;
       if (ec) {
         // Out of descriptors and the like: retrying at once would spin.
         context_.refusals.warn(fmt::format("workers' store {}: accept failed: {}; retrying in "
                                            "100 ms", context_.endpoint, ec.message()));
         accept_retry_.expires_after(std::chrono::milliseconds(100));
         accept_retry_.async_wait([this](boost::system::error_code timer_ec) {
-          if (!timer_ec) accept();
+          if (!timer_ec && !stopping_) accept();
         });
         return;
       }
@@ -382,6 +401,7 @@ class TorchStoreServer::Impl {
   TorchContext context_;
   std::unordered_map<const void*, std::shared_ptr<TorchConnection>> connections_;
   std::size_t max_connections_ = 0;
+  bool stopping_ = false;  // on the server's thread only
   std::thread thread_;
 };
 

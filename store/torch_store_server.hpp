@@ -26,7 +26,7 @@ struct TorchStoreOptions {
   std::uint16_t port = 0;  // 0: the kernel picks one
   TorchLimits limits;
   // Connections open at once; beyond it a new one is refused. It shares the open-files limit
-  // with the agent that runs it: 0 is half of that limit.
+  // with the agent that runs it, which keeps two such stores: 0 is a quarter of that limit.
   std::size_t max_connections = 0;
 };
 

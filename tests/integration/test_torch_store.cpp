@@ -164,6 +164,33 @@ TEST_CASE("workers' store: a WAIT is answered when another client writes the key
   CHECK(waiter.read(4) == std::string("\x07\0\0\0", 4));  // and no STOP_WAITING before it
   waiter.query(C::kCancelWait);  // nothing pending: answered all the same
   CHECK(waiter.byte() == kTorchWaitCanceled);
+  // torch 1.13 gives up on a wait without a word and waits again: the new wait is the one
+  // answered, when its own key comes.
+  waiter.query(C::kWait, {"/first"});
+  waiter.query(C::kWait, {"/second"});
+  waiter.query(C::kPing, {}, {}, 0, 9);  // answered once both waits were read
+  CHECK(waiter.read(4) == std::string("\x09\0\0\0", 4));
+  writer.query(C::kSet, {"/first"}, {"1"});
+  writer.query(C::kGet, {"/first"});
+  CHECK(writer.value() == "1");
+  waiter.query(C::kPing, {}, {}, 0, 10);
+  CHECK(waiter.read(4) == std::string("\x0a\0\0\0", 4));  // no STOP_WAITING for /first
+  writer.query(C::kSet, {"/second"}, {"2"});
+  CHECK(waiter.byte() == kTorchStopWaiting);
+}
+
+TEST_CASE("workers' store: a client that asks without reading is paused, and gets every answer "
+          "when it reads", "[torch-store]") {
+  TorchStoreServer server;
+  RawClient c(server.port());
+  validated(c);
+  const std::string value(1 << 20, 'v');
+  c.query(C::kSet, {"/big"}, {value});
+  // 40 MiB of answers asked for at once, more than a client may leave unread.
+  for (int i = 0; i < 40; ++i) c.query(C::kGet, {"/big"});
+  c.query(C::kPing, {}, {}, 0, 1);
+  for (int i = 0; i < 40; ++i) CHECK(c.value() == value);
+  CHECK(c.read(4) == std::string("\x01\0\0\0", 4));
 }
 
 TEST_CASE("workers' store: a client that breaks the protocol loses its own connection only",

@@ -154,6 +154,33 @@ TEST_CASE("bad queries are refused on their first bytes", "[torch-protocol]") {
                   ProtocolError);
 }
 
+TEST_CASE("a query that has not fully arrived says how many bytes it needs, and no more than "
+          "it may take", "[torch-protocol]") {
+  auto dialect = TorchDialect::kValidated;
+  const std::string value(100'000, 'v');
+  const auto wire = encode_torch_query(query(TorchCommand::kSet, {"/big"}, {value}), dialect);
+  std::size_t needed = 0;
+  // Once the value's length has arrived, the whole query's size is known.
+  CHECK_FALSE(parse_torch_query(std::string_view(wire).substr(0, 30), dialect, {}, &needed));
+  CHECK(needed == wire.size());
+  CHECK_FALSE(parse_torch_query(std::string_view(wire).substr(0, 3), dialect, {}, &needed));
+  CHECK(needed == 9);  // the key's length first
+  auto whole = parse_torch_query(wire, dialect, {}, &needed);
+  REQUIRE(whole);
+  CHECK(whole->query.values.at(0) == value);
+  TorchLimits limits;
+  limits.max_query = 1000;
+  CHECK_THROWS_AS(parse_torch_query(wire, dialect, limits), ProtocolError);
+  // Many keys, each within the limits, together over the query's limit.
+  TorchQuery many = query(TorchCommand::kMultiSet);
+  for (int i = 0; i < 20; ++i) {
+    many.keys.push_back("/k" + std::to_string(i));
+    many.values.push_back(std::string(100, 'x'));
+  }
+  CHECK_THROWS_AS(parse_torch_query(encode_torch_query(many, dialect), dialect, limits),
+                  ProtocolError);
+}
+
 TEST_CASE("answers are torch's: little-endian integers, values with a u64 length",
           "[torch-protocol]") {
   std::string out;

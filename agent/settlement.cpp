@@ -39,7 +39,7 @@ std::optional<int> Settler::offer_next_master_port() {
   try {
     port = ctx_.open_workers_store();
   } catch (const Error& e) {
-    spdlog::warn("could not reserve the next round's master port: {}", e.what());
+    spdlog::warn("could not open the next round's workers' store: {}", e.what());
     return std::nullopt;
   }
   // Kept even when the offer fails: it may have reached the store and the root cause, and this

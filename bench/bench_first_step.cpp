@@ -4,7 +4,7 @@
 // checkpoint every 5 steps; rank 1 SIGKILLs itself at step 20, --max-restarts=1) stamps each
 // phase. Subjects, run by turns: ddprun (its workers' store, TORCHELASTIC_USE_AGENT_STORE=True);
 // ddprun with rank 0 hosting the workers' store (the script's BENCH_RANK0_HOSTS_STORE, as
-// torchrun 1.13's c10d backend and ddprun without a workers' store do); torchrun at a 0.1 s
+// torchrun 1.13's c10d backend does); torchrun at a 0.1 s
 // monitor interval, and at its default (fewer runs: each costs seconds of waiting).
 
 #include <algorithm>

@@ -213,15 +213,16 @@ TEST_CASE("ddprun: a signal ends a node's wait for the others to settle, on its 
   auto port = port_arg(free_port());
   const auto events = dir.file("events1.jsonl");
   // Node 0's worker ignores SIGTERM, so node 0 settles only after its shutdown timeout. Node
-  // 1's worker fails at once; node 1 chose the root cause and waits for node 0 in the store,
-  // its arrival on its outcome watcher's connection.
+  // 1's worker fails once that worker is set up (its started file); node 1 chose the root
+  // cause and waits for node 0 in the store, its arrival on its outcome watcher's connection.
   DdprunProcess node0(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=0", port,
                             "--max-restarts=1", "--shutdown-timeout=120"}),
-                      {{"FAKE_MODE", "stubborn"}});
+                      {{"FAKE_MODE", "stubborn"}, {"FAKE_TOUCH_DIR", dir.path()}});
   DdprunProcess node1(fake({"--nproc-per-node=1", "--nnodes=2", "--node-rank=1", port,
                             "--max-restarts=1", "--shutdown-timeout=120", "--events-file",
                             events}),
-                      {{"FAKE_MODE", "exit:3"}});
+                      {{"FAKE_MODE", "after_file:started_0_0:0:3"},
+                       {"FAKE_TOUCH_DIR", dir.path()}});
   REQUIRE(wait_until(
       [&] { return file_exists(events) && read_file(events).find("workers_stopped") !=
                                                std::string::npos; },

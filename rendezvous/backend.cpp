@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <thread>
 
 #include <boost/asio.hpp>

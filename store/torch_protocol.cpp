@@ -40,11 +40,6 @@ class Reader {
   std::size_t taken() const { return at_; }
   std::size_t needed() const { return needed_; }
 
-  bool byte(std::uint8_t& v) {
-    if (in_.size() - at_ < 1) return false;
-    v = static_cast<std::uint8_t>(in_[at_++]);
-    return true;
-  }
   bool u32(std::uint32_t& v) {
     std::uint64_t wide = 0;
     if (!little_endian(wide, 4)) return false;
@@ -203,7 +198,7 @@ std::optional<TorchParsed> parse_torch_query(std::string_view buffer, TorchDiale
       return std::nullopt;
     } else {
       std::uint32_t magic = 0;
-      for (int i = 3; i >= 0; --i) magic = (magic << 8) | static_cast<std::uint8_t>(buffer[1 + i]);
+      Reader(buffer.substr(1), limits, true).u32(magic);
       speaks = magic == kTorchValidationMagic ? TorchDialect::kValidated : TorchDialect::kLegacy;
     }
   }

@@ -17,9 +17,9 @@
 //                                 that file on the host (--hosts=slurm: put there by sbcast).
 //
 // The cache is ${XDG_CACHE_HOME:-~/.cache}/ddprun/<version>-<sha256>/ddprun, or, when that
-// cannot be written (read-only or full home), /tmp/ddprun-<uid>/cache/... in the user's private
-// directory. A file is only ever linked into place (never replacing a good one another job
-// wrote), except a copy that fails its check, which is replaced.
+// cannot be written (read-only or full home) or another user could change it, /tmp/ddprun-<uid>/
+// cache/... in the user's private directory. A file is only ever linked into place (never
+// replacing a good one another job wrote), except a copy that fails its check, which is replaced.
 
 #include <memory>
 #include <string>

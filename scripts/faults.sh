@@ -497,6 +497,47 @@ fault_hang_without_gdb() {
 }
 expect_hang_without_gdb="exit 122; no gdb said at start and at the verdict, no stacks claimed"
 
+fault_staging_cache_swap() {
+  # Root's --hosts job stages ddprun where ~/.cache is a link into a directory of user 65534,
+  # which holds a good copy of this ddprun and swaps it for a program of its own, and back,
+  # all the while. Each session gets a private /tmp/ddprun-<uid> of its own (mount namespace).
+  command -v unshare >/dev/null || { note="no unshare"; return; }
+  local plan v sha theirs=$dir/theirs home=$dir/home ssh=$dir/private_tmp_ssh
+  plan=$("$ddprun" --dry-run=json --hosts=h --remote-ddprun=/nonexistent/ddprun --no-python true)
+  v=$("$python" -c 'import json, sys; print(json.load(sys.stdin)["staging"]["version"])' <<<"$plan")
+  sha=$("$python" -c 'import json, sys; print(json.load(sys.stdin)["staging"]["sha256"])' <<<"$plan")
+  mkdir -p "$theirs/ddprun/$v-$sha" "$home"
+  cp "$ddprun" "$theirs/good"
+  printf '#!/bin/sh\ntouch %s/planted_ran\n' "$dir" >"$theirs/evil"
+  chmod 755 "$theirs/good" "$theirs/evil"
+  ln "$theirs/good" "$theirs/ddprun/$v-$sha/ddprun"
+  chown -R 65534:65534 "$theirs"
+  ln -s "$theirs" "$home/.cache"
+  chmod 711 "$work"  # user 65534 reaches its directory
+  cat >"$ssh" <<EOF
+#!/bin/sh
+exec unshare -m sh -c 'p=/tmp/ddprun-\$(id -u); mkdir -p -m 700 "\$p" &&
+  mount -t tmpfs -o size=64m,mode=700 tmpfs "\$p" && exec "\$@"' private-tmp $PWD/testing/local_ssh.sh "\$@"
+EOF
+  chmod 700 "$ssh"
+  ( FAULTS_RUN=$run_id exec setpriv --reuid=65534 --regid=65534 --clear-groups sh -c '
+      cd "$1" || exit 1; i=0
+      while [ ! -e stop ] && [ $i -lt 20000 ]; do
+        ln -f evil x && mv -f x "$2"; ln -f good x && mv -f x "$2"; i=$((i + 1))
+      done' swap "$theirs" "ddprun/$v-$sha/ddprun" ) &
+  local swapper=$!
+  HOME=$home start a --hosts=127.0.0.1 --ssh-command="$ssh" --remote-ddprun=/nonexistent/ddprun \
+    --master-port="$(free_port)" --no-python sh -c 'echo "agent runs $(readlink /proc/$PPID/exe)"'
+  wait_pid "$agent"
+  local job=$status
+  touch "$theirs/stop"
+  wait_pid "$swapper" 30
+  [[ $job == 0 && ! -e $dir/planted_ran ]] &&
+    grep -q "agent runs /tmp/ddprun-$(id -u)/cache/$v-$sha/ddprun" "$dir/a.out" && met=1
+  note="the copy in the other user's tree neither run nor written; the user's private one runs"
+}
+expect_staging_cache_swap="exit 0; the planted program never runs"
+
 fault_nnodes_mismatch() {
   local port; port=$(free_port)
   start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
@@ -650,7 +691,7 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restar
         wrong_secret
         missing_secret lines_under_crash
         log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
-        hosts_odd_bytes hang_without_gdb
+        hosts_odd_bytes hang_without_gdb staging_cache_swap
         process_limit oom_kill worker_limits)
 if ((smoke)); then
   faults=(worker_exit agent_sigkill setsid_daemons_end foreign_program missing_secret)

@@ -59,6 +59,45 @@ std::string cache_of(const TempDir& homes, const std::string& host) {
   return homes.file(host) + "/.cache/ddprun";
 }
 
+// An ssh stand-in that runs each session in a mount namespace of its own with a private
+// directory /tmp/ddprun-<uid> of its own, PRIVATE_SIZE large (the machine's is not touched; the
+// rest of /tmp, where the build may be, stays visible), and with SMALL_HOME set a 1 MiB home.
+// Empty when mount namespaces cannot be made here.
+std::string private_tmp_ssh(const TempDir& dir) {
+  {
+    Child probe(SpawnSpec{{"unshare", "-m", "true"}, {}, {}});
+    if (exit_code(probe.wait(kHang)) != 0) return {};
+  }
+  const auto ssh = dir.file("private_tmp_ssh");
+  {
+    std::ofstream f(ssh);
+    f << "#!/bin/sh\n"
+         "exec unshare -m sh -c 'private=/tmp/ddprun-$(id -u); mkdir -p -m 700 \"$private\" &&"
+         " mount -t tmpfs -o size=\"$PRIVATE_SIZE\",mode=700 tmpfs \"$private\" &&"
+         " { [ -z \"$SMALL_HOME\" ] || mount -t tmpfs -o size=1m tmpfs \"$HOME\"; } &&"
+         " exec \"$@\"' private-tmp " LOCAL_SSH " \"$@\"\n";
+  }
+  fs::permissions(ssh, fs::perms::owner_all);
+  return ssh;
+}
+
+// Room for two copies (the one written and the one run) and the job's own files.
+std::string private_room() {
+  return std::to_string(2 * fs::file_size(DDPRUN_BINARY) + (16 << 20));
+}
+
+// A job on one host whose worker says what its agent runs (the staged copy's path).
+std::vector<std::string> job_showing_agent(const std::string& ssh) {
+  auto args = job("127.0.0.1", {kMissing, "--ssh-command=" + ssh});
+  args.erase(args.end() - 1);
+  args.insert(args.end(), {"sh", "-c", "echo \"agent runs $(readlink /proc/$PPID/exe)\""});
+  return args;
+}
+
+std::string private_cache() {
+  return "/tmp/ddprun-" + std::to_string(::getuid()) + "/cache/" + version() + "-";
+}
+
 }  // namespace
 
 TEST_CASE("a host without ddprun gets a copy in its cache and the next job runs it from there",
@@ -197,46 +236,25 @@ TEST_CASE("two jobs staging to one host at once both run and leave one good copy
 
 TEST_CASE("a full home puts the copy in the user's private directory under /tmp, and no room "
           "anywhere is one clear line", "[hosts][staging]") {
-  // Each session in a mount namespace of its own, with a 1 MiB home (too small for ddprun) and
-  // a private directory /tmp/ddprun-<uid> of its own, PRIVATE_SIZE large (the machine's is not
-  // touched; the rest of /tmp, where the build may be, stays visible).
   TempDir dir;
-  const auto ssh = dir.file("small_home_ssh");
-  {
-    std::ofstream f(ssh);
-    f << "#!/bin/sh\n"
-         "exec unshare -m sh -c 'private=/tmp/ddprun-$(id -u); mkdir -p -m 700 \"$private\" &&"
-         " mount -t tmpfs -o size=\"$PRIVATE_SIZE\",mode=700 tmpfs \"$private\" &&"
-         " mount -t tmpfs -o size=1m tmpfs \"$HOME\" && exec \"$@\"'"
-         " small-home " LOCAL_SSH " \"$@\"\n";
-  }
-  fs::permissions(ssh, fs::perms::owner_all);
-  {
-    Child probe(SpawnSpec{{"unshare", "-m", "true"}, {}, {}});
-    if (exit_code(probe.wait(kHang)) != 0) {
-      WARN("skipped: cannot make a mount namespace here (unshare -m)");
-      return;
-    }
+  const auto ssh = private_tmp_ssh(dir);
+  if (ssh.empty()) {
+    WARN("skipped: cannot make a mount namespace here (unshare -m)");
+    return;
   }
   const auto home = dir.file("home");
   fs::create_directory(home);
-  auto args = job("127.0.0.1", {kMissing, "--ssh-command=" + ssh});
-  // The worker says what its agent runs: the staged copy.
-  args.erase(args.end() - 1);
-  args.insert(args.end(), {"sh", "-c", "echo \"agent runs $(readlink /proc/$PPID/exe)\""});
+  const auto args = job_showing_agent(ssh);
   {
-    // Room for two copies (the one written and the one run) and the job's own files.
-    const auto room = 2 * fs::file_size(DDPRUN_BINARY) + (16 << 20);
-    DdprunProcess p(args, {{"HOME", home}, {"PRIVATE_SIZE", std::to_string(room)}});
+    DdprunProcess p(args, {{"HOME", home}, {"SMALL_HOME", "1"}, {"PRIVATE_SIZE", private_room()}});
     const int code = p.wait(kHang);
     INFO(p.output());
     REQUIRE(code == 0);
     CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));
-    CHECK_THAT(p.output(), Contains("agent runs /tmp/ddprun-" + std::to_string(::getuid()) +
-                                    "/cache/" + version() + "-"));
+    CHECK_THAT(p.output(), Contains("agent runs " + private_cache()));
   }
   {
-    DdprunProcess p(args, {{"HOME", home}, {"PRIVATE_SIZE", "1m"}});
+    DdprunProcess p(args, {{"HOME", home}, {"SMALL_HOME", "1"}, {"PRIVATE_SIZE", "1m"}});
     const int code = p.wait(kHang);
     INFO(p.output());
     CHECK(code == 123);
@@ -244,4 +262,54 @@ TEST_CASE("a full home puts the copy in the user's private directory under /tmp,
                                     version() + " on "));
     CHECK_THAT(p.output(), Contains("(full or read-only)"));
   }
+}
+
+TEST_CASE("a cache another user could change is neither run nor written: the copy goes to the "
+          "user's private directory", "[hosts][staging]") {
+  // A good copy of this ddprun in the cache, on a path another user can change: they could swap
+  // it between its check and its start, or have this job write through a link of theirs.
+  if (::geteuid() != 0) {
+    WARN("skipped: making a directory of another user needs root");
+    return;
+  }
+  TempDir dir;
+  const auto ssh = private_tmp_ssh(dir);
+  if (ssh.empty()) {
+    WARN("skipped: cannot make a mount namespace here (unshare -m)");
+    return;
+  }
+  const auto home = dir.file("home");
+  fs::create_directory(home);
+  const auto args = job_showing_agent(ssh);
+  const std::map<std::string, std::string> env{{"HOME", home}, {"PRIVATE_SIZE", private_room()}};
+  {
+    DdprunProcess p(args, env);  // a good copy in ~/.cache/ddprun
+    INFO(p.output());
+    REQUIRE(p.wait(kHang) == 0);
+  }
+  const auto cache = home + "/.cache";
+  std::string where;  // the directory another user can change
+  SECTION("~/.cache is a link into another user's directory") {
+    where = dir.file("theirs");
+    fs::rename(cache, where);
+    REQUIRE(::chown(where.c_str(), 65534, 65534) == 0);
+    for (const auto& e : fs::recursive_directory_iterator(where)) {
+      REQUIRE(::lchown(e.path().c_str(), 65534, 65534) == 0);
+    }
+    fs::create_directory_symlink(where, cache);
+  }
+  SECTION("~/.cache may be written by every user and is not sticky") {
+    where = cache;
+    fs::permissions(where, fs::perms::all);
+  }
+  const auto before = copies_in(where);
+  REQUIRE(before.size() == 1);
+  DdprunProcess p(args, env);
+  const int code = p.wait(kHang);
+  INFO(p.output());
+  REQUIRE(code == 0);
+  CHECK_THAT(p.output(), Contains("on 1 host(s) that lacked it"));
+  CHECK_THAT(p.output(), !Contains("from the cache"));
+  CHECK_THAT(p.output(), Contains("agent runs " + private_cache()));
+  CHECK(copies_in(where) == before);  // nothing written there
 }

@@ -8,7 +8,9 @@
 #include <spdlog/spdlog.h>
 
 #include "common/exit_codes.hpp"
+#include "common/failure_record.hpp"
 #include "common/progress.hpp"
+#include "process/exit_watch.hpp"
 
 namespace ddprun {
 
@@ -17,10 +19,12 @@ std::vector<RankWhere> take_stacks(ProcessRunner& runner, const LocalWorkers& wo
                                    const std::string& host, Deadline deadline) {
   std::vector<StackTarget> targets;
   std::vector<int> locals;
+  std::vector<int> stops;  // the signal that stopped each target, or 0: read before gdb attaches
   for (std::size_t l = 0; l < workers.pids.size(); ++l) {
     if (workers.exited[l]) continue;
     targets.push_back({workers.pids[l], dir.stacks_file(static_cast<int>(l))});
     locals.push_back(static_cast<int>(l));
+    stops.push_back(stop_signal(workers.pids[l]));
   }
   std::vector<RankWhere> where;
   const auto started = Clock::now();
@@ -31,6 +35,11 @@ std::vector<RankWhere> take_stacks(ProcessRunner& runner, const LocalWorkers& wo
     if (std::ifstream in(c.file); in) text.assign(std::istreambuf_iterator<char>(in), {});
     RankWhere r = locate(parse_gdb_output(text, c.pid));
     if (!c.ok) r.note = "no stack: " + c.error;
+    // A stopped rank is where it is because of the stop: said first, and it sets it apart.
+    if (stops[i] != 0) {
+      r.where = fmt::format("stopped by {}{}", signal_name(stops[i]),
+                            r.where.empty() ? std::string() : ", " + r.where);
+    }
     r.local_rank = locals[i];
     r.rank = round.ranks.global_rank(locals[i]);
     r.pid = c.pid;

@@ -29,7 +29,7 @@ struct RankStatus {
   int rank = 0;
   int local_rank = 0;
   int pid = 0;
-  std::string state;              // running, succeeded, exited N, killed by SIGX, stopped
+  std::string state;              // running, stopped by SIGSTOP (alive), succeeded, exited N, killed by SIGX, stopped
   double last_output_age = -1;    // seconds since its last output line, as of `updated`; -1: none
   std::string last_line;          // cut to kMaxLineBytes
   double cpu_seconds = -1;        // -1: unknown

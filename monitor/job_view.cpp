@@ -185,12 +185,12 @@ std::string render_jobs(const std::vector<JobView>& jobs, int width, double now)
     }
     std::stable_sort(ranks.begin(), ranks.end(),
                      [](const auto& a, const auto& b) { return a.second->rank < b.second->rank; });
-    line(fmt::format("{:<5} {:<5} {:<4} {:<8} {:<13} {:>6} {:>9} {:>7}  {}", "RANK", "LOCAL",
+    line(fmt::format("{:<5} {:<5} {:<4} {:<8} {:<18} {:>6} {:>9} {:>7}  {}", "RANK", "LOCAL",
                      "NODE", "PID", "STATE", "CPU%", "RSS", "QUIET", "LAST LINE"));
     for (const auto& [n, r] : ranks) {
-      line(fmt::format("{:<5} {:<5} {:<4} {:<8} {:<13} {:>6} {:>9} {:>7}  {}", r->rank,
+      line(fmt::format("{:<5} {:<5} {:<4} {:<8} {:<18} {:>6} {:>9} {:>7}  {}", r->rank,
                        r->local_rank, n->node, r->pid > 0 ? std::to_string(r->pid) : "-",
-                       fit(r->state, 13),
+                       fit(r->state, 18),
                        r->cpu_percent < 0 ? "-" : fmt::format("{:.1f}", r->cpu_percent),
                        memory_text(r->rss_bytes),
                        format_age(aged(r->last_output_age, *n, now)), r->last_line));
@@ -239,6 +239,8 @@ std::string node_labels(const NodeStatus& n) {
 
 std::string worker_bucket(const std::string& state) {
   if (state == "running" || state == "succeeded" || state == "stopped") return state;
+  // Stopped by a signal (SIGSTOP): alive, and the job counts it among its running workers.
+  if (state.rfind("stopped by ", 0) == 0) return "running";
   return "failed";
 }
 

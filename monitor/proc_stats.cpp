@@ -7,6 +7,8 @@
 #include <string>
 
 #include "common/deadline.hpp"
+#include "common/failure_record.hpp"
+#include "process/exit_watch.hpp"
 
 namespace ddprun {
 
@@ -45,6 +47,10 @@ void CpuSampler::fill(NodeStatus& status) {
   std::lock_guard lock(mutex_);
   std::map<int, Last> seen;
   for (auto& r : status.ranks) {
+    // A worker that cannot run (SIGSTOP, Ctrl-Z) looks like a hang: its state says why.
+    if (r.state == "running" && r.pid > 0) {
+      if (const int stop = stop_signal(r.pid)) r.state = "stopped by " + signal_name(stop);
+    }
     const auto usage = read_proc_usage(r.pid);
     if (!usage) continue;
     r.cpu_seconds = usage->cpu_seconds;

@@ -20,7 +20,9 @@ struct ProcUsage {
 // Nullopt when the process is gone or /proc cannot be read.
 std::optional<ProcUsage> read_proc_usage(int pid);
 
-// Fills cpu_seconds, cpu_percent and rss_bytes of each rank with a pid. Thread-safe: keeps the
+// Fills cpu_seconds, cpu_percent and rss_bytes of each rank with a pid, and makes the state of
+// a running rank that is stopped "stopped by SIGSTOP" (or the signal that stopped it): only
+// for this agent's own record, whose ranks are its children. Thread-safe: keeps the
 // previous reading of each pid (bounded by the pids it is given, forgotten when they go).
 class CpuSampler {
  public:

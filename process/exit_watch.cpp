@@ -1,5 +1,7 @@
 #include "process/exit_watch.hpp"
 
+#include <sys/wait.h>
+
 #include "process/boost_process.hpp"
 
 namespace ddprun {
@@ -18,6 +20,12 @@ ExitWatch::ExitWatch(boost::asio::io_context& io, pid_t pid, Handler handler)
 }
 
 ExitWatch::~ExitWatch() = default;
+
+int stop_signal(pid_t pid) {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOHANG | WNOWAIT) != 0) return 0;
+  return info.si_pid == pid && info.si_code == CLD_STOPPED ? info.si_status : 0;
+}
 
 std::string find_on_path(const std::string& program) {
   return bp::environment::find_executable(program).string();

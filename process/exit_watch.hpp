@@ -32,6 +32,11 @@ class ExitWatch {
   std::unique_ptr<Impl> impl_;
 };
 
+// The signal that stopped child `pid` (SIGSTOP, SIGTSTP, ...) while it stays stopped; 0 when it
+// runs, is gone, or is not this process's child. The stop is read, not consumed (WNOWAIT), so
+// the exit watch above still sees the exit.
+int stop_signal(pid_t pid);
+
 // `program`'s path as exec would find it on PATH; empty when it is not there.
 std::string find_on_path(const std::string& program);
 

@@ -343,6 +343,14 @@ class PosixProcessRunner::Impl {
       }
       w->signalled = true;
       kill(-w->pid, signal);
+      if (signal == SIGKILL) continue;
+      // A stopped process (SIGSTOP, Ctrl-Z) acts on the signal only once continued, and would
+      // otherwise take the whole grace: as a shell does for a stopped job it signals.
+      if (const int stop = stop_signal(w->pid)) {
+        spdlog::info("rank {} (pid {}) is stopped by {}: continuing it so that it acts on {}",
+                     w->launch.rank, w->pid, signal_name(stop), signal_name(signal));
+      }
+      kill(-w->pid, SIGCONT);
     }
     if (!check_stopped()) {
       kill_timer_.expires_after(grace);

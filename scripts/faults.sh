@@ -134,6 +134,21 @@ fault_worker_ignores_sigterm() {
 }
 expect_worker_ignores_sigterm="exit 143 after the grace, SIGKILL"
 
+fault_worker_sigstop() {
+  # A worker stopped (SIGSTOP) while the other waits: a hang, whose verdict names the stop; the
+  # stopped worker is continued so that SIGTERM ends it, not SIGKILL after the 30 s grace.
+  FAKE_MODE=hang FAKE_TOUCH_DIR=$dir start a --nproc-per-node=2 --hang-timeout=2 \
+    --master-port="$(free_port)" $(fake)
+  wait_file "$dir/started_1_0"
+  local w t0; w=$(worker_pid 1); t0=$(now_ms)
+  kill -STOP "$w"
+  wait_pid "$agent"; detect=$(( $(now_ms) - t0 ))
+  [[ $status == 122 ]] && grep -q "rank 1 (1 of 2): stopped by SIGSTOP" "$dir/a.out" &&
+    ! grep -q "after the grace period" "$dir/a.out" && met=1
+  note="--hang-timeout=2 (in detect), default 30 s grace"
+}
+expect_worker_sigstop="exit 122 naming the stop; no wait for the grace"
+
 fault_restarts_exhausted() {
   FAKE_MODE=exit:3 start a --max-restarts=2 --master-port="$(free_port)" $(fake)
   wait_pid "$agent"
@@ -683,7 +698,8 @@ fault_node_cut_long() {
 }
 expect_node_cut_long="both nodes stop (124), their workers too"
 
-faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm restarts_exhausted
+faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm worker_sigstop
+        restarts_exhausted
         agent_sigterm agent_sigkill agent_sigstop_static agent_sigkill_elastic store_host_death
         node_cut_short node_cut_long
         join_and_leave setsid_daemons_end setsid_daemons_sigterm setsid_daemons_sigkill

@@ -257,6 +257,25 @@ TEST_CASE("hang: without gdb on PATH, said at start and at the verdict, which st
   CHECK(stack_files(dir.file("logs")).empty());
 }
 
+TEST_CASE("hang: a worker stopped by SIGSTOP is named so, and continued to end in a moment",
+          "[hang]") {
+  // Without gdb too: the stop is the agent's own knowledge of its child, not the stack's.
+  TempDir dir;
+  const auto path = gdb_available() ? std::string(std::getenv("PATH")) : dir.path();
+  // A grace of 10 minutes: a stopped worker that was not continued would take all of it.
+  DdprunProcess p({"--nproc-per-node=2", "--hang-timeout=1", "--shutdown-timeout=600",
+                   "--log-dir=" + dir.file("logs"), "--master-port=0", "--no-python", "sh", "-c",
+                   "echo up; if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; exec sleep 600"},
+                  {{"PATH", path}});
+  REQUIRE(p.wait(kBound) == 122);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("rank 1 (1 of 2): stopped by SIGSTOP"));
+  CHECK_THAT(out, Contains("rank 0 (1 of 2): "));
+  CHECK_THAT(out, !Contains("rank 0 (1 of 2): stopped"));
+  CHECK_THAT(out, Contains("is stopped by SIGSTOP: continuing it so that it acts on SIGTERM"));
+  CHECK_THAT(out, !Contains("still running after the grace period"));
+}
+
 TEST_CASE("hang: stacks taken by an agent that is not root", "[hang]") {
   if (!gdb_available() || ::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
     WARN("needs gdb, root (to become another user) and setpriv: skipped");

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -240,6 +241,30 @@ TEST_CASE("a static two-node job from this machine, from its store and as metric
   const auto gone = status(rt, remote);
   CHECK(gone.code == 3);
   CHECK_THAT(gone.output, Catch::Contains("cannot read the status of job 'watched'"));
+}
+
+TEST_CASE("a worker stopped by SIGSTOP shows so in ddprun status, and a signal ends the job "
+          "at once", "[status]") {
+  Runtime rt;
+  // A grace of 10 minutes: a stopped worker that was not continued would take all of it.
+  DdprunProcess p({"--nproc-per-node=2", "--rdzv-id=stopped-worker", "--shutdown-timeout=600",
+                   "--master-port=0", "--no-python", "sh", "-c",
+                   "echo \"rank $RANK up\"; if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; "
+                   "exec sleep 600"},
+                  rt.env());
+  const std::vector<std::string> here{"--rdzv-id=stopped-worker"};
+  std::map<int, std::pair<std::string, std::string>> ranks;
+  REQUIRE(wait_until([&] {
+    ranks = ranks_of(status_json(rt, here));
+    return ranks.size() == 2 && ranks[1].first == "stopped by SIGSTOP" &&
+           ranks[0].first == "running";
+  }, 60s));
+  const auto table = status(rt, here);
+  CHECK_THAT(table.output, Catch::Contains("stopped by SIGSTOP"));
+  CHECK_THAT(table.output, Catch::Contains("1/2"));  // workers running on the node
+  ::kill(p.pid(), SIGTERM);
+  CHECK(p.wait(60s) == 143);
+  CHECK_THAT(p.output(), Catch::Contains("is stopped by SIGSTOP: continuing it"));
 }
 
 TEST_CASE("a control socket left by a killed agent is removed even when its pid is in use again",

@@ -72,7 +72,7 @@ Lookup look_locally(const StatusOptions& o) {
   if (!o.watch) {
     for (const auto& u : scan.unanswered) std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
   }
-  for (auto& job : group_jobs(records)) {
+  for (auto& job : group_jobs(records, unix_seconds())) {
     if (!job.ended()) out.jobs.push_back(std::move(job));
   }
   if (out.jobs.empty()) {
@@ -118,7 +118,7 @@ Lookup look_in_store(const StatusOptions& o) {
                               "ended)", where, e.what());
     return out;
   }
-  auto jobs = group_jobs(records);
+  auto jobs = group_jobs(records, unix_seconds());
   if (jobs.empty()) {
     out.nothing = fmt::format("no status for {}: the store answers but holds no record of that "
                               "job: it has ended (its keys go with it) or never ran with this "

@@ -147,7 +147,7 @@ std::string JobMonitor::metrics() {
     // last record would count its workers as running for ever). Agents not yet in a round have
     // no rank and no workers, and two of them on one host would carry the same labels.
     const double now = unix_seconds();
-    for (auto& job : group_jobs(job_records())) {
+    for (auto& job : group_jobs(job_records(), now)) {
       for (auto& n : job.nodes) {
         const bool fresh =
             n.has_ended() || now - n.updated < std::chrono::duration<double>(kStaleRecord).count();

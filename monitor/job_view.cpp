@@ -58,8 +58,10 @@ double JobView::started() const {
   return s;
 }
 bool JobView::ended() const {
-  return !nodes.empty() &&
-         std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n.has_ended(); });
+  // A node gone from the job (its agent died) never writes its end.
+  return std::any_of(nodes.begin(), nodes.end(), [](const auto& n) { return n.has_ended(); }) &&
+         std::all_of(nodes.begin(), nodes.end(),
+                     [](const auto& n) { return n.has_ended() || n.state == "gone"; });
 }
 int JobView::exit_code() const {
   for (const auto& n : nodes) {
@@ -83,7 +85,29 @@ std::string JobView::state() const {
   return "running";
 }
 
-std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records) {
+namespace {
+
+void mark_gone(JobView& job, double now) {
+  const int round = job.round();
+  int members = 0;      // records of the newest round
+  int round_nodes = 0;  // the newest round's size, as its members say
+  for (const auto& n : job.nodes) {
+    if (n.round != round) continue;
+    ++members;
+    round_nodes = std::max(round_nodes, n.nodes);
+  }
+  for (auto& n : job.nodes) {
+    if (n.has_ended() || n.round < 0 || n.round >= round) continue;
+    if (members < round_nodes && now - n.updated < kGoneAfter) continue;
+    n.state = "gone";
+    n.node = -1;
+    n.ranks.clear();
+  }
+}
+
+}  // namespace
+
+std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records, double now) {
   std::vector<JobView> jobs;
   for (const auto& record : records) {
     auto job = std::find_if(jobs.begin(), jobs.end(),
@@ -102,6 +126,7 @@ std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records) {
     }
   }
   for (auto& job : jobs) {
+    mark_gone(job, now);
     std::stable_sort(job.nodes.begin(), job.nodes.end(), [](const auto& a, const auto& b) {
       // Nodes without a rank yet (-1) after the ranked ones.
       const auto key = [](const NodeStatus& n) { return n.node < 0 ? 1 << 30 : n.node; };

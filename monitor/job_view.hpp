@@ -37,8 +37,13 @@ struct JobView {
 };
 
 // Groups records by run id (a job's records may come from several sources) and keeps the
-// newest record of each agent (host and pid). Jobs in the order first seen.
-std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records);
+// newest record of each agent (host and pid). Jobs in the order first seen. A node that is not
+// a member of the job's newest round is shown as "gone", without rank or ranks: its record says
+// it runs in an older round (an agent that died writes no more), and either every member of the
+// newest round has written its record, or it has not been updated for kGoneAfter (`now`, unix
+// seconds): a live member publishes its change of round within moments.
+inline constexpr double kGoneAfter = 15;
+std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records, double now);
 
 // The table: a job line, a row per node and a row per rank, each cut to `width` columns.
 // `now` (unix seconds) ages the records.

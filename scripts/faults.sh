@@ -197,6 +197,22 @@ fault_agent_sigstop_static() {
 }
 expect_agent_sigstop_static="the other node stops (124) after the keep-alive deadline; the paused one ends after SIGCONT"
 
+# `ddprun status --json` of the c10d job at $1 (run id none) shows exactly these (state, ranks)
+# of its nodes, sorted, as Python writes them: polled at most 10 s.
+status_shows() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    "$ddprun" status --json --rdzv-endpoint="$1" --rdzv-backend=c10d --rdzv-id=none \
+        >"$dir/status.json" 2>/dev/null || true
+    "$python" -c 'import json, sys
+nodes = json.load(open(sys.argv[1]))["jobs"][0]["nodes"]
+sys.exit(str(sorted((n["state"], len(n["ranks"])) for n in nodes)) != sys.argv[2])' \
+      "$dir/status.json" "$2" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 fault_agent_sigkill_elastic() {
   local ep; ep=127.0.0.1:$(free_port)
   local flags=(--rdzv-backend=c10d --rdzv-endpoint="$ep" --nnodes=1:2)
@@ -207,16 +223,21 @@ fault_agent_sigkill_elastic() {
   FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start b "${flags[@]}" --rdzv-conf=$conf,is_host=0 $(fake)
   local b=$agent
   wait_file "$dir/started_1_0"
+  # Both nodes' records in the store, as ddprun status reads them, before one dies.
+  local before=0 after=0
+  status_shows "$ep" "[('running', 1), ('running', 1)]" && before=1
   local rounds t0; rounds=$(grep -c "ends:" "$dir/a.out" || true); t0=$(now_ms)
   kill -KILL "$b"
   local i; for ((i = 0; i < 600; i++)); do [[ $(grep -c "ends:" "$dir/a.out" || true) -gt $rounds ]] && break; sleep 0.05; done
   detect=$(( $(now_ms) - t0 ))
+  # The dead node gone, without its ranks.
+  status_shows "$ep" "[('gone', 0), ('running', 1)]" && after=1
   touch "$dir/go"
   wait_pid "$a"
-  [[ $status == 0 ]] && met=1
+  [[ $status == 0 && $before == 1 && $after == 1 ]] && met=1
   note="keep-alive 1 s x 3; detect: kill to the survivor's round ending"
 }
-expect_agent_sigkill_elastic="the survivor re-forms alone and finishes (exit 0)"
+expect_agent_sigkill_elastic="the survivor re-forms alone and finishes (exit 0); ddprun status shows the dead node gone, without ranks"
 
 fault_store_host_death() {
   local a b; two_static_nodes

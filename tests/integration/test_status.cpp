@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "testing/ddprun_process.hpp"
+#include "testing/elastic_cluster.hpp"
 #include "testing/etcd_cluster.hpp"
 #include "testing/test_util.hpp"
 
@@ -309,6 +310,45 @@ TEST_CASE("a c10d job from its store, and usage errors", "[status]") {
   finish.open();
   CHECK(a.wait(60s) == 0);
   CHECK(b.wait(60s) == 0);
+}
+
+TEST_CASE("an elastic node whose agent died is shown gone, without ranks, once the others "
+          "re-form", "[status]") {
+  const auto endpoint = "127.0.0.1:" + std::to_string(free_port());
+  ElasticCluster c("2:3", {"--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint});
+  auto a = c.start("a", "elastic-gone");  // a serves the store (it binds first)
+  REQUIRE(wait_until([&] { return !c.read("a", "rendezvous_started").empty(); }, 20s));
+  auto b = c.start("b", "elastic-gone");
+  auto victim = c.start("c", "elastic-gone");
+  REQUIRE(c.wait_for_round("c", 3));
+  const int round_of_3 = c.last_round("c");
+  Runtime rt;
+  const std::vector<std::string> remote{"--rdzv-endpoint=" + endpoint, "--rdzv-backend=c10d",
+                                        "--rdzv-id=elastic-gone"};
+  REQUIRE(wait_until([&] { return ranks_of(status_json(rt, remote)).size() == 3; }, 60s));
+  ::kill(victim->pid(), SIGKILL);
+  REQUIRE(c.wait_for_round("a", 2, 40s, round_of_3));
+  json seen;
+  const auto shown_gone = [&] {
+    seen = status_json(rt, remote);
+    if (seen.is_null()) return false;
+    const auto& nodes = seen["jobs"][0]["nodes"];
+    int gone = 0, members = 0;
+    for (const auto& n : nodes) {
+      if (n["state"] == "gone" && n["ranks"].empty() && n["node"] == -1) ++gone;
+      if (n["round"].get<int>() > round_of_3 && n["ranks"].size() == 1) ++members;
+    }
+    const auto ranks = ranks_of(seen);
+    return gone == 1 && members == 2 && ranks.size() == 2 && ranks.at(0).first == "running" &&
+           ranks.at(1).first == "running";
+  };
+  CHECK(wait_until(shown_gone, 60s));
+  INFO(seen.dump());
+  const auto table = status(rt, remote);
+  CHECK_THAT(table.output, Catch::Contains(" gone "));
+  c.release_workers();
+  CHECK(a->wait(60s) == 0);
+  CHECK(b->wait(60s) == 0);
 }
 
 TEST_CASE("an etcd job from etcd, and after its end", "[status][etcd]") {

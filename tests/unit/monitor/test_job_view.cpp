@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <regex>
 #include <sstream>
 
@@ -57,7 +58,7 @@ Deadline soon() { return Deadline::after(5s); }
 
 }  // namespace
 
-TEST_CASE("a node record survives JSON; a malformed one is an error naming the field",
+TEST_CASE("a node record survives JSON, a malformed one is an error naming the field",
           "[monitor]") {
   auto n = node("job", 1, "host-b", 4000, 2);
   n.ended = "failed: rank 3 exited with 2";
@@ -73,7 +74,7 @@ TEST_CASE("a node record survives JSON; a malformed one is an error naming the f
   CHECK_THROWS_WITH(NodeStatus::from_json(broken), Catch::Contains("restarts"));
 }
 
-TEST_CASE("the records are read from the store by slot; one malformed or missing is skipped",
+TEST_CASE("the records are read from the store by slot, one malformed or missing is skipped",
           "[monitor]") {
   store::MemoryStore store;
   for (int i = 0; i < 4; ++i) CHECK(store.add(kStatusSlotsKey, 1, soon()) == i + 1);
@@ -97,7 +98,7 @@ TEST_CASE("jobs are grouped by run id, each agent once (its newest record), node
   newer.updated = older.updated + 5;
   newer.state = "restarting";
   const auto jobs = group_jobs({node("job", 1, "b", 20, 1), newer, node("other", 0, "c", 30, 1),
-                                older});
+                                older}, 1200);
   REQUIRE(jobs.size() == 2);
   CHECK(jobs[0].run_id == "job");
   REQUIRE(jobs[0].nodes.size() == 2);
@@ -116,10 +117,63 @@ TEST_CASE("jobs are grouped by run id, each agent once (its newest record), node
   a.state = "succeeded";
   b.exit_code = 3;
   b.state = "failed";
-  const auto ended = group_jobs({a, b});
+  const auto ended = group_jobs({a, b}, 1200);
   CHECK(ended[0].ended());
   CHECK(ended[0].exit_code() == 3);
   CHECK(ended[0].state() == "failed");
+}
+
+TEST_CASE("a node that is not a member of the newest round is gone, without its ranks",
+          "[monitor]") {
+  // Round 1 has two members (a and b); c's last record is of round 0, where it ran: its agent
+  // died and the others formed round 1 without it.
+  auto a = node("job", 0, "a", 10, 2);
+  auto b = node("job", 1, "b", 20, 1);
+  auto c = node("job", 2, "c", 30, 1);
+  c.round = 0;
+  c.nodes = 3;
+  c.updated = 1095;
+  const auto gone = [](const JobView& job, const std::string& host) {
+    const auto n = std::find_if(job.nodes.begin(), job.nodes.end(),
+                                [&](const NodeStatus& x) { return x.host == host; });
+    REQUIRE(n != job.nodes.end());
+    return n->state == "gone" && n->node == -1 && n->ranks.empty();
+  };
+  {
+    const auto jobs = group_jobs({a, b, c}, 1100);  // every member of round 1 has written
+    REQUIRE(jobs.size() == 1);
+    CHECK(gone(jobs[0], "c"));
+    CHECK_FALSE(gone(jobs[0], "a"));
+    CHECK(jobs[0].nodes.back().host == "c");  // after the ranked nodes
+    CHECK(jobs[0].state() == "running");
+    const auto table = render_jobs(jobs, 200, 1100);
+    CHECK(table.find("gone") != std::string::npos);
+    CHECK(std::regex_search(table, std::regex("\n-     c +gone +0/0 ")));
+  }
+  {
+    // b has not written round 1 yet: c may be a member on its way, until its record is old.
+    const auto jobs = group_jobs({a, c}, 1100);
+    CHECK_FALSE(gone(jobs[0], "c"));
+    CHECK(gone(group_jobs({a, c}, 1095 + kGoneAfter + 1)[0], "c"));
+  }
+  {
+    // A node waiting to join the next round (no round yet), and one that ended: as they are.
+    auto waiting = node("job", -1, "d", 40, 0);
+    waiting.round = -1;
+    waiting.state = "rendezvous";
+    auto ended = c;
+    ended.exit_code = 0;
+    ended.state = "succeeded";
+    const auto jobs = group_jobs({a, b, waiting, ended}, 1200);
+    CHECK_FALSE(gone(jobs[0], "d"));
+    CHECK_FALSE(gone(jobs[0], "c"));
+  }
+  {
+    // Every member ended, the gone node never will: the job has ended.
+    a.exit_code = b.exit_code = 0;
+    a.state = b.state = "succeeded";
+    CHECK(group_jobs({a, b, c}, 1100)[0].ended());
+  }
 }
 
 TEST_CASE("the table fits the terminal, ranks in order, control characters blanked",
@@ -127,7 +181,7 @@ TEST_CASE("the table fits the terminal, ranks in order, control characters blank
   auto a = node("job", 0, "host-a", 10, 2);
   auto b = node("job", 1, "host-b", 20, 2);
   b.ranks[0].last_line = std::string("tab\there\x1b[31m red ") + std::string(300, 'x');
-  const auto jobs = group_jobs({b, a});
+  const auto jobs = group_jobs({b, a}, 1200);
   const auto wide = render_jobs(jobs, 1000, 1102);
   CHECK_THAT(wide, Catch::Contains("job job  static  running  round 1  restarts 1/3  "
                                    "membership changes 0  age 1m42s"));

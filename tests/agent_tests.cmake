@@ -12,4 +12,4 @@ target_link_libraries(agent_unit_tests PRIVATE ddprun_test_main ddprun_test_supp
   ddprun_launcher_lib)
 target_compile_definitions(agent_unit_tests PRIVATE
   STACK_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/agent/data")
-catch_discover_tests(agent_unit_tests TEST_PREFIX "unit: ")
+catch_discover_tests(agent_unit_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "unit: ")

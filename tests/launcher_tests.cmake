@@ -13,7 +13,7 @@ add_executable(launcher_unit_tests
   unit/launcher/test_value_parsers.cpp)
 target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launcher_lib
   ddprun_test_support)
-catch_discover_tests(launcher_unit_tests TEST_PREFIX "unit: ")
+catch_discover_tests(launcher_unit_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "unit: ")
 
 add_executable(launcher_tests
   integration/test_dry_run.cpp
@@ -36,7 +36,7 @@ target_compile_definitions(launcher_tests PRIVATE
   TOUCH_RANK_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/touch_rank.sh"
   TOPOLOGY_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/topology/data")
 add_dependencies(launcher_tests ddprun ddprun-store fake_worker)
-catch_discover_tests(launcher_tests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
+catch_discover_tests(launcher_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
 
 add_executable(elastic_tests
   integration/test_elastic.cpp)
@@ -46,7 +46,7 @@ target_compile_definitions(elastic_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>")
 add_dependencies(elastic_tests ddprun ddprun-store)
-catch_discover_tests(elastic_tests TEST_PREFIX "elastic: " PROPERTIES TIMEOUT 300)
+catch_discover_tests(elastic_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "elastic: " PROPERTIES TIMEOUT 300)
 
 # Elastic ddprun across network namespaces (root only; reported as skipped elsewhere).
 add_test(NAME "netns: elastic job grows to 3 nodes and survives a node cut off"
@@ -77,7 +77,7 @@ target_link_libraries(etcd_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_testing_etcd nlohmann_json::nlohmann_json)
 target_compile_definitions(etcd_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddprun>")
 add_dependencies(etcd_tests ddprun)
-catch_discover_tests(etcd_tests TEST_PREFIX "etcd: "
+catch_discover_tests(etcd_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "etcd: "
   PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # ddprun under a real Slurm (slurmctld, slurmd, munge) in network namespaces: srun with no
@@ -104,4 +104,4 @@ target_link_libraries(status_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_testing_etcd nlohmann_json::nlohmann_json)
 target_compile_definitions(status_tests PRIVATE DDPRUN_BINARY="$<TARGET_FILE:ddprun>")
 add_dependencies(status_tests ddprun)
-catch_discover_tests(status_tests TEST_PREFIX "status: " PROPERTIES TIMEOUT 300)
+catch_discover_tests(status_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "status: " PROPERTIES TIMEOUT 300)

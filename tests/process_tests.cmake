@@ -6,7 +6,7 @@ add_executable(process_unit_tests
   unit/process/test_program_check.cpp)
 target_link_libraries(process_unit_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_process)
-catch_discover_tests(process_unit_tests TEST_PREFIX "unit: ")
+catch_discover_tests(process_unit_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "unit: ")
 
 add_executable(runner_tests integration/test_process_runner.cpp integration/test_orphan_guard.cpp
   integration/test_spawn.cpp)
@@ -15,4 +15,4 @@ target_link_libraries(runner_tests PRIVATE
 target_compile_definitions(runner_tests PRIVATE
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>")
 add_dependencies(runner_tests fake_worker)
-catch_discover_tests(runner_tests TEST_PREFIX "runner: " PROPERTIES TIMEOUT 120)
+catch_discover_tests(runner_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "runner: " PROPERTIES TIMEOUT 120)

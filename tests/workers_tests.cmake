@@ -7,7 +7,7 @@ add_executable(workers_base_tests
   unit/workers/test_options.cpp
   unit/workers/test_sampler.cpp)
 target_link_libraries(workers_base_tests PRIVATE ddprun_test_main ddp_worker_base)
-catch_discover_tests(workers_base_tests TEST_PREFIX "workers unit: ")
+catch_discover_tests(workers_base_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "workers unit: ")
 
 # Models, DDP engine (ranks as threads over a HashStore), data, checkpoints.
 add_executable(workers_unit_tests
@@ -19,14 +19,14 @@ add_executable(workers_unit_tests
   unit/workers/test_sgd_step.cpp)
 target_link_libraries(workers_unit_tests PRIVATE ddprun_test_main ddprun_test_support ddp_worker_lib)
 target_precompile_headers(workers_unit_tests REUSE_FROM ddp_worker_lib)
-catch_discover_tests(workers_unit_tests TEST_PREFIX "workers unit: "
+catch_discover_tests(workers_unit_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "workers unit: "
   PROPERTIES TIMEOUT 300 ENVIRONMENT OMP_NUM_THREADS=1)
 
 # libtorch's own TCPStore client against the workers' store.
 add_executable(workers_store_tests integration/test_torch_store_libtorch.cpp)
 target_link_libraries(workers_store_tests PRIVATE ddprun_test_main ddp_worker_lib ddprun_store)
 target_precompile_headers(workers_store_tests REUSE_FROM ddp_worker_lib)
-catch_discover_tests(workers_store_tests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 120)
+catch_discover_tests(workers_store_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 120)
 
 # ddp_resnet under the real ddprun.
 add_executable(workers_tests
@@ -39,7 +39,7 @@ if(NOT DDPRUN_WORKERS_WITH_CUDA)
   target_compile_definitions(workers_tests PRIVATE DDP_RESNET_CPU_ONLY)
 endif()
 add_dependencies(workers_tests ddprun ddp_resnet)
-catch_discover_tests(workers_tests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 300)
+catch_discover_tests(workers_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "workers: " PROPERTIES TIMEOUT 300)
 
 # On a real GPU (ddp_resnet built against a CUDA libtorch): NCCL, Gloo over CUDA tensors,
 # --nproc-per-node=gpu, a failure and resume; skipped (77) when no GPU is visible. Never in

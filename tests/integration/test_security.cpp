@@ -140,7 +140,7 @@ TEST_CASE("ddprun: libcrypto is loaded only when the job's secret is proven over
   }
 }
 
-TEST_CASE("ddprun: two agents share the secret through DDPRUN_TOKEN; workers never see it",
+TEST_CASE("ddprun: two agents share the secret through DDPRUN_TOKEN, workers never see it",
           "[security]") {
   TempDir dir;
   const auto port = "--master-port=" + std::to_string(free_port());

@@ -156,7 +156,7 @@ TEST_CASE("a host without ddprun gets a copy in its cache and the next job runs 
   CHECK(copies_in(cache_of(homes, "127.0.0.2")) == std::map<std::string, bool>{{damaged, true}});
 }
 
-TEST_CASE("a host with another version of ddprun gets this one; --no-stage refuses instead",
+TEST_CASE("a host with another version of ddprun gets this one, --no-stage refuses instead",
           "[hosts][staging]") {
   TempDir homes;
   const auto older = homes.file("older-ddprun");

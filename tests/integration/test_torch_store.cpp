@@ -136,7 +136,7 @@ TEST_CASE("workers' store: torch 2.x's queries byte for byte, each answered as t
   CHECK(server.requests_served() == 19);
 }
 
-TEST_CASE("workers' store: a WAIT is answered when another client writes the key; CANCEL_WAIT "
+TEST_CASE("workers' store: a WAIT is answered when another client writes the key, CANCEL_WAIT "
           "always answers", "[torch-store]") {
   TorchStoreServer server;
   RawClient waiter(server.port());

@@ -73,7 +73,7 @@ TEST_CASE("a rank alive outside the collective the others failed in becomes the 
                            Catch::Contains("/logs/run/attempt_4"));
 }
 
-TEST_CASE("a hang names the ranks out of step; a timer's rank stays the cause", "[rank_stacks]") {
+TEST_CASE("a hang names the ranks out of step, a timer's rank stays the cause", "[rank_stacks]") {
   const auto round = three_ranks_on_two_nodes();
   const AttemptDir dir("/logs/run", round.id);
   const std::vector<RankWhere> where{located(0, 0, "in all_reduce, a.py:1 f()", true),

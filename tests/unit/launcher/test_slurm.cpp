@@ -41,7 +41,7 @@ TEST_CASE("slurm: a task of a step needs no rendezvous flags", "[launcher][slurm
                              Catch::Contains("given, so kept: --nproc-per-node"));
 }
 
-TEST_CASE("slurm: flags and PET_* win over the step; GPUs come from Slurm", "[launcher][slurm]") {
+TEST_CASE("slurm: flags and PET_* win over the step, GPUs come from Slurm", "[launcher][slurm]") {
   auto env = step_env();
   env["PET_MASTER_PORT"] = "29999";
   env["SLURM_GPUS_ON_NODE"] = "4";

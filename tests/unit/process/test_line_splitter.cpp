@@ -138,7 +138,7 @@ TEST_CASE("long lines are never cut inside a UTF-8 character", "[agent][lines]")
   CHECK(lines[1].text == "\xE2\x96\x88");
 }
 
-TEST_CASE("a lone carriage return ends a redraw; \\r\\n ends a line", "[agent][lines]") {
+TEST_CASE("a lone carriage return ends a redraw, CR LF ends a line", "[agent][lines]") {
   using Pieces = std::vector<SplitLine>;
   LineSplitter s;
   // tqdm's form: every update starts with '\r', so an update ends when the next begins.

@@ -219,7 +219,7 @@ TEST_CASE("standing ring: a death seen between attempts is found again by the ne
   CHECK(lost == 1);
 }
 
-TEST_CASE("ring keeper: the same ring is kept, another is formed; leaving marks the ring's keys",
+TEST_CASE("ring keeper: the same ring is kept, another is formed, leaving marks the ring's keys",
           "[heartbeat]") {
   store::MemoryStore store;
   std::atomic<int> opened{0};
@@ -277,7 +277,7 @@ TEST_CASE("standing ring: after a store error the next attempt gets a ring on a 
   CHECK(errors == seen);
 }
 
-TEST_CASE("ring listeners: reports reach the attempt attached; a spent watch takes no attempt",
+TEST_CASE("ring listeners: reports reach the attempt attached, a spent watch takes no attempt",
           "[heartbeat]") {
   std::vector<int> lost;
   std::vector<std::string> errors;

@@ -126,7 +126,7 @@ TEST_CASE("options: --backend nccl without CUDA says so plainly", "[workers][opt
   CHECK(parse({"--backend=nccl", "--use_syn"}, /*cuda=*/true).options);
 }
 
-TEST_CASE("options: --device places the model; gloo may use CUDA, nccl never the CPU", "[workers][options]") {
+TEST_CASE("options: --device places the model, gloo may use CUDA, nccl never the CPU", "[workers][options]") {
   CHECK(parse({"--backend=gloo"}).options->device == Device::kAuto);
   CHECK(parse({"--backend=gloo", "--device=cpu"}).options->device == Device::kCpu);
   auto gloo_cuda = parse({"--backend=gloo", "--device", "cuda"}, /*cuda=*/true);

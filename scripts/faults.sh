@@ -765,7 +765,7 @@ for f in "${faults[@]}"; do
     [[ $detect != - ]] && detects+=("$detect")
     [[ $lost != - ]] && losts+=("$lost")
     [[ -n $note ]] && note_text=$note
-    ((met)) || { echo "  $f run $r: not met; its output:" >&3; tail -5 "$dir"/*.out >&3 || true; }
+    ((met)) || { echo "  $f run $r: not met; its output:" >&3; tail -n 5 "$dir"/*.out >&3 || true; }
   done
   median=-
   if ((${#detects[@]})); then

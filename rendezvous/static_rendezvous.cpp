@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -35,6 +36,13 @@ constexpr const char* kJoinedKey = "static/joined";
 constexpr const char* kAllJoinedKey = "static/all_joined";
 
 std::string counted_key(int g) { return fmt::format("static/node/{}/counted", g); }
+
+// A node's signs of life before its workers start (the keep-alive ring takes over from there):
+// a counter it adds to at once when it claims its rank, then every claim_beat while it waits.
+// A rank whose holder's counter stands still for kBeatsMissed beats is free to be taken again:
+// its agent was killed while it waited, and the same command started again takes its place.
+std::string alive_key(int g) { return fmt::format("static/node/{}/alive", g); }
+constexpr int kBeatsMissed = 3;
 
 // An attempt's keys: its start barrier, and the agents' round under it.
 std::string attempt_prefix(int attempt) { return fmt::format("attempt/{}", attempt); }
@@ -108,6 +116,71 @@ void agree_on_settings(store::Store& store, const StaticRendezvousOptions& o, in
   }
 }
 
+bool is_marker(const std::string& record) {
+  const auto j = json::parse(record, nullptr, false);
+  return j.is_object() && j.value("abort", false);
+}
+
+// Claims this node's rank (owner_key). A rank whose holder shows no sign of life for
+// kBeatsMissed beats, before the job's workers first started, is taken over; one whose holder
+// lives is claimed twice (a duplicate --node-rank), so the job cannot form: every node learns
+// it at once, unless the job already formed, when only this node is refused.
+void claim_rank(store::Store& store, const StaticRendezvousOptions& o, const std::string& token,
+                Deadline deadline) {
+  const int g = o.node_rank;
+  auto owner = store.compare_set(owner_key(g), "", token, deadline);
+  while (owner != token) {
+    const auto window = o.claim_beat * kBeatsMissed;
+    const auto before = store.add(alive_key(g), 0, deadline);
+    try {
+      store.wait({kAbortKey}, Deadline::after(window).min(deadline));
+      throw RendezvousError(store.get(kAbortKey, deadline));
+    } catch (const TimeoutError&) {
+      if (deadline.expired()) throw;
+    }
+    const bool formed = store.check({kAllJoinedKey}, deadline);
+    const bool started = store.check({attempt_prefix(0) + "/go"}, deadline);
+    if (store.add(alive_key(g), 0, deadline) != before || started) {
+      const auto why = fmt::format(
+          "node rank {} is already taken by {}{}; every node needs its own --node-rank in 0..{}",
+          g, owner, started ? ", whose job has started" : ", which is alive", o.nnodes - 1);
+      if (formed) throw RendezvousError(why);
+      abort_for_all(store, o.nnodes, why, deadline);
+    }
+    const auto was = std::exchange(owner, store.compare_set(owner_key(g), owner, token, deadline));
+    if (owner == token) {
+      spdlog::warn("rendezvous: node rank {} was held by {}, which showed no sign of life for {}: "
+                   "this node takes its place", g, was, format_duration(window));
+    }
+  }
+  store.add(alive_key(g), 1, deadline);
+}
+
+// Publishes this node's record, in place of the record of an agent it took the rank over from;
+// never over an abort's marker (a node that ended the rendezvous has the last word). When the
+// job already formed with that record, its worker count must be this node's.
+void publish_record(store::Store& store, const StaticRendezvousOptions& o, Deadline deadline) {
+  const auto info =
+      json{{"host", o.self.host}, {"nproc", o.self.local_world_size}, {"pid", o.self.pid}}.dump();
+  const auto key = info_key(o.node_rank);
+  auto current = store.compare_set(key, "", info, deadline);
+  while (current != info) {
+    if (is_marker(current)) {
+      throw RendezvousError(
+          store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
+    }
+    const auto before = json::parse(current, nullptr, false);
+    const int nproc = before.is_object() ? before.value("nproc", -1) : -1;
+    if (nproc != o.self.local_world_size && store.check({kAllJoinedKey}, deadline)) {
+      throw RendezvousError(fmt::format(
+          "node rank {} joined the job with {} worker(s) before its agent was lost; this node "
+          "has {}: start it with --nproc-per-node={}",
+          o.node_rank, nproc, o.self.local_world_size, nproc));
+    }
+    current = store.compare_set(key, current, info, deadline);
+  }
+}
+
 }  // namespace
 
 std::string make_claim_token(const NodeInfo& self) {
@@ -134,19 +207,8 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   agree_on_settings(store, o, o.nnodes, deadline);
 
   const auto token = o.token.empty() ? make_claim_token(o.self) : o.token;
-  auto owner = store.compare_set(owner_key(o.node_rank), "", token, deadline);
-  if (owner != token) {
-    throw RendezvousError(fmt::format(
-        "node rank {} is already taken by {}; every node needs its own --node-rank in 0..{}",
-        o.node_rank, owner, o.nnodes - 1));
-  }
-
-  json info = {{"host", o.self.host}, {"nproc", o.self.local_world_size}, {"pid", o.self.pid}};
-  // Not over an abort's marker: a node that ended the rendezvous in between has the last word.
-  if (store.compare_set(info_key(o.node_rank), "", info.dump(), deadline) != info.dump()) {
-    throw RendezvousError(
-        store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
-  }
+  claim_rank(store, o, token, deadline);
+  publish_record(store, o, deadline);
   count_joined(store, o.node_rank, o.nnodes, deadline);
   std::vector<std::string> keys;
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
@@ -166,7 +228,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   ProgressClock progress(o.progress_interval);
   while (true) {
     try {
-      store.wait({kAllJoinedKey}, progress.slice(deadline));
+      store.wait({kAllJoinedKey}, progress.slice(deadline).min(Deadline::after(o.claim_beat)));
       break;
     } catch (const TimeoutError&) {
       if (deadline.expired()) {
@@ -177,6 +239,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
             o.nnodes, missing, store.describe()));
       }
     }
+    store.add(alive_key(o.node_rank), 1, deadline);
     if (progress.due()) {
       // The node whose count filled it may have died before it woke the others.
       if (store.add(kJoinedKey, 0, deadline) >= o.nnodes) {
@@ -190,6 +253,12 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     }
   }
 
+  // A node that showed no sign of life for a while (a stalled connection) may have lost its
+  // rank to a newcomer: two nodes must never run with one rank.
+  if (const auto owner = store.get(owner_key(o.node_rank), deadline); owner != token) {
+    throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node showed "
+                                      "no sign of life", o.node_rank, owner));
+  }
   RendezvousResult result;
   std::vector<int> sizes;
   for (const auto& text : store.multi_get(keys, deadline)) {
@@ -261,7 +330,7 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   ProgressClock progress(options_.progress_interval);
   while (true) {
     try {
-      round.wait({"go"}, progress.slice(deadline));
+      round.wait({"go"}, progress.slice(deadline).min(Deadline::after(options_.claim_beat)));
       return;
     } catch (const TimeoutError& e) {
       if (deadline.expired()) {
@@ -269,6 +338,8 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
             "attempt {}: not every node came back to start workers: {}", attempt, e.what()));
       }
     }
+    // Alive while it waits for the others, so that no newcomer takes its rank.
+    store_.add(alive_key(options_.node_rank), 1, op());
     if (progress.due()) {
       spdlog::info("attempt {}: {}/{} nodes are back to start workers; {}", attempt,
                    round.add("arrived", 0, op()), nodes,

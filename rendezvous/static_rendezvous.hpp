@@ -1,6 +1,7 @@
 #pragma once
 // Static rendezvous over the store: a fixed number of nodes, each with the node rank it was
-// given. Every node claims its rank (a duplicate is reported, not a hang), checks that all nodes
+// given. Every node claims its rank (a duplicate ends the rendezvous for every node, not a hang;
+// the rank of an agent killed while it waited is taken over by the node started again), checks that all nodes
 // agree on the node count, publishes its worker count, and waits for the others until the join
 // timeout. Ranks are then assigned from what every node published.
 //
@@ -38,6 +39,9 @@ struct StaticRendezvousOptions {
   std::chrono::milliseconds join_timeout{600'000};
   std::chrono::milliseconds progress_interval{10'000};  // see common/progress.hpp
   std::string token;  // claims the node rank; unique per agent (see make_claim_token)
+  // How often a node shows a sign of life while it waits for the others; a rank whose holder
+  // misses three is taken over by the next node started with it.
+  std::chrono::milliseconds claim_beat{1'000};
   // What every node of the job must have been started with (see agreed_settings): the first
   // node's stand, and a node that differs ends the rendezvous for all.
   JobSettings settings;

@@ -503,6 +503,48 @@ fault_settings_mismatch() {
 }
 expect_settings_mismatch="both nodes exit 124 at once, naming both values"
 
+fault_node_restarted() {
+  # A 3-node static job: node 1 killed while it waits for node 2, and started again.
+  local port; port=$(free_port)
+  local flags=(--nnodes=3 --master-port="$port" --rdzv-conf=join_timeout=60)
+  start a "${flags[@]}" --node-rank=0 $(fake)
+  local a=$agent
+  start b "${flags[@]}" --node-rank=1 $(fake)
+  wait_text "$dir/b.out" "node 1 of 3 joined"
+  kill -KILL "$agent"
+  local t0; t0=$(now_ms)
+  start b2 "${flags[@]}" --node-rank=1 $(fake)
+  local b=$agent
+  start c "${flags[@]}" --node-rank=2 $(fake)
+  wait_pid "$agent" 60; local sc=$status
+  wait_pid "$b" 60; local sb=$status
+  wait_pid "$a" 60; local sa=$status
+  detect=$(( $(now_ms) - t0 ))
+  [[ $sa == 0 && $sb == 0 && $sc == 0 ]] && grep -q "this node takes its place" "$dir/b2.out" &&
+    met=1
+  note="SIGKILL; detect: the new start to the job's end (3 missed beats of 1 s)"
+}
+expect_node_restarted="the node started again takes its rank; the job forms and ends (exit 0)"
+
+fault_duplicate_node_rank() {
+  local port; port=$(free_port)
+  local flags=(--nnodes=3 --master-port="$port")
+  start a "${flags[@]}" --node-rank=0 $(fake)
+  local a=$agent
+  start b "${flags[@]}" --node-rank=1 $(fake)
+  local b=$agent
+  wait_text "$dir/b.out" "node 1 of 3 joined"
+  local t0; t0=$(now_ms)
+  start b2 "${flags[@]}" --node-rank=1 $(fake)
+  wait_pid "$agent" 60; local s2=$status
+  wait_pid "$b" 60; local sb=$status
+  wait_pid "$a" 60; local sa=$status
+  detect=$(( $(now_ms) - t0 ))
+  [[ $sa == 124 && $sb == 124 && $s2 == 124 ]] && grep -q "already taken" "$dir/a.out" && met=1
+  note="default join timeout (600 s); detect: the duplicate's start to the last exit"
+}
+expect_duplicate_node_rank="every node exits 124 at once, naming the rank"
+
 fault_local_timeouts_differ() {
   # Each agent's own waits: torchrun runs such a job, and so does ddprun.
   local port; port=$(free_port)
@@ -728,6 +770,7 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm worker
         wrong_secret
         missing_secret lines_under_crash
         log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
+        node_restarted duplicate_node_rank
         hosts_odd_bytes hang_without_gdb staging_cache_swap
         process_limit oom_kill worker_limits)
 if ((smoke)); then

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 
@@ -373,6 +374,44 @@ TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]")
   DdprunProcess second(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
   CHECK(second.wait(30s) == 124);
   CHECK_THAT(second.output(), Catch::Contains("node rank 1 is already taken"));
+  CHECK_THAT(second.output(), Catch::Contains("which is alive"));
+  // The job cannot form: the others learn it at once, not at their join timeout (60 s).
+  for (auto* node : {&node0, &first}) {
+    CHECK(node->wait(30s) == 124);
+    CHECK_THAT(node->output(), Catch::Contains("node rank 1 is already taken"));
+  }
+}
+
+TEST_CASE("ddprun: a node killed while it waits for the others and started again takes its "
+          "rank back, and the job forms", "[launcher]") {
+  auto port = port_arg(free_port());
+  std::vector<std::string> common{"--nnodes=3", port, "--rdzv-conf=join_timeout=60"};
+  auto with = [&](const char* rank) {
+    auto f = common;
+    f.push_back(rank);
+    return fake(f);
+  };
+  DdprunProcess node0(with("--node-rank=0"));
+  auto killed = std::make_unique<DdprunProcess>(with("--node-rank=1"));
+  REQUIRE(killed->wait_for_output("node 1 of 3 joined"));
+  ::kill(killed->pid(), SIGKILL);
+  REQUIRE(killed->wait(30s) == 128 + SIGKILL);
+  std::unique_ptr<DdprunProcess> node2;
+  SECTION("before the last node comes") {}
+  SECTION("after the last node came: the others formed the job with the lost record") {
+    node2 = std::make_unique<DdprunProcess>(with("--node-rank=2"));
+    REQUIRE(node0.wait_for_output("rendezvous: complete"));
+  }
+  DdprunProcess again(with("--node-rank=1"));
+  REQUIRE(again.wait_for_output("rendezvous: node rank 1 was held by "));
+  if (!node2) node2 = std::make_unique<DdprunProcess>(with("--node-rank=2"));
+  CHECK(node0.wait(60s) == 0);
+  CHECK(again.wait(60s) == 0);
+  CHECK(node2->wait(60s) == 0);
+  INFO(again.output());
+  CHECK_THAT(again.output(), Catch::Contains("which showed no sign of life for 3s: this node "
+                                             "takes its place"));
+  CHECK_THAT(node0.output(), Catch::Contains("all 3 workers succeeded"));
 }
 
 TEST_CASE("ddprun: a real PyTorch gloo job under two agents", "[launcher][torch]") {

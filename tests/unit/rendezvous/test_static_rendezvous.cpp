@@ -78,6 +78,52 @@ TEST_CASE("static rendezvous: the nodes wake on one key, each counted once", "[r
   CHECK(store->add("static/joined", 0, Deadline::after(kHang)) == 2);
 }
 
+TEST_CASE("static rendezvous: a rank whose holder shows no sign of life is taken over, a live "
+          "holder's claim ends the rendezvous for every node", "[rendezvous]") {
+  store::MemoryStore shared;
+  const auto fast = [](int nnodes, int rank, const std::string& token) {
+    auto o = options(nnodes, rank, kHang);
+    o.claim_beat = 50ms;
+    o.token = token;
+    return o;
+  };
+  const auto join = [&](StaticRendezvousOptions o) {
+    return std::async(std::launch::async, [&shared, o] {
+      auto store = shared.connect();
+      return static_rendezvous(*store, o);
+    });
+  };
+  SECTION("an agent killed while it waited: its record and count stay, its beats stop") {
+    auto store = shared.connect();
+    const auto d = Deadline::after(kHang);
+    store->set("static/node/1/owner", "host1 pid 1 (dead)", d);
+    store->set("static/node/1/info", R"({"host":"host1","nproc":1,"pid":1})", d);
+    store->add("static/node/1/counted", 1, d);
+    store->add("static/joined", 1, d);
+    store->add("static/node/1/alive", 4, d);
+    auto zero = join(fast(2, 0, "zero"));
+    auto again = join(fast(2, 1, "again"));
+    REQUIRE(again.wait_for(kHang) == std::future_status::ready);
+    REQUIRE(zero.wait_for(kHang) == std::future_status::ready);
+    CHECK(again.get().nodes.at(1).pid == 1001);  // its own record, not the lost one's
+    CHECK(zero.get().ranks.world_size == 2);
+    CHECK(store->get("static/node/1/owner", d) == "again");
+  }
+  SECTION("a second node with a rank whose holder waits") {
+    auto zero = join(fast(3, 0, "zero"));
+    auto one = join(fast(3, 1, "one"));
+    auto store = shared.connect();
+    REQUIRE(test::wait_until(
+        [&] { return store->check({"static/node/1/info"}, Deadline::after(kHang)); }, kHang));
+    auto twice = join(fast(3, 1, "twice"));
+    for (auto* f : {&twice, &zero, &one}) {
+      REQUIRE(f->wait_for(kHang) == std::future_status::ready);
+      CHECK_THROWS_WITH(f->get(), Catch::Contains("node rank 1 is already taken by one, which is "
+                                                  "alive"));
+    }
+  }
+}
+
 TEST_CASE("static rendezvous: a restart every node settled does not wait at the start barrier",
           "[rendezvous]") {
   store::MemoryStore shared;

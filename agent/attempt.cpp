@@ -12,6 +12,7 @@
 #include "agent/failure.hpp"
 #include "agent/file_timer.hpp"
 #include "agent/rank_stacks.hpp"
+#include "agent/stack_report.hpp"
 #include "agent/status_board.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
@@ -103,11 +104,11 @@ AttemptOutcome Attempt::run() {
     // Stacks are taken after a hang, or after any failure with --hang-timeout (the same on
     // every node: the settings are compared at the rendezvous). Without them there is no
     // node's `where` record to read, and reading them would cost the chooser a request per node.
-    const bool stacks = outcome.failure.kind == Failure::Kind::kHang ||
-                        config_.hang_timeout.count() > 0;
     std::function<void(Failure&)> refine;
-    if (stacks) {
-      refine = [this](Failure& f) { explain_root_cause(f, channel_.all_where(), round_, dir_); };
+    if (takes_stacks(outcome.failure)) {
+      refine = [this](Failure& f) {
+        explain_root_cause(f, channel_.all_where(), round_, dir_, config_.hang_timeout.count() > 0);
+      };
     }
     auto settled = Settler(config_, ctx_, round_, channel_, side_, signal_)
                        .settle(outcome.failure, outcome_mine_,
@@ -438,11 +439,19 @@ void Attempt::wait_for_peers(Deadline deadline) {
   for (auto& e : later) events_.push(std::move(e));
 }
 
+bool Attempt::takes_stacks(const Failure& decided) const {
+  if (decided.kind == Failure::Kind::kHang) return true;
+  if (decided.kind != Failure::Kind::kWorker) return false;
+  // A collective's timeout, by default: the rank that failed only waited for a peer, which the
+  // stacks can name. Any failure with --hang-timeout. An ordinary crash does not wait for them.
+  return config_.hang_timeout.count() > 0 ||
+         mentions_collective_timeout(decided.message + "\n" + decided.traceback + "\n" +
+                                     fmt::format("{}", fmt::join(decided.stderr_tail, "\n")));
+}
+
 void Attempt::take_stacks(const Failure& decided) {
-  const bool hang = decided.kind == Failure::Kind::kHang;
-  const bool failure = decided.kind == Failure::Kind::kWorker && config_.hang_timeout.count() > 0;
-  if ((!hang && !failure) || workers_.pids.empty() || signal_ != 0) return;
-  if (failure) wait_for_peers(Deadline::after(kPeerGrace));
+  if (!takes_stacks(decided) || workers_.pids.empty() || signal_ != 0) return;
+  if (decided.kind == Failure::Kind::kWorker) wait_for_peers(Deadline::after(kPeerGrace));
   if (signal_ != 0) return;  // stopping now matters more than the stacks
 
   const auto started = Clock::now();

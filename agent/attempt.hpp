@@ -91,8 +91,11 @@ class Attempt {
   Failure failure(Failure::Kind kind, int exit_code, const std::string& message) const;
   void stop_workers();
   void collect_late_failures(int stop_signal);
+  // Whether every node takes its ranks' stacks for the decided failure: a hang; a worker's
+  // collective timeout; any worker failure with --hang-timeout.
+  bool takes_stacks(const Failure& decided) const;
   // Stacks of the live workers once the round has failed: at once for a hang; for a worker
-  // failure (with --hang-timeout on), of the peers still alive a few seconds later.
+  // failure, of the peers still alive a few seconds later.
   void take_stacks(const Failure& decided);
   void wait_for_peers(Deadline deadline);
   // Stops the keep-alive and the watcher, keeping the watcher's connection for the next

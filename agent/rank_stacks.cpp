@@ -85,7 +85,7 @@ std::vector<RankWhere> take_stacks(ProcessRunner& runner, const LocalWorkers& wo
 }
 
 void explain_root_cause(Failure& f, const std::vector<RankWhere>& where, const Round& round,
-                        const AttemptDir& dir) {
+                        const AttemptDir& dir, bool hang_exit_code) {
   // Only when some rank's stack was taken: failures alone are already in the report.
   if (std::none_of(where.begin(), where.end(), [](const RankWhere& r) { return !r.where.empty(); })) {
     return;
@@ -105,8 +105,12 @@ void explain_root_cause(Failure& f, const std::vector<RankWhere>& where, const R
                                    f.signal ? killed_by(f.signal, f.out_of_memory)
                                             : fmt::format("exited with code {}", f.exit_code));
     f.kind = Failure::Kind::kHang;
-    f.exit_code = kExitHang;
-    f.signal = 0;
+    // Without --hang-timeout the job ends with the failed worker's code, as it would have
+    // without the stacks: only the explanation changes.
+    if (hang_exit_code) {
+      f.exit_code = kExitHang;
+      f.signal = 0;
+    }
     f.message = fmt::format("{} {} alive outside any collective ({}) while the other ranks "
                             "failed in one or wait in one; first failure: {}",
                             out.size() == 1 ? "rank" : "ranks", format_rank_list(out),

@@ -28,8 +28,10 @@ std::vector<RankWhere> take_stacks(ProcessRunner& runner, const LocalWorkers& wo
 // The chooser's root cause, explained by `where` (every node's records): the ranks grouped by
 // where they were, where the stacks are, and, when a worker failed and another rank stayed
 // alive outside any collective while the rest failed or waited in one, that rank as the cause
-// (the others only timed out waiting for it). Unchanged when no rank's stack was taken.
+// (the others only timed out waiting for it), with the hang's exit code (122) when
+// `hang_exit_code` (--hang-timeout), else the failed worker's. Unchanged when no rank's stack
+// was taken.
 void explain_root_cause(Failure& root_cause, const std::vector<RankWhere>& where,
-                        const Round& round, const AttemptDir& dir);
+                        const Round& round, const AttemptDir& dir, bool hang_exit_code);
 
 }  // namespace ddprun

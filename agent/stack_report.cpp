@@ -169,6 +169,15 @@ bool mentions_collective(const std::string& text) {
   return false;
 }
 
+bool mentions_collective_timeout(const std::string& text) {
+  // Gloo's (torch 1.13 and 2.x): "[.../unbound_buffer.cc:81] Timed out waiting 8000ms for recv
+  // operation to complete"; NCCL's watchdog (2.x): "Watchdog caught collective operation
+  // timeout: WorkNCCL(...) ran for 600082 milliseconds before timing out".
+  static const std::regex timeout(
+      R"(Timed out waiting \d+ ?ms for (recv|send) operation|collective operation timeout)");
+  return std::regex_search(text, timeout);
+}
+
 ParsedStacks parse_gdb_output(const std::string& text, int pid) {
   static const std::regex py_frame(R"re(^\s*File "(.*)", line (\d+), in (.*)$)re");
   // "Thread 3 (...)", or "Thread 2.3 (...)" when one debugger held several processes.

@@ -51,6 +51,11 @@ std::vector<std::string> group_ranks(const std::vector<RankWhere>& ranks, int wo
 // a collective: a timeout or a lost peer reported by c10d, Gloo or NCCL.
 bool mentions_collective(const std::string& text);
 
+// Whether a failed rank's error is a collective's timeout (Gloo's "Timed out waiting ... for
+// recv operation", NCCL's watchdog): the rank only waited, and a peer may be the one out of
+// step. An ordinary error, or a lost peer, is not.
+bool mentions_collective_timeout(const std::string& text);
+
 // The ranks alive outside any collective while some other rank is inside one (a located rank,
 // or a failed one whose error came from a collective); none when no rank is inside one.
 std::vector<int> ranks_out_of_step(const std::vector<RankWhere>& ranks);

@@ -121,6 +121,14 @@ bool is_marker(const std::string& record) {
   return j.is_object() && j.value("abort", false);
 }
 
+// The worker count in node `g`'s record; -1 when it has none (or a marker).
+int recorded_nproc(store::Store& store, int g, Deadline deadline) {
+  const auto record = json::parse(store.try_get(info_key(g), deadline).value_or(""), nullptr, false);
+  return record.is_object() ? record.value("nproc", -1) : -1;
+}
+
+std::string started_key() { return attempt_prefix(0) + "/go"; }
+
 // Claims this node's rank (owner_key). A rank whose holder shows no sign of life for
 // kBeatsMissed beats, before the job's workers first started, is taken over; one whose holder
 // lives is claimed twice (a duplicate --node-rank), so the job cannot form: every node learns
@@ -128,6 +136,10 @@ bool is_marker(const std::string& record) {
 void claim_rank(store::Store& store, const StaticRendezvousOptions& o, const std::string& token,
                 Deadline deadline) {
   const int g = o.node_rank;
+  const auto started = Clock::now();
+  const auto cannot_rejoin = fmt::format(
+      "node rank {} cannot join again: the job's workers have started without it; a static job "
+      "takes no node back then: start the whole job again", g);
   auto owner = store.compare_set(owner_key(g), "", token, deadline);
   while (owner != token) {
     const auto window = o.claim_beat * kBeatsMissed;
@@ -136,19 +148,34 @@ void claim_rank(store::Store& store, const StaticRendezvousOptions& o, const std
       store.wait({kAbortKey}, Deadline::after(window).min(deadline));
       throw RendezvousError(store.get(kAbortKey, deadline));
     } catch (const TimeoutError&) {
-      if (deadline.expired()) throw;
+      if (deadline.expired()) {
+        throw TimeoutError(fmt::format("rendezvous timed out after {} waiting to take node rank "
+                                       "{} from {}; store at {}",
+                                       format_duration(Clock::now() - started), g, owner,
+                                       store.describe()));
+      }
     }
     const bool formed = store.check({kAllJoinedKey}, deadline);
-    const bool started = store.check({attempt_prefix(0) + "/go"}, deadline);
-    if (store.add(alive_key(g), 0, deadline) != before || started) {
+    if (store.check({started_key()}, deadline)) throw RendezvousError(cannot_rejoin);
+    if (store.add(alive_key(g), 0, deadline) != before) {
       const auto why = fmt::format(
-          "node rank {} is already taken by {}{}; every node needs its own --node-rank in 0..{}",
-          g, owner, started ? ", whose job has started" : ", which is alive", o.nnodes - 1);
+          "node rank {} is already taken by {}, which is alive; every node needs its own "
+          "--node-rank in 0..{}", g, owner, o.nnodes - 1);
       if (formed) throw RendezvousError(why);
       abort_for_all(store, o.nnodes, why, deadline);
     }
+    // The job formed with the lost agent's record: its ranks were counted from its workers.
+    if (const int nproc = recorded_nproc(store, g, deadline);
+        formed && nproc >= 0 && nproc != o.self.local_world_size) {
+      throw RendezvousError(fmt::format(
+          "node rank {} joined the job with {} worker(s) before its agent was lost; this node "
+          "has {}: start it with --nproc-per-node={}", g, nproc, o.self.local_world_size, nproc));
+    }
     const auto was = std::exchange(owner, store.compare_set(owner_key(g), owner, token, deadline));
     if (owner == token) {
+      // The workers may have started between the look above and the take-over: the lost
+      // holder, had it been alive after all, checks its claim once they have (start_barrier).
+      if (store.check({started_key()}, deadline)) throw RendezvousError(cannot_rejoin);
       spdlog::warn("rendezvous: node rank {} was held by {}, which showed no sign of life for {}: "
                    "this node takes its place", g, was, format_duration(window));
     }
@@ -157,9 +184,10 @@ void claim_rank(store::Store& store, const StaticRendezvousOptions& o, const std
 }
 
 // Publishes this node's record, in place of the record of an agent it took the rank over from;
-// never over an abort's marker (a node that ended the rendezvous has the last word). When the
-// job already formed with that record, its worker count must be this node's.
-void publish_record(store::Store& store, const StaticRendezvousOptions& o, Deadline deadline) {
+// never over an abort's marker (a node that ended the rendezvous has the last word), nor once
+// another node took this one's rank (a stall here looked like death).
+void publish_record(store::Store& store, const StaticRendezvousOptions& o,
+                    const std::string& token, Deadline deadline) {
   const auto info =
       json{{"host", o.self.host}, {"nproc", o.self.local_world_size}, {"pid", o.self.pid}}.dump();
   const auto key = info_key(o.node_rank);
@@ -169,13 +197,9 @@ void publish_record(store::Store& store, const StaticRendezvousOptions& o, Deadl
       throw RendezvousError(
           store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
     }
-    const auto before = json::parse(current, nullptr, false);
-    const int nproc = before.is_object() ? before.value("nproc", -1) : -1;
-    if (nproc != o.self.local_world_size && store.check({kAllJoinedKey}, deadline)) {
-      throw RendezvousError(fmt::format(
-          "node rank {} joined the job with {} worker(s) before its agent was lost; this node "
-          "has {}: start it with --nproc-per-node={}",
-          o.node_rank, nproc, o.self.local_world_size, nproc));
+    if (const auto owner = store.get(owner_key(o.node_rank), deadline); owner != token) {
+      throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node "
+                                        "showed no sign of life", o.node_rank, owner));
     }
     current = store.compare_set(key, current, info, deadline);
   }
@@ -208,7 +232,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
 
   const auto token = o.token.empty() ? make_claim_token(o.self) : o.token;
   claim_rank(store, o, token, deadline);
-  publish_record(store, o, deadline);
+  publish_record(store, o, token, deadline);
   count_joined(store, o.node_rank, o.nnodes, deadline);
   std::vector<std::string> keys;
   for (int g = 0; g < o.nnodes; ++g) keys.push_back(info_key(g));
@@ -219,6 +243,8 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   auto missing_ranks = [&] {
     std::vector<int> missing;
     for (int g = 0; g < o.nnodes; ++g) {
+      // A look at a thousand records is a thousand requests: alive meanwhile too.
+      if (g % 128 == 127) store.add(alive_key(o.node_rank), 1, deadline);
       if (!store.check({info_key(g)}, Deadline::after(std::chrono::seconds(5)))) {
         missing.push_back(g);
       }
@@ -247,6 +273,12 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
         continue;
       }
       const auto missing = missing_ranks();
+      // Every record is there, yet the count is short: a node was lost between counting
+      // itself and adding to the count, and the one that took its rank was not counted again.
+      if (missing.empty()) {
+        store.compare_set(kAllJoinedKey, "", "all", deadline);
+        continue;
+      }
       spdlog::info("rendezvous: {}/{} nodes joined, missing node ranks {}; {} (store at {})",
                    o.nnodes - static_cast<int>(missing.size()), o.nnodes, missing,
                    progress.elapsed_of(o.join_timeout), store.describe());
@@ -324,26 +356,41 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   store::PrefixStore round(prefix, store_);
   const auto op = [&] { return Deadline::after(options_.join_timeout); };
   const int nodes = joined_->ranks.group_world_size;
-  auto arrived = round.add("arrived", 1, op());
+  const int g = options_.node_rank;
+  // Each rank arrives once: a node that took over the rank of one that had arrived and was
+  // lost does not count twice.
+  const bool first = round.add(fmt::format("node/{}/arrived", g), 1, op()) == 1;
+  const auto arrived = round.add("arrived", first ? 1 : 0, op());
   if (arrived == nodes) round.set("go", "1", op());
   const auto deadline = op();
+  const auto started = Clock::now();
   ProgressClock progress(options_.progress_interval);
   while (true) {
     try {
       round.wait({"go"}, progress.slice(deadline).min(Deadline::after(options_.claim_beat)));
-      return;
-    } catch (const TimeoutError& e) {
+      break;
+    } catch (const TimeoutError&) {
       if (deadline.expired()) {
         throw TimeoutError(fmt::format(
-            "attempt {}: not every node came back to start workers: {}", attempt, e.what()));
+            "attempt {}: not every node came back to start workers within {}: {}/{} are back",
+            attempt, format_duration(Clock::now() - started), round.add("arrived", 0, op()),
+            nodes));
       }
     }
     // Alive while it waits for the others, so that no newcomer takes its rank.
-    store_.add(alive_key(options_.node_rank), 1, op());
+    store_.add(alive_key(g), 1, op());
     if (progress.due()) {
       spdlog::info("attempt {}: {}/{} nodes are back to start workers; {}", attempt,
                    round.add("arrived", 0, op()), nodes,
                    progress.elapsed_of(options_.join_timeout));
+    }
+  }
+  // Until the first workers start a stalled node may lose its rank to a newcomer: once they
+  // have, none can take it (claim_rank), and this is the last look.
+  if (attempt == 0) {
+    if (const auto owner = store_.get(owner_key(g), op()); owner != options_.token) {
+      throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node "
+                                        "showed no sign of life", g, owner));
     }
   }
 }

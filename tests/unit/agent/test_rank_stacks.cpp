@@ -59,7 +59,7 @@ TEST_CASE("a rank alive outside the collective the others failed in becomes the 
   where.push_back(failed);
 
   auto f = worker_failed(2, 1);
-  explain_root_cause(f, where, round, dir);
+  explain_root_cause(f, where, round, dir, true);
   CHECK(f.kind == Failure::Kind::kHang);
   CHECK(f.exit_code == kExitHang);
   CHECK(f.rank == 1);
@@ -73,6 +73,22 @@ TEST_CASE("a rank alive outside the collective the others failed in becomes the 
                            Catch::Contains("/logs/run/attempt_4"));
 }
 
+TEST_CASE("without --hang-timeout the rank out of step is named, and the job keeps the failed "
+          "worker's exit code", "[rank_stacks]") {
+  const auto round = three_ranks_on_two_nodes();
+  const AttemptDir dir("/logs/run", round.id);
+  std::vector<RankWhere> where{located(0, 0, "in all_reduce, train.py:41 step()", true),
+                               located(1, 0, "in time.sleep, train.py:37 load_batch()", false)};
+  auto f = worker_failed(2, 1);
+  f.signal = 6;
+  f.exit_code = 134;
+  explain_root_cause(f, where, round, dir, false);
+  CHECK(f.rank == 1);
+  CHECK(f.exit_code == 134);
+  CHECK(f.signal == 6);
+  CHECK_THAT(f.message, Catch::StartsWith("rank 1 alive outside any collective (in time.sleep"));
+}
+
 TEST_CASE("a hang names the ranks out of step, a timer's rank stays the cause", "[rank_stacks]") {
   const auto round = three_ranks_on_two_nodes();
   const AttemptDir dir("/logs/run", round.id);
@@ -83,7 +99,7 @@ TEST_CASE("a hang names the ranks out of step, a timer's rank stays the cause", 
   hang.kind = Failure::Kind::kHang;
   hang.rank = -1;
   hang.message = "no progress from any of 3 ranks for 3s (--hang-timeout)";
-  explain_root_cause(hang, where, round, dir);
+  explain_root_cause(hang, where, round, dir, true);
   CHECK(hang.message == "no progress from any of 3 ranks for 3s (--hang-timeout); out of step: "
                         "rank 1");
   CHECK(hang.rank == 1);
@@ -93,7 +109,7 @@ TEST_CASE("a hang names the ranks out of step, a timer's rank stays the cause", 
   timer.rank = 2;
   timer.message = "rank 2: timer 'step' expired 0.5s ago (FileTimer)";
   const auto before = timer.message;
-  explain_root_cause(timer, where, round, dir);
+  explain_root_cause(timer, where, round, dir, true);
   CHECK(timer.message == before);
   CHECK(timer.rank == 2);
   CHECK_FALSE(timer.where.empty());  // the grouping is added all the same
@@ -108,6 +124,6 @@ TEST_CASE("without any rank's stack the root cause is left as it is", "[rank_sta
   failed.note = "exited with code 1";
   auto f = worker_failed(2, 1);
   const auto before = f.to_json();
-  explain_root_cause(f, {failed}, round, dir);
+  explain_root_cause(f, {failed}, round, dir, true);
   CHECK(f.to_json() == before);
 }

@@ -116,6 +116,19 @@ TEST_CASE("stacks: a failed rank's error tells whether it came from a collective
   CHECK_FALSE(mentions_collective("ValueError: bad batch\n  File \"train.py\", line 3, in f"));
 }
 
+TEST_CASE("stacks: a collective's timeout is told from a lost peer and an ordinary error",
+          "[agent][stacks]") {
+  CHECK(mentions_collective_timeout("RuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] "
+                                    "Timed out waiting 8000ms for recv operation to complete"));
+  CHECK(mentions_collective_timeout(
+      "torch.distributed.DistBackendError: [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600082 "
+      "milliseconds before timing out."));
+  CHECK_FALSE(mentions_collective_timeout(
+      "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer"));
+  CHECK_FALSE(mentions_collective_timeout("ValueError: bad batch"));
+}
+
 TEST_CASE("stacks: rank lists as ranges", "[agent][stacks]") {
   CHECK(format_rank_list({5, 0, 2, 6, 7, 9, 8}) == "0, 2, 5-9");
   CHECK(format_rank_list({1, 2}) == "1, 2");

@@ -109,6 +109,23 @@ TEST_CASE("static rendezvous: a rank whose holder shows no sign of life is taken
     CHECK(zero.get().ranks.world_size == 2);
     CHECK(store->get("static/node/1/owner", d) == "again");
   }
+  SECTION("after the job formed, only a node like the lost one, and only before workers start") {
+    auto store = shared.connect();
+    const auto d = Deadline::after(kHang);
+    store->set("static/node/1/owner", "host1 pid 1 (dead)", d);
+    store->set("static/node/1/info", R"({"host":"host1","nproc":2,"pid":1})", d);
+    store->set("static/all_joined", "all", d);
+    auto other = join(fast(2, 1, "other"));  // one worker where the lost agent had two
+    REQUIRE(other.wait_for(kHang) == std::future_status::ready);
+    CHECK_THROWS_WITH(other.get(), Catch::Contains("start it with --nproc-per-node=2"));
+    CHECK(store->get("static/node/1/owner", d) == "host1 pid 1 (dead)");  // not taken
+    store->set("attempt/0/go", "1", d);
+    auto o = fast(2, 1, "late");
+    o.self.local_world_size = 2;
+    auto late = join(o);
+    REQUIRE(late.wait_for(kHang) == std::future_status::ready);
+    CHECK_THROWS_WITH(late.get(), Catch::Contains("the job's workers have started without it"));
+  }
   SECTION("a second node with a rank whose holder waits") {
     auto zero = join(fast(3, 0, "zero"));
     auto one = join(fast(3, 1, "one"));

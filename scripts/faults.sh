@@ -616,6 +616,19 @@ EOF
 }
 expect_staging_cache_swap="exit 0; the planted program never runs"
 
+fault_out_of_step() {
+  # Three Gloo ranks (Debian's torch 1.13), rank 1 sleeping outside the all_reduce, the process
+  # group's timeout 8 s, no --hang-timeout: the rank named is 1, not the first to time out.
+  /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || { note="no torch"; return; }
+  HANG_MODE=sleep PG_TIMEOUT=8 PYTHON_EXEC=/usr/bin/python3 start a --nproc-per-node=3 \
+    --master-port="$(free_port)" --log-dir="$dir/logs" tests/python/hang.py
+  wait_pid "$agent" 120
+  [[ $status == 1 ]] && grep -q "job failed (exit code 1): rank 1 alive outside any collective" \
+    "$dir/a.out" && met=1
+  note="torch 1.13, Gloo; the worker's exit code kept"
+}
+expect_out_of_step="exit 1, rank 1 named as out of step"
+
 fault_nnodes_mismatch() {
   local port; port=$(free_port)
   start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
@@ -770,7 +783,7 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm worker
         wrong_secret
         missing_secret lines_under_crash
         log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
-        node_restarted duplicate_node_rank
+        node_restarted duplicate_node_rank out_of_step
         hosts_odd_bytes hang_without_gdb staging_cache_swap
         process_limit oom_kill worker_limits)
 if ((smoke)); then

@@ -154,6 +154,33 @@ TEST_CASE("hang: a rank alive outside the collective that timed out on the other
   CHECK_THAT(out, Contains("rank 1 (1 of 3):"));
 }
 
+TEST_CASE("hang: without --hang-timeout, a collective's timeout names the rank out of step and "
+          "keeps the worker's exit code", "[hang][torch]") {
+  REQUIRE_TORCH_AND_GDB();
+  TempDir dir;
+  DdprunProcess p(job({"--nproc-per-node=3"}, dir.file("logs")),
+                  env({{"HANG_MODE", "sleep"}, {"PG_TIMEOUT", "8"}}));
+  REQUIRE(p.wait(kBound) == 1);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("job failed (exit code 1): rank 1 alive outside any collective (in "
+                           "time.sleep, hang.py:38 load_batch())"));
+  CHECK_THAT(out, Contains("rank 1 (1 of 3):     in time.sleep, hang.py:38 load_batch()   <- "
+                           "not in the collective"));
+  CHECK(stack_files(dir.file("logs")).size() == 1);  // the one rank still alive
+}
+
+TEST_CASE("hang: an ordinary crash takes no stacks without --hang-timeout", "[hang]") {
+  TempDir dir;
+  // Rank 0 still alive when rank 1 fails with an error that is no collective's timeout.
+  DdprunProcess p({"--nproc-per-node=2", "--log-dir=" + dir.file("logs"), "--master-port=0",
+                   "--no-python", "sh", "-c",
+                   "if [ \"$RANK\" = 1 ]; then echo 'ValueError: bad batch' >&2; exit 3; fi; "
+                   "exec sleep 600"});
+  REQUIRE(p.wait(kBound) == 3);
+  CHECK_THAT(p.output(), !Contains("took the stacks"));
+  CHECK(stack_files(dir.file("logs")).empty());
+}
+
 TEST_CASE("hang: a rank SIGKILLed while the others wait stays the root cause", "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;

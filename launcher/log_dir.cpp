@@ -136,8 +136,27 @@ LogDir::LogDir(const LaunchConfig& config) {
 
 LogDir::~LogDir() { remove_temp(); }
 
+namespace {
+
+// Whether a run's directory holds ranks' stacks (<run>/attempt_<n>/<local rank>/stacks.txt),
+// which the root cause names: taken after a collective's timeout even without --hang-timeout.
+bool holds_stacks(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it.depth() > 3) it.disable_recursion_pending();
+    if (it->path().filename() == "stacks.txt") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void LogDir::remove_temp() {
   if (temp_.empty()) return;
+  if (holds_stacks(temp_)) {
+    spdlog::info("kept {}: it holds the stacks the root cause names", temp_.string());
+    return;
+  }
   // The run's, the attempts' and the workers' directories and their error files; anything
   // deeper (a worker's own files) goes through remove_all.
   if (remove_tree(AT_FDCWD, temp_.c_str(), 6)) return;

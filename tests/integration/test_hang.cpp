@@ -157,16 +157,19 @@ TEST_CASE("hang: a rank alive outside the collective that timed out on the other
 TEST_CASE("hang: without --hang-timeout, a collective's timeout names the rank out of step and "
           "keeps the worker's exit code", "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
+  // No --log-dir: the run's scratch directory, kept since it holds the stacks.
   TempDir dir;
-  DdprunProcess p(job({"--nproc-per-node=3"}, dir.file("logs")),
-                  env({{"HANG_MODE", "sleep"}, {"PG_TIMEOUT", "8"}}));
+  DdprunProcess p({"--nproc-per-node=3", "--master-port=" + std::to_string(free_port()),
+                   TORCH_HANG_SCRIPT},
+                  env({{"HANG_MODE", "sleep"}, {"PG_TIMEOUT", "8"}, {"TMPDIR", dir.path()}}));
   REQUIRE(p.wait(kBound) == 1);
   const auto out = p.output();
   CHECK_THAT(out, Contains("job failed (exit code 1): rank 1 alive outside any collective (in "
                            "time.sleep, hang.py:38 load_batch())"));
   CHECK_THAT(out, Contains("rank 1 (1 of 3):     in time.sleep, hang.py:38 load_batch()   <- "
                            "not in the collective"));
-  CHECK(stack_files(dir.file("logs")).size() == 1);  // the one rank still alive
+  CHECK_THAT(out, Contains("it holds the stacks the root cause names"));
+  CHECK(stack_files(dir.path()).size() == 1);  // the one rank still alive
 }
 
 TEST_CASE("hang: an ordinary crash takes no stacks without --hang-timeout", "[hang]") {

@@ -133,6 +133,7 @@ struct LaunchConfig {
   // The program.
   std::vector<std::string> argv;  // final worker command line (interpreter already prepended)
   std::string program;            // as given by the user, for messages
+  std::vector<std::string> program_args;  // the program's own arguments, as given
   bool module = false;
   bool no_python = false;
   bool run_path = false;

@@ -191,6 +191,7 @@ void build_program(const OptionReader& options, const std::vector<std::string>& 
     throw ConfigError("missing the program to run (usage: ddprun [OPTIONS] PROGRAM [ARGS...])");
   }
   config.program = program_and_args.front();
+  config.program_args.assign(program_and_args.begin() + 1, program_and_args.end());
   // Like torchrun, --run-path always runs the script with Python, whatever else was asked.
   if (config.run_path && (config.no_python || config.module)) {
     out.notes.push_back(fmt::format("{}: running {} as a Python script", options.label("run-path"),

@@ -1,6 +1,10 @@
 #include "rendezvous/job_settings.hpp"
 
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,8 +12,36 @@
 
 #include "common/deadline.hpp"
 #include "common/error.hpp"
+#include "common/strings.hpp"
 
 namespace ddprun {
+
+namespace {
+
+// A Python script's bytes, as its size and a 64-bit digest: copies of one script at different
+// paths agree, two scripts of one name in different directories do not. std::hash is the same
+// function in every node's ddprun of one version (libstdc++ is linked in), and needs no
+// libcrypto, which a job without a secret never loads. A native program is not read: it may be
+// built on each node; nor is a module (-m), which is no one file.
+std::string script_digest(const LaunchConfig& c) {
+  if (c.no_python || c.module) return "-";
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(c.program, ec);
+  std::ifstream in(c.program, std::ios::binary);
+  if (ec || !in) return "unreadable here";
+  if (size > (64 << 20)) return fmt::format("{} bytes", size);
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
+  return fmt::format("{} bytes, digest {:016x}", bytes.size(),
+                     std::hash<std::string_view>{}(bytes));
+}
+
+std::string quoted(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& a : args) out.push_back(shell_quote(a));
+  return args.empty() ? "(none)" : fmt::format("{}", fmt::join(out, " "));
+}
+
+}  // namespace
 
 JobSettings agreed_settings(const LaunchConfig& c) {
   return {
@@ -17,8 +49,11 @@ JobSettings agreed_settings(const LaunchConfig& c) {
       {"--hang-timeout", format_duration(c.hang_timeout)},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
-      // By its file name: ./train.py and /home/me/train.py are one program to the user.
+      // By its file name: ./train.py and /home/me/train.py are one program to the user; its
+      // content and its arguments tell two jobs that share an endpoint and id by mistake.
       {"the program", std::filesystem::path(c.program).filename().string()},
+      {"the script", script_digest(c)},
+      {"the program's arguments", quoted(c.program_args)},
   };
 }
 

@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,67 @@ TEST_CASE("hard to break: an elastic node with other settings is refused, the jo
   CHECK(node_a.wait(60s) == 0);
   CHECK(file_exists(dir.file("ran_0")));
   CHECK_FALSE(file_exists(dir.file("ran_1")));
+}
+
+TEST_CASE("hard to break: a second job on one endpoint and run id, with other arguments or "
+          "another script of the same name, is refused and the first goes on",
+          "[launcher][robust]") {
+  TempDir dir;
+  Gate gate;
+  const auto endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port());
+  // Python scripts named train.py in two directories; the worker waits at the gate.
+  const auto script = [&](const std::string& where, const std::string& extra) {
+    std::filesystem::create_directories(dir.file(where));
+    const auto path = dir.file(where + "/train.py");
+    std::ofstream(path) << "import fcntl, os, sys\n" << extra
+                        << "fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_SH)\n";
+    return path;
+  };
+  const auto first_script = script("a", "");
+  const auto agent = [&](const std::string& path, const std::string& arg) {
+    return std::vector<std::string>{"--rdzv-backend=c10d", endpoint, "--nnodes=1:2",
+                                    "--rdzv-id=shared", "--rdzv-conf=last_call_timeout=1", path,
+                                    gate.path(), arg};
+  };
+  const std::map<std::string, std::string> env{{"PYTHON_EXEC", "/usr/bin/python3"}};
+  DdprunProcess first(agent(first_script, "--epochs=3"), env);
+  REQUIRE(first.wait_for_output("joined round", 30s));
+  std::string expected;
+  std::vector<std::string> second_args;
+  SECTION("the same program, other arguments") {
+    second_args = agent(first_script, "--epochs=5");
+    expected = "the program's arguments";
+  }
+  SECTION("another train.py, in another directory") {
+    second_args = agent(script("b", "print('job b')\n"), "--epochs=3");
+    expected = "the script ";
+  }
+  DdprunProcess second(second_args, env);
+  CHECK(second.wait(60s) == 124);
+  INFO(second.output());
+  CHECK_THAT(second.output(), Catch::Contains("cannot join") && Catch::Contains(expected));
+  gate.open();
+  CHECK(first.wait(60s) == 0);
+  CHECK_THAT(first.output(), Catch::Contains("restarts 0 of 0, membership changes 0"));
+}
+
+TEST_CASE("hard to break: one script at different paths on two nodes is one program",
+          "[launcher][robust]") {
+  TempDir dir;
+  const auto endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<DdprunProcess>> nodes;
+  for (const char* where : {"here", "there/deeper"}) {
+    std::filesystem::create_directories(dir.file(where));
+    std::ofstream(dir.file(std::string(where) + "/train.py")) << "print('ran')\n";
+    nodes.push_back(std::make_unique<DdprunProcess>(
+        std::vector<std::string>{"--rdzv-backend=c10d", endpoint, "--nnodes=2",
+                                 dir.file(std::string(where) + "/train.py")},
+        std::map<std::string, std::string>{{"PYTHON_EXEC", "/usr/bin/python3"}}));
+  }
+  for (auto& node : nodes) {
+    CHECK(node->wait(60s) == 0);
+    CHECK_THAT(node->output(), Catch::Contains("]:ran"));
+  }
 }
 
 TEST_CASE("hard to break: a progress bar drawn with carriage returns is shown live, prefixed, "

@@ -629,6 +629,26 @@ fault_out_of_step() {
 }
 expect_out_of_step="exit 1, rank 1 named as out of step"
 
+fault_two_jobs_one_id() {
+  # Two elastic jobs given one endpoint and run id by mistake, their programs' arguments differ.
+  local ep; ep=127.0.0.1:$(free_port)
+  local flags=(--rdzv-backend=c10d --rdzv-endpoint="$ep" --nnodes=1:2 --rdzv-id=shared
+               --rdzv-conf=last_call_timeout=1)
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a "${flags[@]}" $(fake) --job=a
+  local a=$agent
+  wait_file "$dir/started_0_0"
+  local t0; t0=$(now_ms)
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start b "${flags[@]}" $(fake) --job=b
+  wait_pid "$agent" 60; local sb=$status
+  detect=$(( $(now_ms) - t0 ))
+  touch "$dir/go"
+  wait_pid "$a" 60
+  [[ $status == 0 && $sb == 124 ]] && grep -q "cannot join" "$dir/b.out" &&
+    grep -q "membership changes 0" "$dir/a.out" && met=1
+  note="the same program, --job=a and --job=b; detect: the second job's start to its exit"
+}
+expect_two_jobs_one_id="the second job refused (124), naming the arguments; the first goes on (0)"
+
 fault_nnodes_mismatch() {
   local port; port=$(free_port)
   start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
@@ -783,7 +803,7 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm worker
         wrong_secret
         missing_secret lines_under_crash
         log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
-        node_restarted duplicate_node_rank out_of_step
+        node_restarted duplicate_node_rank out_of_step two_jobs_one_id
         hosts_odd_bytes hang_without_gdb staging_cache_swap
         process_limit oom_kill worker_limits)
 if ((smoke)); then

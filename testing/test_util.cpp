@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -141,17 +142,40 @@ bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::millisec
       timeout);
 }
 
-std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Binds `port` on 127.0.0.1 (0: the kernel's pick) and returns the port bound, 0 if none.
+std::uint16_t bind_loopback(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  addr.sin_port = htons(port);
   socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
+
+}  // namespace
+
+std::uint16_t free_port() {
+  // Below the kernel's ephemeral range: a port it never hands out by itself (to a connection's
+  // local end, or to a store that binds port 0, as the workers' store does), so that between
+  // this look and the test's own bind only another test's free_port() could take it, one in
+  // thousands. The kernel's pick when that range is too small to draw from.
+  int low = 32768, high = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
+  constexpr int kFirst = 10000;
+  if (low - kFirst >= 1000) {
+    thread_local std::mt19937 draw{std::random_device{}()};
+    std::uniform_int_distribution<int> pick(kFirst, low - 1);
+    for (int i = 0; i < 100; ++i) {
+      if (const auto port = bind_loopback(static_cast<std::uint16_t>(pick(draw)))) return port;
+    }
+  }
+  return bind_loopback(0);
 }
 
 int connect_loopback(std::uint16_t port, std::chrono::seconds receive_timeout) {

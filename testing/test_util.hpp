@@ -48,7 +48,8 @@ bool wait_until_dead(const std::vector<std::string>& pids, std::chrono::millisec
 // never accepted from unless the caller does: connections complete and then hear nothing.
 // The caller closes it.
 int listen_on_loopback(std::uint16_t* port);
-// A TCP port that was free on 127.0.0.1 a moment ago.
+// A TCP port that was free on 127.0.0.1 a moment ago, drawn at random below the kernel's
+// ephemeral range, where nothing but another test's draw takes ports.
 std::uint16_t free_port();
 // A TCP connection to 127.0.0.1:port whose reads give up after `receive_timeout`; -1 when it
 // cannot be made.

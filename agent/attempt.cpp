@@ -280,7 +280,9 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
 Failure Attempt::record_worker_failure(const WorkerExit& exit) {
   auto f = worker_failure(exit, dir_.error_file(exit.local_rank), ctx_.host,
                           round_.ranks.group_rank, round_.restart_count);
-  channel_.record_failure(f);
+  // Once this agent was signalled the signal is the job's end, not any worker's failure: the
+  // round's list in the store, which may be going away with the other agents, is left alone.
+  if (signal_ == 0) channel_.record_failure(f);
   workers_.record_failure(exit.local_rank, f);
   return f;
 }

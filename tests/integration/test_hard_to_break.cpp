@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -182,6 +183,34 @@ TEST_CASE("hard to break: a second job on one endpoint and run id, with other ar
   gate.open();
   CHECK(first.wait(60s) == 0);
   CHECK_THAT(first.output(), Catch::Contains("restarts 0 of 0, membership changes 0"));
+}
+
+TEST_CASE("hard to break: a signalled agent whose store host is gone does not try to record "
+          "its workers' failures there", "[launcher][robust]") {
+  // Node 1 is stopped by SIGTERM; its worker, as torch's would, writes an error file as it
+  // ends, but only once node 0 (the store's host) is gone: the signal is the job's end.
+  TempDir dir;
+  const auto port = "--master-port=" + std::to_string(free_port());
+  Gate node0_gone;
+  const std::string worker =
+      "trap 'flock -s " + node0_gone.path() + " true; echo stopped > "
+      "\"$TORCHELASTIC_ERROR_FILE\"; kill $!; exit 1' TERM; touch " + dir.path() +
+      "/started_$RANK; sleep 600 & wait";
+  std::vector<std::unique_ptr<DdprunProcess>> nodes;
+  for (const char* rank : {"0", "1"}) {
+    nodes.push_back(std::make_unique<DdprunProcess>(std::vector<std::string>{
+        "--nnodes=2", std::string("--node-rank=") + rank, port, "--no-python", "sh", "-c",
+        worker}));
+  }
+  REQUIRE(wait_until([&] { return file_exists(dir.file("started_0")) &&
+                                  file_exists(dir.file("started_1")); }, 60s));
+  ::kill(nodes[1]->pid(), SIGTERM);
+  REQUIRE(nodes[1]->wait_for_output("stopping workers"));
+  ::kill(nodes[0]->pid(), SIGKILL);
+  nodes[0]->wait(60s);
+  node0_gone.open();
+  CHECK(nodes[1]->wait(60s) == 143);
+  CHECK_THAT(nodes[1]->output(), !Catch::Contains("could not record the failure"));
 }
 
 TEST_CASE("hard to break: one script at different paths on two nodes is one program",

@@ -649,6 +649,29 @@ fault_two_jobs_one_id() {
 }
 expect_two_jobs_one_id="the second job refused (124), naming the arguments; the first goes on (0)"
 
+fault_signal_store_gone() {
+  # Node 1 stopped by SIGTERM; its worker writes an error file as it ends (as torch's does), but
+  # only once node 0, the store's host, was killed: nothing to record there, no warning.
+  local port; port=$(free_port)
+  local gate=$dir/gate; exec {held}>"$gate"; flock "$held"
+  local worker="trap 'flock -s $gate true; echo stopped > \"\$TORCHELASTIC_ERROR_FILE\"; kill \$!; exit 1' TERM; touch $dir/started_\$RANK; sleep 600 & wait"
+  start a --nnodes=2 --node-rank=0 --master-port="$port" --no-python sh -c "$worker"
+  local a=$agent
+  start b --nnodes=2 --node-rank=1 --master-port="$port" --no-python sh -c "$worker"
+  local b=$agent
+  wait_file "$dir/started_0"; wait_file "$dir/started_1"
+  local t0; t0=$(now_ms)
+  kill -TERM "$b"
+  wait_text "$dir/b.out" "stopping workers"
+  kill -KILL "$a"; wait_pid "$a" 30
+  flock -u "$held"; exec {held}>&-
+  wait_pid "$b" 60
+  detect=$(( $(now_ms) - t0 ))
+  [[ $status == 143 ]] && ! grep -q "could not record the failure" "$dir/b.out" && met=1
+  note="detect: SIGTERM to node 1's exit"
+}
+expect_signal_store_gone="exit 143, no warning about recording the failure"
+
 fault_nnodes_mismatch() {
   local port; port=$(free_port)
   start a --nnodes=2 --node-rank=0 --master-port="$port" $(fake)
@@ -803,7 +826,7 @@ faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm worker
         wrong_secret
         missing_secret lines_under_crash
         log_dir_other_user settings_mismatch local_timeouts_differ nnodes_mismatch progress_bar
-        node_restarted duplicate_node_rank out_of_step two_jobs_one_id
+        node_restarted duplicate_node_rank out_of_step two_jobs_one_id signal_store_gone
         hosts_odd_bytes hang_without_gdb staging_cache_swap
         process_limit oom_kill worker_limits)
 if ((smoke)); then

@@ -34,6 +34,14 @@ std::vector<std::string> fake(std::vector<std::string> flags) {
   return flags;
 }
 
+// The fake worker's command line for one node of a 3-node static job at `port`, given its
+// --node-rank flag.
+auto three_nodes(const std::string& port) {
+  return [port](const char* rank) {
+    return fake({"--nnodes=3", port, "--rdzv-conf=join_timeout=60", rank});
+  };
+}
+
 }  // namespace
 
 TEST_CASE("ddprun: 1 node x 4 workers get torchrun's environment", "[launcher]") {
@@ -360,13 +368,7 @@ TEST_CASE("ddprun: a static job uses a ddprun-store of its own host when node 0 
 }
 
 TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]") {
-  auto port = port_arg(free_port());
-  std::vector<std::string> common{"--nnodes=3", port, "--rdzv-conf=join_timeout=60"};
-  auto with = [&](const char* rank) {
-    auto f = common;
-    f.push_back(rank);
-    return fake(f);
-  };
+  const auto with = three_nodes(port_arg(free_port()));
   DdprunProcess node0(with("--node-rank=0"), {{"FAKE_MODE", "hang"}});
   DdprunProcess first(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
   // The second one starts once the first holds node rank 1 (it says so when it has joined).
@@ -384,13 +386,7 @@ TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]")
 
 TEST_CASE("ddprun: a node killed while it waits for the others and started again takes its "
           "rank back, and the job forms", "[launcher]") {
-  auto port = port_arg(free_port());
-  std::vector<std::string> common{"--nnodes=3", port, "--rdzv-conf=join_timeout=60"};
-  auto with = [&](const char* rank) {
-    auto f = common;
-    f.push_back(rank);
-    return fake(f);
-  };
+  const auto with = three_nodes(port_arg(free_port()));
   DdprunProcess node0(with("--node-rank=0"));
   auto killed = std::make_unique<DdprunProcess>(with("--node-rank=1"));
   REQUIRE(killed->wait_for_output("node 1 of 3 joined"));

@@ -280,9 +280,7 @@ std::optional<AttemptOutcome> Attempt::handle(const AgentEvent& event) {
 Failure Attempt::record_worker_failure(const WorkerExit& exit) {
   auto f = worker_failure(exit, dir_.error_file(exit.local_rank), ctx_.host,
                           round_.ranks.group_rank, round_.restart_count);
-  // Once this agent was signalled the signal is the job's end, not any worker's failure: the
-  // round's list in the store, which may be going away with the other agents, is left alone.
-  if (signal_ == 0) channel_.record_failure(f);
+  channel_.record_failure(f);
   workers_.record_failure(exit.local_rank, f);
   return f;
 }
@@ -408,6 +406,10 @@ void Attempt::collect_late_failures(int stop_signal) {
     // error file): it may have been busy exiting when the stop came.
     const bool stopped_by_us = exit.signal == stop_signal || exit.signal == SIGKILL;
     if (stopped_by_us && !fs::exists(dir_.error_file(exit.local_rank))) continue;
+    // When this agent was signalled, the signal is the job's end, not a failure that ended as
+    // its workers were stopped: the round's list in the store, which may be going away with
+    // the other agents, is left alone.
+    if (signal_ != 0) continue;
     record_worker_failure(exit);
   }
 }

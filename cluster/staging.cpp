@@ -32,7 +32,9 @@ constexpr std::string_view kScript[] = {
     "p=$1 v=$2 s=$3;",
     "if command -v \"$p\" >/dev/null 2>&1 && [ \"$(\"$p\" --version </dev/null 2>/dev/null)\" = \"ddprun $v\" ];",
     "then exec \"$p\" --ddprun-session; fi;",
-    "u=$(id -u); t=/tmp/ddprun-$u; o=;",
+    // Directories and copies this script makes are the user's alone, whatever umask the
+    // login gives (002 with user private groups would make them fail the rule).
+    "umask 077; u=$(id -u); t=/tmp/ddprun-$u; o=;",
     // In a user namespace, files of users it does not map (the host's root among them) show as
     // the overflow uid, which is no user of the namespace.
     "{ read -r x y z </proc/self/uid_map; [ \"$x $y $z\" = \"0 0 4294967295\" ] ||",

@@ -153,7 +153,7 @@ bool holds_stacks(const fs::path& dir) {
 
 void LogDir::remove_temp() {
   if (temp_.empty()) return;
-  if (holds_stacks(temp_)) {
+  if (job_failed_ && holds_stacks(temp_)) {
     spdlog::info("kept {}: it holds the stacks the root cause names", temp_.string());
     return;
   }

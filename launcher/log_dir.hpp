@@ -40,12 +40,16 @@ class LogDir {
   const std::string& path() const { return path_; }
   // The scratch directory this run made and removes at its end; empty when it keeps its logs.
   std::string scratch() const { return temp_.string(); }
+  // The job failed: a scratch directory that holds ranks' stacks, which its root cause names,
+  // is kept.
+  void job_failed() { job_failed_ = true; }
 
  private:
   void remove_temp();
 
   std::string path_;
   std::filesystem::path temp_;  // ours to remove; empty: the directory stays
+  bool job_failed_ = false;
 };
 
 }  // namespace ddprun

@@ -191,6 +191,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     signals.detach();
   }
   const int code = exit_code_of(result);
+  if (code != 0) log_dir.job_failed();
   board.finish(result.end == RunResult::End::kSucceeded ? "succeeded"
                : result.end == RunResult::End::kStopped ? "stopped"
                                                         : "failed",

@@ -71,10 +71,14 @@ int JobView::exit_code() const {
 }
 std::string JobView::state() const {
   if (ended()) {
+    // A gone node wrote no end: the ended ones say how the job ended.
+    const NodeStatus* first = nullptr;
     for (const auto& n : nodes) {
+      if (!n.has_ended()) continue;
       if (n.exit_code != 0) return n.state;
+      if (first == nullptr) first = &n;
     }
-    return nodes.front().state;
+    return first->state;
   }
   // The state that explains the most: a stop or restart anywhere is the job's.
   for (const char* s : {"stopping", "restarting", "rendezvous", "starting"}) {
@@ -86,6 +90,14 @@ std::string JobView::state() const {
 }
 
 namespace {
+
+// A worker state as the metrics count it.
+std::string worker_bucket(const std::string& state) {
+  if (state == "running" || state == "succeeded" || state == "stopped") return state;
+  // Stopped by a signal (SIGSTOP): alive, and the job counts it among its running workers.
+  if (state.rfind("stopped by ", 0) == 0) return "running";
+  return "failed";
+}
 
 void mark_gone(JobView& job, double now) {
   const int round = job.round();
@@ -189,6 +201,7 @@ std::string render_jobs(const std::vector<JobView>& jobs, int width, double now)
                      format_age(now - job.started())));
     if (job.ended()) {
       for (const auto& n : job.nodes) {
+        if (!n.has_ended()) continue;  // gone: it wrote no end
         line(fmt::format("  node {} ({}): {} (exit code {})", n.node, n.host, n.ended,
                          n.exit_code));
       }
@@ -196,8 +209,9 @@ std::string render_jobs(const std::vector<JobView>& jobs, int width, double now)
     line(fmt::format("{:<5} {:<20} {:<11} {:>7} {:>9}  {}", "NODE", "HOST", "STATE", "WORKERS",
                      "UPTIME", "STATUS AGE"));
     for (const auto& n : job.nodes) {
-      const auto running = std::count_if(n.ranks.begin(), n.ranks.end(),
-                                         [](const auto& r) { return r.state == "running"; });
+      const auto running = std::count_if(n.ranks.begin(), n.ranks.end(), [](const auto& r) {
+        return worker_bucket(r.state) == "running";
+      });
       line(fmt::format("{:<5} {:<20} {:<11} {:>7} {:>9}  {}",
                        n.node < 0 ? std::string("-") : std::to_string(n.node), fit(n.host, 20),
                        n.state, fmt::format("{}/{}", running, n.ranks.size()),
@@ -262,13 +276,6 @@ std::string node_labels(const NodeStatus& n) {
   return fmt::format("node=\"{}\",host=\"{}\"", n.node, label_value(n.host));
 }
 
-std::string worker_bucket(const std::string& state) {
-  if (state == "running" || state == "succeeded" || state == "stopped") return state;
-  // Stopped by a signal (SIGSTOP): alive, and the job counts it among its running workers.
-  if (state.rfind("stopped by ", 0) == 0) return "running";
-  return "failed";
-}
-
 }  // namespace
 
 std::string metrics_text(const std::vector<NodeStatus>& nodes,
@@ -330,7 +337,7 @@ std::string metrics_text(const std::vector<NodeStatus>& nodes,
            "Seconds since the rank last wrote a line (absent before its first).");
   for (const auto& n : nodes) {
     for (const auto& r : n.ranks) {
-      if (r.state == "running" && r.last_output_age >= 0) {
+      if (worker_bucket(r.state) == "running" && r.last_output_age >= 0) {
         e.sample("ddprun_rank_last_output_age_seconds", rank_labels(n, r),
                  aged(r.last_output_age, n, now));
       }

@@ -44,17 +44,21 @@ std::string quoted(const std::vector<std::string>& args) {
 }  // namespace
 
 JobSettings agreed_settings(const LaunchConfig& c) {
-  return {
+  JobSettings settings{
       {"--max-restarts", std::to_string(c.max_restarts)},
       {"--hang-timeout", format_duration(c.hang_timeout)},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
       // By its file name: ./train.py and /home/me/train.py are one program to the user; its
-      // content and its arguments tell two jobs that share an endpoint and id by mistake.
+      // content tells two jobs that share an endpoint and id by mistake.
       {"the program", std::filesystem::path(c.program).filename().string()},
       {"the script", script_digest(c)},
-      {"the program's arguments", quoted(c.program_args)},
   };
+  // An elastic job's nodes are interchangeable, so their command lines are one; a static
+  // node may be told its own part (--node_rank=$SLURM_NODEID), and two static jobs cannot
+  // share a master port anyway.
+  if (!c.is_static()) settings.emplace_back("the program's arguments", quoted(c.program_args));
+  return settings;
 }
 
 std::string encode_settings(const JobSettings& settings) {

@@ -5,9 +5,10 @@
 // ranks' silence), the keep-alive interval and attempts (a node judges its ring neighbour's
 // heartbeats by its own deadline, so a neighbour beating slower than that would be taken for
 // dead), and the program: its file name (not its directory: nodes may keep it at different
-// paths), a Python script's content, and its arguments, so that two jobs given one endpoint
-// and id by mistake are told apart. The rendezvous compares them and names the difference. The
-// join and last-call timeouts are each agent's own wait, as under torchrun: they may differ.
+// paths), a Python script's content, and in an elastic job its arguments, so that two jobs
+// given one endpoint and id by mistake are told apart. The rendezvous compares them and names
+// the difference. The join and last-call timeouts are each agent's own wait, as under
+// torchrun: they may differ.
 
 #include <string>
 #include <utility>

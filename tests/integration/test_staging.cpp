@@ -61,7 +61,8 @@ std::string cache_of(const TempDir& homes, const std::string& host) {
 
 // An ssh stand-in that runs each session in a mount namespace of its own with a private
 // directory /tmp/ddprun-<uid> of its own, PRIVATE_SIZE large (the machine's is not touched; the
-// rest of /tmp, where the build may be, stays visible), and with SMALL_HOME set a 1 MiB home.
+// rest of /tmp, where the build may be, stays visible), with SMALL_HOME set a 1 MiB home, and
+// with LOGIN_UMASK set that umask, as a login may give.
 // Empty when mount namespaces cannot be made here.
 std::string private_tmp_ssh(const TempDir& dir) {
   {
@@ -72,6 +73,7 @@ std::string private_tmp_ssh(const TempDir& dir) {
   {
     std::ofstream f(ssh);
     f << "#!/bin/sh\n"
+         "[ -z \"$LOGIN_UMASK\" ] || umask \"$LOGIN_UMASK\"\n"
          "exec unshare -m sh -c 'private=/tmp/ddprun-$(id -u); mkdir -p -m 700 \"$private\" &&"
          " mount -t tmpfs -o size=\"$PRIVATE_SIZE\",mode=700 tmpfs \"$private\" &&"
          " { [ -z \"$SMALL_HOME\" ] || mount -t tmpfs -o size=1m tmpfs \"$HOME\"; } &&"
@@ -312,4 +314,25 @@ TEST_CASE("a cache another user could change is neither run nor written: the cop
   CHECK_THAT(p.output(), !Contains("from the cache"));
   CHECK_THAT(p.output(), Contains("agent runs " + private_cache()));
   CHECK(copies_in(where) == before);  // nothing written there
+}
+
+TEST_CASE("a login's umask of 002 (user private groups) still stages into the home's cache",
+          "[hosts][staging]") {
+  TempDir dir;
+  const auto ssh = private_tmp_ssh(dir);
+  if (ssh.empty()) {
+    WARN("skipped: cannot make a mount namespace here (unshare -m)");
+    return;
+  }
+  const auto home = dir.file("home");
+  fs::create_directory(home);
+  DdprunProcess p(job_showing_agent(ssh),
+                  {{"HOME", home}, {"LOGIN_UMASK", "002"}, {"PRIVATE_SIZE", private_room()}});
+  const int code = p.wait(kHang);
+  INFO(p.output());
+  REQUIRE(code == 0);
+  CHECK_THAT(p.output(), Contains("agent runs " + home + "/.cache/ddprun/" + version() + "-"));
+  struct stat st {};
+  REQUIRE(::stat((home + "/.cache/ddprun").c_str(), &st) == 0);
+  CHECK((st.st_mode & 077) == 0);
 }

@@ -250,8 +250,8 @@ TEST_CASE("a worker stopped by SIGSTOP shows so in ddprun status, and a signal e
   // A grace of 10 minutes: a stopped worker that was not continued would take all of it.
   DdprunProcess p({"--nproc-per-node=2", "--rdzv-id=stopped-worker", "--shutdown-timeout=600",
                    "--master-port=0", "--no-python", "sh", "-c",
-                   "echo \"rank $RANK up\"; if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; "
-                   "exec sleep 600"},
+                   "trap 'exit 0' TERM; echo \"rank $RANK up\"; "
+                   "if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; sleep 600 & wait"},
                   rt.env());
   const std::vector<std::string> here{"--rdzv-id=stopped-worker"};
   std::map<int, std::pair<std::string, std::string>> ranks;

@@ -169,10 +169,14 @@ TEST_CASE("a node that is not a member of the newest round is gone, without its 
     CHECK_FALSE(gone(jobs[0], "c"));
   }
   {
-    // Every member ended, the gone node never will: the job has ended.
+    // Every member ended, the gone node never will: the job has ended, as its members say.
     a.exit_code = b.exit_code = 0;
     a.state = b.state = "succeeded";
-    CHECK(group_jobs({a, b, c}, 1100)[0].ended());
+    const auto jobs = group_jobs({a, b, c}, 1100);
+    CHECK(jobs[0].ended());
+    CHECK(jobs[0].state() == "succeeded");
+    CHECK(jobs[0].exit_code() == 0);
+    CHECK(render_jobs(jobs, 200, 1100).find("exit code -1") == std::string::npos);
   }
 }
 

@@ -183,6 +183,15 @@ void claim_rank(store::Store& store, const StaticRendezvousOptions& o, const std
   store.add(alive_key(g), 1, deadline);
 }
 
+// Throws when node `g`'s rank is no longer this node's (`token`): a stall here looked like
+// death, and a newcomer took it; two nodes must never run with one rank.
+void check_still_holds(store::Store& store, int g, const std::string& token, Deadline deadline) {
+  if (const auto owner = store.get(owner_key(g), deadline); owner != token) {
+    throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node showed "
+                                      "no sign of life", g, owner));
+  }
+}
+
 // Publishes this node's record, in place of the record of an agent it took the rank over from;
 // never over an abort's marker (a node that ended the rendezvous has the last word), nor once
 // another node took this one's rank (a stall here looked like death).
@@ -197,10 +206,7 @@ void publish_record(store::Store& store, const StaticRendezvousOptions& o,
       throw RendezvousError(
           store.try_get(kAbortKey, deadline).value_or("another node ended the rendezvous"));
     }
-    if (const auto owner = store.get(owner_key(o.node_rank), deadline); owner != token) {
-      throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node "
-                                        "showed no sign of life", o.node_rank, owner));
-    }
+    check_still_holds(store, o.node_rank, token, deadline);
     current = store.compare_set(key, current, info, deadline);
   }
 }
@@ -286,11 +292,8 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
   }
 
   // A node that showed no sign of life for a while (a stalled connection) may have lost its
-  // rank to a newcomer: two nodes must never run with one rank.
-  if (const auto owner = store.get(owner_key(o.node_rank), deadline); owner != token) {
-    throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node showed "
-                                      "no sign of life", o.node_rank, owner));
-  }
+  // rank to a newcomer.
+  check_still_holds(store, o.node_rank, token, deadline);
   RendezvousResult result;
   std::vector<int> sizes;
   for (const auto& text : store.multi_get(keys, deadline)) {
@@ -387,12 +390,7 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   }
   // Until the first workers start a stalled node may lose its rank to a newcomer: once they
   // have, none can take it (claim_rank), and this is the last look.
-  if (attempt == 0) {
-    if (const auto owner = store_.get(owner_key(g), op()); owner != options_.token) {
-      throw RendezvousError(fmt::format("node rank {} was taken over by {} while this node "
-                                        "showed no sign of life", g, owner));
-    }
-  }
+  if (attempt == 0) check_still_holds(store_, g, options_.token, op());
 }
 
 // After a worker failure every node stops its workers, then counts itself settled, and the

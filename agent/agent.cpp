@@ -1,5 +1,7 @@
 #include "agent/agent.hpp"
 
+#include "agent/worker_launch.hpp"
+
 #include <signal.h>
 
 #include <filesystem>
@@ -10,6 +12,7 @@
 
 #include "agent/failure.hpp"
 #include "agent/status_board.hpp"
+#include "agent/worker_launch.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 
@@ -75,6 +78,10 @@ RunResult Agent::run() {
   RunResult r;
   try {
     start_file_timer();
+    if (config_.warm_standby) {
+      ctx_.runner->keep_standbys(
+          standby_templates(config_, ctx_, timers_ != nullptr ? timers_->path() : std::string()));
+    }
     return run_rounds();
   } catch (const InterruptedError&) {
     // A signal ended a store call: forward it to any workers, with the usual grace.

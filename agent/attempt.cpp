@@ -238,6 +238,10 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
       events.push(e);
     });
     workers_.started(pids);
+    if (config_.warm_standby && config_.is_static() &&
+        round_.restart_count >= config_.max_restarts) {
+      ctx_.runner->keep_standbys({});  // the last attempt: no standby would ever be used
+    }
     emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});
   } catch (const CannotStartError& e) {
     spdlog::error("{}", e.what());

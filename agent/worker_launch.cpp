@@ -52,16 +52,17 @@ std::string AttemptDir::stacks_file(int local_rank) const {
   return (fs::path(rank_dir(local_rank)) / "stacks.txt").string();
 }
 
-std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const AgentContext& ctx,
-                                               const Round& round, int master_port,
-                                               const AttemptDir& dir,
-                                               const std::string& timer_file,
-                                               const OutputHooks& hooks) {
+namespace {
+
+// The launches without touching any file.
+std::vector<WorkerLaunch> describe_launches(const LaunchConfig& config, const AgentContext& ctx,
+                                            const Round& round, int master_port,
+                                            const AttemptDir& dir, const std::string& timer_file,
+                                            const OutputHooks& hooks) {
   const auto& r = round.ranks;
   std::vector<WorkerLaunch> launches;
   for (int local = 0; local < r.local_world_size; ++local) {
     const fs::path rank_dir = dir.rank_dir(local);
-    fs::create_directories(rank_dir);
     WorkerEnvInput in;
     in.ranks = r;
     in.local_rank = local;
@@ -77,8 +78,6 @@ std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const
     in.flight_recorder_prefix = (rank_dir / "nccl_trace_rank_").string();
     in.virtual_local_rank = config.virtual_local_rank;
     in.mpi_env = config.mpi_env;
-    // A file left by an earlier run would be read as this worker's error.
-    fs::remove(in.error_file);
 
     WorkerLaunch w;
     w.local_rank = local;
@@ -108,6 +107,37 @@ std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const
     launches.push_back(std::move(w));
   }
   return launches;
+}
+
+}  // namespace
+
+std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const AgentContext& ctx,
+                                               const Round& round, int master_port,
+                                               const AttemptDir& dir,
+                                               const std::string& timer_file,
+                                               const OutputHooks& hooks) {
+  for (int local = 0; local < round.ranks.local_world_size; ++local) {
+    fs::create_directories(dir.rank_dir(local));
+    // A file left by an earlier run would be read as this worker's error.
+    fs::remove(dir.error_file(local));
+  }
+  return describe_launches(config, ctx, round, master_port, dir, timer_file, hooks);
+}
+
+std::vector<WorkerLaunch> standby_templates(const LaunchConfig& config, const AgentContext& ctx,
+                                            const std::string& timer_file) {
+  Round round;
+  round.ranks.local_world_size = config.nproc_per_node;
+  round.ranks.group_world_size = config.max_nodes;
+  round.ranks.world_size = config.nproc_per_node * config.max_nodes;
+  return describe_launches(config, ctx, round, 0, AttemptDir(ctx.log_dir, 0), timer_file, {});
+}
+
+std::vector<std::string> attempt_variables() {
+  return {"RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
+          "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE",
+          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+          "TORCH_FR_DUMP_TEMP_FILE"};
 }
 
 }  // namespace ddprun

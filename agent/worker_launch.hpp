@@ -46,4 +46,14 @@ std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const
                                                const std::string& timer_file,
                                                const OutputHooks& hooks);
 
+// The launches a warm standby pool is made from before the first round: this node's workers
+// with the configured ranks; only the variables attempt_variables() names differ from a real
+// round's. Touches no file.
+std::vector<WorkerLaunch> standby_templates(const LaunchConfig& config, const AgentContext& ctx,
+                                            const std::string& timer_file);
+
+// The worker variables that change from one attempt or round to the next (a warm standby gets
+// them at its handover).
+std::vector<std::string> attempt_variables();
+
 }  // namespace ddprun

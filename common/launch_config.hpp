@@ -137,6 +137,9 @@ struct LaunchConfig {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
+  // --warm-standby: the modules each standby imports before its handover (empty: torch, when
+  // it can be imported); nullopt: no standby (process/standby.hpp).
+  std::optional<std::vector<std::string>> warm_standby;
   // LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming the worker's own GPU alone.
   bool virtual_local_rank = false;
   bool mpi_env = false;  // OMPI_COMM_WORLD_* as well

@@ -86,6 +86,9 @@ constexpr OptionSpec kOptions[] = {
      "of the\ncores each) [none]"},
 
     {"max-restarts", "", "N", kFailures, "Restarts of all workers after a failure [0]"},
+    {"warm-standby", "", "", kFailures,
+     "Keep a Python interpreter per local rank that has\nimported torch (or =MOD,... ) for the next "
+     "restart [off]"},
     {"signals-to-handle", "", "SIG,...", kFailures,
      "Signals forwarded to workers [SIGTERM,SIGINT,SIGHUP,SIGQUIT]"},
     {"shutdown-timeout", "", "SECONDS", kFailures, "Grace between forwarded signal and SIGKILL [30]"},

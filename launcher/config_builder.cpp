@@ -1,5 +1,8 @@
 #include "launcher/config_builder.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -166,6 +169,41 @@ void build_rendezvous(const OptionReader& options, BuiltConfig& out) {
         "no --rdzv-endpoint: using localhost:{}, which other nodes cannot reach", port));
   }
   config.rdzv_endpoint = format_host_port(host, port);
+}
+
+// --warm-standby[=MOD,...]: a boolean, or the modules to import ahead.
+void build_warm_standby(const OptionReader& options, BuiltConfig& out) {
+  LaunchConfig& config = out.config;
+  const RawValue* v = options.find("warm-standby");
+  if (v == nullptr) return;
+  std::vector<std::string> modules;
+  if (auto on = parse_bool(v->text)) {
+    if (!*on) return;
+  } else {
+    for (const auto& name : split(v->text, ',')) {
+      const auto module = std::string(trim(name));
+      const bool valid = !module.empty() && module.front() != '.' && module.back() != '.' &&
+                         std::all_of(module.begin(), module.end(), [](unsigned char c) {
+                           return std::isalnum(c) || c == '_' || c == '.';
+                         });
+      if (!valid) {
+        throw ConfigError(fmt::format("{}={}: expected a boolean or Python module names "
+                                      "(torch,numpy)", v->label, v->text));
+      }
+      modules.push_back(module);
+    }
+  }
+  if (config.no_python) {
+    out.notes.push_back(fmt::format("{}: the workers are not Python (--no-python): every start "
+                                    "is cold", v->label));
+    return;
+  }
+  if (config.max_restarts == 0 && config.is_static()) {
+    out.notes.push_back(fmt::format("{}: no restart can happen (--max-restarts=0, static "
+                                    "rendezvous): no standby is kept", v->label));
+    return;
+  }
+  config.warm_standby = std::move(modules);
 }
 
 void build_program(const OptionReader& options, const std::vector<std::string>& program_and_args,
@@ -394,6 +432,7 @@ BuiltConfig build_launch_config(const RawOptions& raw_options,
   // Before the workers: a missing program is reported without probing the CUDA driver.
   build_program(options, program_and_args, env, out);
   build_workers_and_output(options, env, out.config);
+  build_warm_standby(options, out);
   build_placement(options, env, out.config);
   if (out.config.cluster) {
     auto& c = *out.config.cluster;

@@ -13,6 +13,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/status_board.hpp"
+#include "agent/worker_launch.hpp"
 #include "agent/workers_stores.hpp"
 #include "cluster/head_link.hpp"
 #include "cluster/subtree_relay.hpp"
@@ -165,7 +166,13 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     WorkersStores workers_stores(config.is_static() && config.max_nodes == 1 && !config.standalone
                                      ? std::optional<std::uint16_t>(config.master_port)
                                      : std::nullopt);
-    PosixProcessRunner runner(&guard, config.progress_interval);
+    std::optional<StandbyOptions> standby;
+    if (config.warm_standby) {
+      standby.emplace();
+      standby->modules = *config.warm_standby;
+      standby->attempt_variables = attempt_variables();
+    }
+    PosixProcessRunner runner(&guard, config.progress_interval, std::move(standby));
     AgentContext ctx;
     ctx.host = host;
     ctx.store = &backend.store();

@@ -1,17 +1,22 @@
 #include "process/posix_process_runner.hpp"
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <deque>
 #include <future>
+#include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <boost/asio.hpp>
-#include "process/exit_watch.hpp"
+#include <boost/asio/local/stream_protocol.hpp>
+#include <nlohmann/json.hpp>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,11 +26,13 @@
 #include "common/exit_codes.hpp"
 #include "common/failure_record.hpp"
 #include "common/progress.hpp"
+#include "process/exit_watch.hpp"
 #include "process/line_splitter.hpp"
 #include "process/orphan_guard.hpp"
 #include "process/program_check.hpp"
 #include "process/oom.hpp"
 #include "process/spawn.hpp"
+#include "process/standby.hpp"
 #include "process/worker_output.hpp"
 
 namespace ddprun {
@@ -75,8 +82,12 @@ class ProgramResolver {
 
 class PosixProcessRunner::Impl {
  public:
-  Impl(OrphanGuard* guard, std::chrono::milliseconds progress_interval)
-      : guard_(guard), progress_interval_(progress_interval), work_(asio::make_work_guard(io_)) {
+  Impl(OrphanGuard* guard, std::chrono::milliseconds progress_interval,
+       std::optional<StandbyOptions> standby)
+      : guard_(guard),
+        progress_interval_(progress_interval),
+        standby_(std::move(standby)),
+        work_(asio::make_work_guard(io_)) {
     thread_ = std::thread([this] { io_.run(); });
   }
 
@@ -86,6 +97,12 @@ class PosixProcessRunner::Impl {
     } catch (const std::exception& e) {
       spdlog::warn("stopping workers at exit: {}", e.what());
     }
+    std::promise<void> dropped;
+    asio::post(io_, [this, &dropped] {
+      drop_standbys();
+      dropped.set_value();
+    });
+    dropped.get_future().wait();
     work_.reset();
     io_.stop();
     thread_.join();
@@ -98,6 +115,20 @@ class PosixProcessRunner::Impl {
     auto result = task->get_future();
     asio::post(io_, [task] { (*task)(); });
     return result.get();
+  }
+
+  void keep_standbys(const std::vector<WorkerLaunch>& templates) {
+    if (!standby_) return;
+    asio::post(io_, [this, templates] {
+      if (templates.empty()) {
+        pool_closed_ = true;
+        while (!standbys_.empty()) retire_standby(standbys_.begin());
+        return;
+      }
+      for (const auto& t : templates) {
+        if (!standbys_.count(t.local_rank)) refill(t);
+      }
+    });
   }
 
   void stop(int signal, Clock::duration grace, const std::vector<int>& spared = {}) {
@@ -152,6 +183,7 @@ class PosixProcessRunner::Impl {
     bool reported = false;
     bool group_killed = false;
     bool signalled = false;  // this runner sent it a signal: its SIGKILL is not the OOM killer's
+    bool standby = false;  // waiting in the pool for a launch (launch.local_rank is its rank)
     ExitCallback on_exit;
     int status = 0;
     Clock::time_point exit_time;
@@ -175,6 +207,7 @@ class PosixProcessRunner::Impl {
       retired_.push_back(std::move(w));
     }
     workers_.clear();
+    cold_started_.clear();
     std::vector<int> pids;
     ProgramResolver programs;
     oom_kills_ = oom_kill_count();
@@ -196,75 +229,375 @@ class PosixProcessRunner::Impl {
                                            cannot ? e.what() : plain_reason(launch, e)));
       }
     }
+    for (const auto& launch : cold_started_) refill(launch);
     return pids;
   }
 
   int launch_one(const WorkerLaunch& launch, const ExitCallback& on_exit,
                  ProgramResolver& programs) {
     if (launch.argv.empty()) throw Error("empty command line");
-    auto worker = std::make_unique<Worker>();
-    worker->launch = launch;
-    worker->on_exit = on_exit;
     const auto exe = programs.resolve(launch.argv[0], launch.env);
     std::vector<std::string> env = launch.env;
     if (guard_) env.push_back(guard_->marker());  // see OrphanGuard: found wherever they go
+    if (auto* w = hand_over(launch, exe, env, on_exit)) return w->pid;
 
-    const auto& o = launch.output;
-    const bool pipe_out = !(o.raw && o.stdout_file.empty());
-    const bool pipe_err = !(o.raw && o.stderr_file.empty());
-    ChildPipe out_pipe;
-    ChildPipe err_pipe;
-    if (pipe_out) out_pipe.open();
-    if (pipe_err) err_pipe.open();
+    auto worker = std::make_unique<Worker>();
+    worker->launch = launch;
+    worker->on_exit = on_exit;
+    StreamPipes pipes(launch.output);
     SpawnRequest request;
     request.path = exe;
     request.argv = launch.argv;
     request.argv[0] = request.path;
     request.env = std::move(env);
-    request.stdout_fd = pipe_out ? out_pipe.write_end() : STDOUT_FILENO;
-    request.stderr_fd = pipe_err ? err_pipe.write_end() : STDERR_FILENO;
-    // It dies with this runner thread (which outlives every worker it started), and it tells
-    // the guardian about its group itself before exec: spawn_process returns after that.
-    worker->guard_slot = guard_ ? guard_->claim_slot() : nullptr;
-    request.announce_slot = worker->guard_slot;
-    if (!launch.placement.empty()) request.placement = &launch.placement;
-    try {
-      worker->pid = spawn_process(request);
-    } catch (...) {
-      if (guard_) guard_->forget(worker->guard_slot);
-      throw;
-    }
-    out_pipe.close_write();
-    err_pipe.close_write();
-    const auto exited = [this, w = worker.get()](boost::system::error_code ec, int status) {
-      // Runs on this thread, after this function. Aborted only when the watch is being
-      // destroyed, and `w` with it.
-      if (ec == asio::error::operation_aborted) return;
-      w->exited = true;
-      w->status = ec ? (128 + SIGKILL) << 8 : status;
-      w->exit_time = Clock::now();
-      if (ec) spdlog::warn("waiting for worker pid {} failed: {}", w->pid, ec.message());
-      maybe_report(w);
-    };
-    worker->exit_watch = std::make_unique<ExitWatch>(io_, worker->pid, exited);
-
+    pipes.attach(request);
+    spawn(*worker, request, launch);
+    pipes.close_write();
     auto* w = worker.get();
-    if (pipe_out) {
-      w->out = std::make_unique<WorkerOutput>(asio::readable_pipe(io_, out_pipe.release_read()),
-                                              output_target(launch, false));
-      ++w->open_streams;
-    }
-    if (pipe_err) {
-      w->err = std::make_unique<WorkerOutput>(asio::readable_pipe(io_, err_pipe.release_read()),
-                                              output_target(launch, true));
-      ++w->open_streams;
-    }
     workers_.push_back(std::move(worker));
-    if (w->out) w->out->start([this, w] { stream_closed(w); });
-    if (w->err) w->err->start([this, w] { stream_closed(w); });
+    watch(w, pipes.out.release_read(), pipes.err.release_read());
+    cold_started_.push_back(launch);
     spdlog::debug("started worker local rank {} rank {} pid {}: {}", launch.local_rank,
                   launch.rank, w->pid, fmt::join(launch.argv, " "));
     return w->pid;
+  }
+
+  // The pipes a worker's standard streams go through, where the agent captures them.
+  struct StreamPipes {
+    explicit StreamPipes(const OutputSpec& o)
+        : piped_out(!(o.raw && o.stdout_file.empty())), piped_err(!(o.raw && o.stderr_file.empty())) {
+      if (piped_out) out.open();
+      if (piped_err) err.open();
+    }
+    void attach(SpawnRequest& request) {
+      request.stdout_fd = piped_out ? out.write_end() : STDOUT_FILENO;
+      request.stderr_fd = piped_err ? err.write_end() : STDERR_FILENO;
+    }
+    void close_write() {
+      out.close_write();
+      err.close_write();
+    }
+    bool piped_out;
+    bool piped_err;
+    ChildPipe out;
+    ChildPipe err;
+  };
+
+  // Starts `request` as `w`'s process: in its own group, made known to the orphan guard, and
+  // dying with this runner's thread (which outlives every process it started).
+  void spawn(Worker& w, SpawnRequest& request, const WorkerLaunch& launch) {
+    w.guard_slot = guard_ ? guard_->claim_slot() : nullptr;
+    request.announce_slot = w.guard_slot;
+    if (!launch.placement.empty()) request.placement = &launch.placement;
+    try {
+      w.pid = spawn_process(request);
+    } catch (...) {
+      if (guard_) guard_->forget(w.guard_slot);
+      throw;
+    }
+    w.exit_watch = std::make_unique<ExitWatch>(
+        io_, w.pid, [this, w = &w](boost::system::error_code ec, int status) {
+          // Runs on this thread. Aborted only when the watch is being destroyed, and `w`
+          // with it.
+          if (ec == asio::error::operation_aborted) return;
+          w->exited = true;
+          w->status = ec ? (128 + SIGKILL) << 8 : status;
+          w->exit_time = Clock::now();
+          if (ec) spdlog::warn("waiting for pid {} failed: {}", w->pid, ec.message());
+          if (w->standby) {
+            standby_exited(w);
+          } else {
+            maybe_report(w);
+          }
+        });
+  }
+
+  // Reads a started worker's captured streams (-1: not captured).
+  void watch(Worker* w, int out_fd, int err_fd) {
+    if (out_fd >= 0) {
+      w->out = std::make_unique<WorkerOutput>(asio::readable_pipe(io_, out_fd),
+                                              output_target(w->launch, false));
+      ++w->open_streams;
+    }
+    if (err_fd >= 0) {
+      w->err = std::make_unique<WorkerOutput>(asio::readable_pipe(io_, err_fd),
+                                              output_target(w->launch, true));
+      ++w->open_streams;
+    }
+    if (w->out) w->out->start([this, w] { stream_closed(w); });
+    if (w->err) w->err->start([this, w] { stream_closed(w); });
+  }
+
+  // --- Warm standby (process/standby.hpp), on this thread. ---
+
+  struct Standby {
+    std::uint64_t serial = 0;
+    WorkerLaunch made_for;  // the launch it was made from
+    std::unique_ptr<Worker> worker;  // null once handed over
+    StreamPipes pipes;
+    asio::streambuf received;
+    std::unique_ptr<asio::local::stream_protocol::socket> channel;  // after `received`
+    asio::steady_timer ready_timer;
+    bool ready = false;
+    bool timed_out = false;
+
+    Standby(asio::io_context& io, const WorkerLaunch& launch)
+        : made_for(launch), pipes(launch.output), ready_timer(io) {}
+  };
+
+  // The standby of `launch.local_rank` becomes the worker of `launch`, when it serves it. Null:
+  // start it cold (no standby, or one made for another command line or environment).
+  Worker* hand_over(const WorkerLaunch& launch, const std::string& exe,
+                    const std::vector<std::string>& env, const ExitCallback& on_exit) {
+    auto it = standbys_.find(launch.local_rank);
+    if (it == standbys_.end()) return nullptr;
+    Standby& s = *it->second;
+    if (!standby_serves(s.made_for, launch, *standby_)) {
+      spdlog::info("warm standby for local rank {} (pid {}) was made for another command line "
+                   "or environment: starting the worker cold", launch.local_rank, s.worker->pid);
+      retire_standby(it);
+      return nullptr;
+    }
+    auto orig_argv = launch.argv;
+    orig_argv[0] = exe;
+    std::string message;
+    try {
+      message = standby_handover_message(env, orig_argv);
+    } catch (const nlohmann::json::exception&) {
+      spdlog::info("local rank {}: the environment is not UTF-8, which a warm standby cannot "
+                   "take: starting the worker cold", launch.local_rank);
+      retire_standby(it);
+      return nullptr;
+    }
+    boost::system::error_code ec;
+    if (!s.worker->exited) asio::write(*s.channel, asio::buffer(message), ec);
+    if (s.worker->exited || ec) {
+      spdlog::warn("warm standby for local rank {} (pid {}) is gone: starting the worker cold",
+                   launch.local_rank, s.worker->pid);
+      retire_standby(it);
+      return nullptr;
+    }
+    s.ready_timer.cancel();
+    auto worker = std::move(s.worker);
+    worker->standby = false;
+    worker->launch = launch;
+    worker->on_exit = on_exit;
+    auto* w = worker.get();
+    workers_.push_back(std::move(worker));
+    watch(w, s.pipes.out.release_read(), s.pipes.err.release_read());
+    // Its channel stays until the program begins (the standby closes it): then a new standby
+    // starts, not while this one still imports.
+    handed_over_.push_back(std::move(it->second));
+    standbys_.erase(it);
+    spdlog::debug("started worker local rank {} rank {} pid {} from its warm standby",
+                  launch.local_rank, launch.rank, w->pid);
+    return w;
+  }
+
+  // Starts the standby of `made_for.local_rank` unless it has one (or has none any more).
+  void refill(const WorkerLaunch& made_for) {
+    const int local = made_for.local_rank;
+    if (!standby_ || pool_closed_ || standby_off_.count(local) || standbys_.count(local)) return;
+    try {
+      start_standby(made_for);
+    } catch (const std::exception& e) {
+      spdlog::warn("warm standby for local rank {}: {}: its restarts start cold", local, e.what());
+      standby_off_.insert(local);
+    }
+  }
+
+  void start_standby(const WorkerLaunch& made_for) {
+    const int local = made_for.local_rank;
+    auto launch = standby_launch(made_for, *standby_);
+    if (!launch) return;
+    auto s = std::make_unique<Standby>(io_, made_for);
+    s->serial = ++standby_serial_;
+    s->worker = std::make_unique<Worker>();
+    s->worker->standby = true;
+    s->worker->launch.local_rank = local;
+    int channel[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) != 0) {
+      spdlog::warn("warm standby for local rank {}: cannot make its channel: {}", local,
+                   errno_message(errno));
+      return;
+    }
+    SpawnRequest request;
+    request.argv = launch->argv;
+    request.env = launch->env;
+    if (guard_) request.env->push_back(guard_->marker());
+    request.env->push_back("DDPRUN_STANDBY_FD=3");
+    request.channel_fd = channel[1];
+    s->pipes.attach(request);
+    try {
+      ProgramResolver programs;
+      request.path = programs.resolve(launch->argv[0], launch->env);
+      request.argv[0] = request.path;
+      spawn(*s->worker, request, *launch);
+    } catch (const std::exception& e) {
+      close(channel[0]);
+      close(channel[1]);
+      spdlog::warn("warm standby for local rank {}: {}: its restarts start cold", local, e.what());
+      standby_off_.insert(local);
+      return;
+    }
+    close(channel[1]);
+    s->pipes.close_write();
+    s->channel = std::make_unique<asio::local::stream_protocol::socket>(
+        io_, asio::local::stream_protocol(), channel[0]);
+    boost::system::error_code write_error;  // a standby gone at once: its exit says why
+    asio::write(*s->channel, asio::buffer(standby_plan_message(made_for, *standby_)), write_error);
+    auto& ref = *s;
+    standbys_[local] = std::move(s);
+    spdlog::debug("warm standby for local rank {}: pid {}", local, ref.worker->pid);
+    read_channel(local, ref.serial);
+    ref.ready_timer.expires_after(standby_->ready_timeout);
+    ref.ready_timer.async_wait([this, local, serial = ref.serial](boost::system::error_code ec) {
+      auto* late = find_standby(local, serial);
+      if (ec || late == nullptr || late->ready || late->worker == nullptr) return;
+      spdlog::warn("warm standby for local rank {} (pid {}) is not ready after {}: ending it",
+                   local, late->worker->pid, format_duration(standby_->ready_timeout));
+      late->timed_out = true;
+      kill(-late->worker->pid, SIGKILL);
+    });
+  }
+
+  // The pool's standby of `local` with this serial (or the handed-over one), null if gone.
+  Standby* find_standby(int local, std::uint64_t serial) {
+    if (auto it = standbys_.find(local); it != standbys_.end() && it->second->serial == serial) {
+      return it->second.get();
+    }
+    for (auto& s : handed_over_) {
+      if (s->serial == serial) return s.get();
+    }
+    return nullptr;
+  }
+
+  // A line from the standby ("ready" or "failed ..."), or the end of its channel: after a
+  // handover, the program began, and the next standby of its rank may start.
+  void read_channel(int local, std::uint64_t serial) {
+    auto* standby = find_standby(local, serial);
+    asio::async_read_until(
+        *standby->channel, standby->received, '\n',
+        [this, local, serial](boost::system::error_code ec, std::size_t n) {
+          if (ec == asio::error::operation_aborted) return;
+          auto* s = find_standby(local, serial);
+          if (s == nullptr) return;
+          if (!ec) {
+            std::string line(asio::buffers_begin(s->received.data()),
+                             asio::buffers_begin(s->received.data()) + n - 1);
+            s->received.consume(n);
+            if (line == "ready") {
+              s->ready = true;
+              standby_failures_[local] = 0;
+            } else {
+              standby_failed(local, serial, line);
+            }
+            if (find_standby(local, serial) != nullptr) read_channel(local, serial);
+            return;
+          }
+          if (s->worker == nullptr) program_began(serial);
+        });
+  }
+
+  void program_began(std::uint64_t serial) {
+    auto it = std::find_if(handed_over_.begin(), handed_over_.end(),
+                           [serial](const auto& s) { return s->serial == serial; });
+    if (it == handed_over_.end()) return;
+    auto made_for = (*it)->made_for;
+    later_destroy(std::move(*it));
+    handed_over_.erase(it);
+    refill(made_for);
+  }
+
+  // Its imports failed: no standby for this rank again (the next would fail the same way).
+  void standby_failed(int local, std::uint64_t serial, const std::string& why) {
+    auto* s = find_standby(local, serial);
+    spdlog::warn("warm standby for local rank {} (pid {}): {}: its restarts start cold", local,
+                 s->worker ? s->worker->pid : 0, why);
+    standby_off_.insert(local);
+    if (s->worker == nullptr) return;  // handed over: it runs the program as a cold start would
+    retire_standby(standbys_.find(local));
+  }
+
+  // A standby ended before any handover.
+  void standby_exited(Worker* w) {
+    if (auto r = std::find_if(retired_standbys_.begin(), retired_standbys_.end(),
+                              [w](const auto& s) { return s->worker.get() == w; });
+        r != retired_standbys_.end()) {
+      later_destroy(std::move(*r));
+      retired_standbys_.erase(r);
+      return;
+    }
+    const int local = w->launch.local_rank;
+    auto it = standbys_.find(local);
+    if (it == standbys_.end() || it->second->worker.get() != w) return;
+    auto& s = *it->second;
+    const auto how = s.timed_out ? std::string("not ready in time")
+                     : WIFSIGNALED(w->status)
+                         ? fmt::format("killed by {}", signal_name(WTERMSIG(w->status)))
+                         : fmt::format("exit code {}", WEXITSTATUS(w->status));
+    const int failures = ++standby_failures_[local];
+    const auto made_for = s.made_for;
+    if (failures >= kStandbyAttempts) {
+      spdlog::warn("warm standby for local rank {} (pid {}) ended before it was used ({}), {} "
+                   "times in a row: its restarts start cold", local, w->pid, how, failures);
+      standby_off_.insert(local);
+      retire_standby(it);
+      return;
+    }
+    spdlog::warn("warm standby for local rank {} (pid {}) ended before it was used ({}): "
+                 "starting another", local, w->pid, how);
+    retire_standby(it);
+    refill(made_for);
+  }
+
+  // Ends a pool standby (its whole group) and lets go of it.
+  void retire_standby(std::map<int, std::unique_ptr<Standby>>::iterator it) {
+    auto s = std::move(it->second);
+    standbys_.erase(it);
+    if (s->worker && s->worker->pid > 0) {
+      if (!s->worker->exited) kill(-s->worker->pid, SIGKILL);
+      retired_standbys_.push_back(std::move(s));
+      return;
+    }
+    later_destroy(std::move(s));
+  }
+
+  // Destroyed after the handler that let go of it returns (its exit watch may be calling).
+  void later_destroy(std::unique_ptr<Standby> s) {
+    asio::post(io_, [this, s = std::shared_ptr<Standby>(std::move(s))] {
+      if (s->worker && guard_) guard_->forget(std::exchange(s->worker->guard_slot, nullptr));
+    });
+  }
+
+  // At the runner's end: every standby and its group, SIGKILLed and reaped.
+  void drop_standbys() {
+    std::vector<std::unique_ptr<Standby>> all;
+    for (auto& [local, s] : standbys_) all.push_back(std::move(s));
+    standbys_.clear();
+    for (auto& s : retired_standbys_) all.push_back(std::move(s));
+    retired_standbys_.clear();
+    handed_over_.clear();
+    for (auto& s : all) {
+      if (!s->worker || s->worker->pid <= 0) continue;
+      kill(-s->worker->pid, SIGKILL);
+      s->worker->exit_watch.reset();
+      if (!s->worker->exited && !reap_within(s->worker->pid, std::chrono::seconds(5))) {
+        spdlog::warn("warm standby pid {} not gone 5s after SIGKILL", s->worker->pid);
+        continue;  // the orphan guard still knows its group
+      }
+      if (guard_) guard_->forget(std::exchange(s->worker->guard_slot, nullptr));
+    }
+  }
+
+  static bool reap_within(pid_t pid, std::chrono::milliseconds limit) {
+    const auto deadline = Deadline::after(limit);
+    while (true) {
+      const pid_t r = waitpid(pid, nullptr, WNOHANG);
+      if (r == pid || (r < 0 && errno != EINTR)) return true;
+      if (deadline.expired()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
 
   static OutputTarget output_target(const WorkerLaunch& launch, bool is_err) {
@@ -391,8 +724,20 @@ class PosixProcessRunner::Impl {
     return true;
   }
 
+  // A rank whose standby ended this many times in a row before it was used has no more.
+  static constexpr int kStandbyAttempts = 3;
+
   OrphanGuard* guard_;
   std::chrono::milliseconds progress_interval_;
+  std::optional<StandbyOptions> standby_;  // nullopt: no warm standby
+  std::map<int, std::unique_ptr<Standby>> standbys_;  // the pool, by local rank
+  std::vector<std::unique_ptr<Standby>> handed_over_;  // until their programs begin
+  std::vector<std::unique_ptr<Standby>> retired_standbys_;  // SIGKILLed, until reaped
+  std::set<int> standby_off_;  // local ranks that start cold from now on
+  std::map<int, int> standby_failures_;  // by local rank, in a row
+  std::uint64_t standby_serial_ = 0;
+  bool pool_closed_ = false;  // keep_standbys({}): no restart can follow
+  std::vector<WorkerLaunch> cold_started_;  // by the current start()
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer kill_timer_{io_};
@@ -409,13 +754,18 @@ class PosixProcessRunner::Impl {
 };
 
 PosixProcessRunner::PosixProcessRunner(OrphanGuard* guard,
-                                       std::chrono::milliseconds progress_interval)
-    : impl_(std::make_unique<Impl>(guard, progress_interval)) {}
+                                       std::chrono::milliseconds progress_interval,
+                                       std::optional<StandbyOptions> standby)
+    : impl_(std::make_unique<Impl>(guard, progress_interval, std::move(standby))) {}
 PosixProcessRunner::~PosixProcessRunner() = default;
 
 std::vector<int> PosixProcessRunner::start(const std::vector<WorkerLaunch>& workers,
                                            ExitCallback on_exit) {
   return impl_->start(workers, std::move(on_exit));
+}
+
+void PosixProcessRunner::keep_standbys(const std::vector<WorkerLaunch>& templates) {
+  impl_->keep_standbys(templates);
 }
 
 void PosixProcessRunner::stop(int signal, Clock::duration grace,

@@ -4,8 +4,10 @@
 // happens; its output is read line by line and routed to the console and/or log files.
 
 #include <memory>
+#include <optional>
 
 #include "process/process_runner.hpp"
+#include "process/standby.hpp"
 
 namespace ddprun {
 
@@ -15,12 +17,15 @@ class PosixProcessRunner final : public ProcessRunner {
  public:
   // `guard` (optional, not owned) learns every worker process group. A stop() that takes long
   // says which ranks have not exited, first after `progress_interval` (common/progress.hpp).
+  // `standby`: keep warm standby workers (process/standby.hpp); nullopt: every start is cold.
   explicit PosixProcessRunner(OrphanGuard* guard = nullptr,
-                              std::chrono::milliseconds progress_interval = std::chrono::seconds(10));
+                              std::chrono::milliseconds progress_interval = std::chrono::seconds(10),
+                              std::optional<StandbyOptions> standby = std::nullopt);
   // Stops every worker (SIGKILL after a short grace) and joins the runner thread.
   ~PosixProcessRunner() override;
 
   std::vector<int> start(const std::vector<WorkerLaunch>& workers, ExitCallback on_exit) override;
+  void keep_standbys(const std::vector<WorkerLaunch>& templates) override;
   using ProcessRunner::stop;
   void stop(int signal, Clock::duration grace, const std::vector<int>& spared) override;
   std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,

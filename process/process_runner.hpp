@@ -87,6 +87,12 @@ class ProcessRunner {
   virtual std::vector<int> start(const std::vector<WorkerLaunch>& workers,
                                  ExitCallback on_exit) = 0;
 
+  // Warm standby: a runner that keeps them (process/standby.hpp) starts one per launch in
+  // `templates` now, ahead of the first start, and refills its pool after every start. The
+  // launches' attempt variables do not matter. Empty `templates`: no restart can follow, the
+  // pool ends. Returns at once; others ignore it.
+  virtual void keep_standbys(const std::vector<WorkerLaunch>& /*templates*/) {}
+
   // Sends `signal` to every live worker's process group, waits up to `grace` for them to exit,
   // then SIGKILLs what remains (whole process groups, so grandchildren too). Blocks until every
   // worker of the last start() was reaped, or grace plus a few seconds passed. Exits that happen

@@ -30,6 +30,7 @@ struct ChildArgs {
   int in;
   int out;
   int err;
+  int channel;
   bool own_group;
   pid_t parent;  // > 0: die with it
   pid_t* announce_slot;
@@ -44,6 +45,8 @@ struct ChildArgs {
   volatile int error;  // errno of the step that failed; 0: the exec happened
   volatile const char* failed_step;  // what that step was doing, for the parent's message
 };
+
+constexpr int kChannelFd = 3;
 
 // MPOL_PREFERRED_MANY (Linux 5.15): named here, since older kernel headers lack it.
 constexpr int kMpolPreferredMany = 5;
@@ -97,6 +100,13 @@ int child_main(void* arg) {
   }
   reset_signals_for_exec();  // the ignored ones (SIGPIPE, ...) and the mask
   close_on_exec_above_stderr();
+  if (a.channel >= 0) {
+    // dup2 onto itself would keep the close-on-exec mark.
+    if (a.channel == kChannelFd ? fcntl(kChannelFd, F_SETFD, 0) != 0
+                                : dup2(a.channel, kChannelFd) < 0) {
+      fail_child(a, "keeping its channel to the agent open");
+    }
+  }
   // After the descriptors are marked: on an old kernel that takes a loop up to the limit.
   if (a.open_files != nullptr && setrlimit(RLIMIT_NOFILE, a.open_files) != 0) {
     fail_child(a, "restoring its open-files limit");
@@ -199,6 +209,7 @@ pid_t spawn_process(const SpawnRequest& r) {
   a.in = r.stdin_fd < 0 ? devnull : r.stdin_fd;
   a.out = r.stdout_fd;
   a.err = r.stderr_fd;
+  a.channel = r.channel_fd;
   a.own_group = r.own_group;
   a.parent = r.die_with_parent ? getpid() : 0;
   a.announce_slot = r.announce_slot;

@@ -36,6 +36,9 @@ struct SpawnRequest {
   // Not null: the CPUs the child may run on and the NUMA nodes its memory is preferably taken
   // from, set before exec so that the program's first thread and allocation already obey them.
   const Placement* placement = nullptr;
+  // >= 0: a descriptor of this process that the child keeps open across exec as descriptor 3
+  // (a warm standby's channel to the agent, process/standby.hpp).
+  int channel_fd = -1;
 };
 
 // The exec (or the child's setup) failed; `error()` is its errno.

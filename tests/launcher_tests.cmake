@@ -23,7 +23,8 @@ add_executable(launcher_tests
   integration/test_placement.cpp
   integration/test_progress.cpp
   integration/test_security.cpp
-  integration/test_torchrun_suite.cpp)
+  integration/test_torchrun_suite.cpp
+  integration/test_warm_standby.cpp)
 target_link_libraries(launcher_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_store ddprun_topology ddprun_launcher_lib nlohmann_json::nlohmann_json)
 target_compile_definitions(launcher_tests PRIVATE
@@ -32,6 +33,7 @@ target_compile_definitions(launcher_tests PRIVATE
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
   TORCH_ALLREDUCE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/allreduce.py"
   TORCH_HANG_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/hang.py"
+  IDENTITY_PROBE_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/identity_probe.py"
   LAUNCHER_CASES_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/launcher_cases.py"
   TOUCH_RANK_SCRIPT="${CMAKE_CURRENT_SOURCE_DIR}/python/touch_rank.sh"
   TOPOLOGY_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/topology/data")

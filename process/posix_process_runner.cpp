@@ -333,7 +333,7 @@ class PosixProcessRunner::Impl {
   struct Standby {
     std::uint64_t serial = 0;
     WorkerLaunch made_for;  // the launch it was made from
-    std::unique_ptr<Worker> worker;  // null once handed over
+    std::unique_ptr<Worker> worker;  // moved out at the handover
     StreamPipes pipes;
     asio::streambuf received;
     std::unique_ptr<asio::local::stream_protocol::socket> channel;  // after `received`
@@ -385,10 +385,11 @@ class PosixProcessRunner::Impl {
     auto* w = worker.get();
     workers_.push_back(std::move(worker));
     watch(w, s.pipes.out.release_read(), s.pipes.err.release_read());
-    // Its channel stays until the program begins (the standby closes it): then a new standby
-    // starts, not while this one still imports.
-    handed_over_.push_back(std::move(it->second));
+    // What is written stays readable after the close. The next standby starts now, so that it
+    // is ready for a failure soon after this start; until then the two share the CPU.
+    later_destroy(std::move(it->second));
     standbys_.erase(it);
+    refill(launch);
     spdlog::debug("started worker local rank {} rank {} pid {} from its warm standby",
                   launch.local_rank, launch.rank, w->pid);
     return w;
@@ -453,7 +454,7 @@ class PosixProcessRunner::Impl {
     ref.ready_timer.expires_after(standby_->ready_timeout);
     ref.ready_timer.async_wait([this, local, serial = ref.serial](boost::system::error_code ec) {
       auto* late = find_standby(local, serial);
-      if (ec || late == nullptr || late->ready || late->worker == nullptr) return;
+      if (ec || late == nullptr || late->ready) return;
       spdlog::warn("warm standby for local rank {} (pid {}) is not ready after {}: ending it",
                    local, late->worker->pid, format_duration(standby_->ready_timeout));
       late->timed_out = true;
@@ -461,61 +462,40 @@ class PosixProcessRunner::Impl {
     });
   }
 
-  // The pool's standby of `local` with this serial (or the handed-over one), null if gone.
+  // The pool's standby of `local` with this serial, null if gone.
   Standby* find_standby(int local, std::uint64_t serial) {
-    if (auto it = standbys_.find(local); it != standbys_.end() && it->second->serial == serial) {
-      return it->second.get();
-    }
-    for (auto& s : handed_over_) {
-      if (s->serial == serial) return s.get();
-    }
-    return nullptr;
+    auto it = standbys_.find(local);
+    return it != standbys_.end() && it->second->serial == serial ? it->second.get() : nullptr;
   }
 
-  // A line from the standby ("ready" or "failed ..."), or the end of its channel: after a
-  // handover, the program began, and the next standby of its rank may start.
+  // A line from the standby: "ready", or "failed ...".
   void read_channel(int local, std::uint64_t serial) {
     auto* standby = find_standby(local, serial);
     asio::async_read_until(
         *standby->channel, standby->received, '\n',
         [this, local, serial](boost::system::error_code ec, std::size_t n) {
-          if (ec == asio::error::operation_aborted) return;
           auto* s = find_standby(local, serial);
-          if (s == nullptr) return;
-          if (!ec) {
-            std::string line(asio::buffers_begin(s->received.data()),
-                             asio::buffers_begin(s->received.data()) + n - 1);
-            s->received.consume(n);
-            if (line == "ready") {
-              s->ready = true;
-              standby_failures_[local] = 0;
-            } else {
-              standby_failed(local, serial, line);
-            }
-            if (find_standby(local, serial) != nullptr) read_channel(local, serial);
+          // Aborted, gone, or its end closed (it exited: its exit watch says how).
+          if (ec || s == nullptr) return;
+          std::string line(asio::buffers_begin(s->received.data()),
+                           asio::buffers_begin(s->received.data()) + n - 1);
+          s->received.consume(n);
+          if (line != "ready") {
+            standby_failed(local, serial, line);
             return;
           }
-          if (s->worker == nullptr) program_began(serial);
+          s->ready = true;
+          standby_failures_[local] = 0;
         });
   }
 
-  void program_began(std::uint64_t serial) {
-    auto it = std::find_if(handed_over_.begin(), handed_over_.end(),
-                           [serial](const auto& s) { return s->serial == serial; });
-    if (it == handed_over_.end()) return;
-    auto made_for = (*it)->made_for;
-    later_destroy(std::move(*it));
-    handed_over_.erase(it);
-    refill(made_for);
-  }
-
-  // Its imports failed: no standby for this rank again (the next would fail the same way).
+  // Its imports failed: no standby for this rank again (the next would fail the same way). One
+  // already handed over never says so: it runs the program, as a cold start would.
   void standby_failed(int local, std::uint64_t serial, const std::string& why) {
     auto* s = find_standby(local, serial);
     spdlog::warn("warm standby for local rank {} (pid {}): {}: its restarts start cold", local,
-                 s->worker ? s->worker->pid : 0, why);
+                 s->worker->pid, why);
     standby_off_.insert(local);
-    if (s->worker == nullptr) return;  // handed over: it runs the program as a cold start would
     retire_standby(standbys_.find(local));
   }
 
@@ -577,7 +557,6 @@ class PosixProcessRunner::Impl {
     standbys_.clear();
     for (auto& s : retired_standbys_) all.push_back(std::move(s));
     retired_standbys_.clear();
-    handed_over_.clear();
     for (auto& s : all) {
       if (!s->worker || s->worker->pid <= 0) continue;
       kill(-s->worker->pid, SIGKILL);
@@ -731,7 +710,6 @@ class PosixProcessRunner::Impl {
   std::chrono::milliseconds progress_interval_;
   std::optional<StandbyOptions> standby_;  // nullopt: no warm standby
   std::map<int, std::unique_ptr<Standby>> standbys_;  // the pool, by local rank
-  std::vector<std::unique_ptr<Standby>> handed_over_;  // until their programs begin
   std::vector<std::unique_ptr<Standby>> retired_standbys_;  // SIGKILLed, until reaped
   std::set<int> standby_off_;  // local ranks that start cold from now on
   std::map<int, int> standby_failures_;  // by local rank, in a row

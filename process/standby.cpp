@@ -51,7 +51,11 @@ const char* standby_bootstrap() {
         except Exception as e:
             failed = "failed importing %s: %s: %s" % (name, type(e).__name__, e)
             break
-    sock.sendall(("%s\n" % (failed or "ready")).encode())
+    try:
+        sock.sendall(("%s\n" % (failed or "ready")).encode())
+    except OSError:
+        pass  # handed over before it was ready: the agent no longer listens
+
     line = channel.readline()
     if not line:
         os._exit(0)

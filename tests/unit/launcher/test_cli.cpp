@@ -396,3 +396,31 @@ TEST_CASE("cli: a token file other users can read is a warning, not a note", "[l
   o = parse_command_line({"--token-file=" + path, "x.py"}, {});
   CHECK(o.warnings.empty());
 }
+
+TEST_CASE("cli: --warm-standby is off by default,, a boolean or the modules to import, kept only when a "
+          "restart can follow", "[launcher][cli]") {
+  CHECK_FALSE(parse_ok({"--max-restarts=1", "train.py"}).warm_standby.has_value());
+  CHECK(parse_ok({"--max-restarts=1", "--warm-standby", "train.py"}).warm_standby ==
+        std::vector<std::string>{});
+  CHECK(parse_ok({"--max-restarts=1", "--warm_standby=torch, numpy.linalg", "train.py"})
+            .warm_standby == std::vector<std::string>{"torch", "numpy.linalg"});
+  CHECK(parse_ok({"--max-restarts=1", "train.py"}, {{"PET_WARM_STANDBY", "1"}}).warm_standby ==
+        std::vector<std::string>{});
+  CHECK_FALSE(parse_ok({"--max-restarts=1", "--warm-standby=false", "train.py"})
+                  .warm_standby.has_value());
+  // An elastic job restarts its workers when a node joins or leaves, whatever --max-restarts.
+  CHECK(parse_ok({"--warm-standby", "--nnodes=1:2", "--rdzv-backend=c10d", "train.py"})
+            .warm_standby.has_value());
+  for (const auto& args : {Args{"--warm-standby", "train.py"},
+                           Args{"--max-restarts=1", "--warm-standby", "--no-python", "a.out"}}) {
+    const auto o = parse_command_line(args, {});
+    REQUIRE(o.config.has_value());
+    CHECK_FALSE(o.config->warm_standby.has_value());
+    REQUIRE_FALSE(o.notes.empty());
+    CHECK_THAT(o.notes.back(), Catch::Contains("--warm-standby"));
+  }
+  expect_usage_error({"--max-restarts=1", "--warm-standby=torch;rm", "train.py"},
+                     {"--warm-standby=torch;rm", "module names"});
+  expect_usage_error({"--max-restarts=1", "--warm-standby=.torch", "train.py"},
+                     {"--warm-standby=.torch"});
+}

@@ -397,7 +397,7 @@ TEST_CASE("cli: a token file other users can read is a warning, not a note", "[l
   CHECK(o.warnings.empty());
 }
 
-TEST_CASE("cli: --warm-standby is off by default,, a boolean or the modules to import, kept only when a "
+TEST_CASE("cli: --warm-standby is off by default, a boolean or the modules to import, kept only when a "
           "restart can follow", "[launcher][cli]") {
   CHECK_FALSE(parse_ok({"--max-restarts=1", "train.py"}).warm_standby.has_value());
   CHECK(parse_ok({"--max-restarts=1", "--warm-standby", "train.py"}).warm_standby ==

@@ -227,6 +227,10 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
                r.base_rank + r.local_world_size - 1, r.world_size, round_.master_addr,
                *master_port);
   const int round = round_.id;
+  if (config_.warm_standby && config_.is_static() &&
+      round_.restart_count >= config_.max_restarts) {
+    ctx_.runner->keep_standbys({});  // the last attempt: no later standby would be used
+  }
   try {
     // The runner may report a straggler after this attempt is over: the exit goes to the
     // agent's queue (which outlives the attempt), tagged with its round.
@@ -238,10 +242,6 @@ std::optional<AttemptOutcome> Attempt::start_workers() {
       events.push(e);
     });
     workers_.started(pids);
-    if (config_.warm_standby && config_.is_static() &&
-        round_.restart_count >= config_.max_restarts) {
-      ctx_.runner->keep_standbys({});  // the last attempt: no standby would ever be used
-    }
     emit_("workers_started", {{"attempt", round}, {"pids", pids}, {"master_port", *master_port}});
   } catch (const CannotStartError& e) {
     spdlog::error("{}", e.what());

@@ -193,11 +193,6 @@ void build_warm_standby(const OptionReader& options, BuiltConfig& out) {
       modules.push_back(module);
     }
   }
-  if (config.no_python) {
-    out.notes.push_back(fmt::format("{}: the workers are not Python (--no-python): every start "
-                                    "is cold", v->label));
-    return;
-  }
   if (config.max_restarts == 0 && config.is_static()) {
     out.notes.push_back(fmt::format("{}: no restart can happen (--max-restarts=0, static "
                                     "rendezvous): no standby is kept", v->label));

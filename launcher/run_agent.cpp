@@ -171,6 +171,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
       standby.emplace();
       standby->modules = *config.warm_standby;
       standby->attempt_variables = attempt_variables();
+      standby->native = config.no_python;  // the program speaks the protocol itself
     }
     PosixProcessRunner runner(&guard, config.progress_interval, std::move(standby));
     AgentContext ctx;

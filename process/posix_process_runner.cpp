@@ -121,8 +121,7 @@ class PosixProcessRunner::Impl {
     if (!standby_) return;
     asio::post(io_, [this, templates] {
       if (templates.empty()) {
-        pool_closed_ = true;
-        while (!standbys_.empty()) retire_standby(standbys_.begin());
+        pool_closed_ = true;  // the next start uses what is there and starts no more
         return;
       }
       for (const auto& t : templates) {
@@ -207,7 +206,7 @@ class PosixProcessRunner::Impl {
       retired_.push_back(std::move(w));
     }
     workers_.clear();
-    cold_started_.clear();
+    refill_after_start_.clear();
     std::vector<int> pids;
     ProgramResolver programs;
     oom_kills_ = oom_kill_count();
@@ -229,7 +228,10 @@ class PosixProcessRunner::Impl {
                                            cannot ? e.what() : plain_reason(launch, e)));
       }
     }
-    for (const auto& launch : cold_started_) refill(launch);
+    // Once every worker is on its way, each rank's next standby, so that it is ready for a
+    // failure soon after this start; until then the two share the CPU.
+    for (const auto& launch : refill_after_start_) refill(launch);
+    while (pool_closed_ && !standbys_.empty()) retire_standby(standbys_.begin());
     return pids;
   }
 
@@ -256,7 +258,7 @@ class PosixProcessRunner::Impl {
     auto* w = worker.get();
     workers_.push_back(std::move(worker));
     watch(w, pipes.out.release_read(), pipes.err.release_read());
-    cold_started_.push_back(launch);
+    refill_after_start_.push_back(launch);
     spdlog::debug("started worker local rank {} rank {} pid {}: {}", launch.local_rank,
                   launch.rank, w->pid, fmt::join(launch.argv, " "));
     return w->pid;
@@ -385,11 +387,10 @@ class PosixProcessRunner::Impl {
     auto* w = worker.get();
     workers_.push_back(std::move(worker));
     watch(w, s.pipes.out.release_read(), s.pipes.err.release_read());
-    // What is written stays readable after the close. The next standby starts now, so that it
-    // is ready for a failure soon after this start; until then the two share the CPU.
+    // What is written stays readable after the close.
     later_destroy(std::move(it->second));
     standbys_.erase(it);
-    refill(launch);
+    refill_after_start_.push_back(launch);
     spdlog::debug("started worker local rank {} rank {} pid {} from its warm standby",
                   launch.local_rank, launch.rank, w->pid);
     return w;
@@ -715,7 +716,7 @@ class PosixProcessRunner::Impl {
   std::map<int, int> standby_failures_;  // by local rank, in a row
   std::uint64_t standby_serial_ = 0;
   bool pool_closed_ = false;  // keep_standbys({}): no restart can follow
-  std::vector<WorkerLaunch> cold_started_;  // by the current start()
+  std::vector<WorkerLaunch> refill_after_start_;  // the current start()'s launches
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer kill_timer_{io_};

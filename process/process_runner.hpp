@@ -89,8 +89,8 @@ class ProcessRunner {
 
   // Warm standby: a runner that keeps them (process/standby.hpp) starts one per launch in
   // `templates` now, ahead of the first start, and refills its pool after every start. The
-  // launches' attempt variables do not matter. Empty `templates`: no restart can follow, the
-  // pool ends. Returns at once; others ignore it.
+  // launches' attempt variables do not matter. Empty `templates`: the next start is the last,
+  // it uses the standbys there are and the pool ends with it. Returns at once; others ignore it.
   virtual void keep_standbys(const std::vector<WorkerLaunch>& /*templates*/) {}
 
   // Sends `signal` to every live worker's process group, waits up to `grace` for them to exit,

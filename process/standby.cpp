@@ -107,9 +107,11 @@ _ddprun_standby()
 
 std::optional<WorkerLaunch> standby_launch(const WorkerLaunch& launch,
                                            const StandbyOptions& options) {
-  if (!is_python_launch(launch)) return std::nullopt;
   WorkerLaunch s = launch;
-  s.argv = {launch.argv[0], kUnbufferedFlag, "-c", standby_bootstrap()};
+  if (!options.native) {
+    if (!is_python_launch(launch)) return std::nullopt;
+    s.argv = {launch.argv[0], kUnbufferedFlag, "-c", standby_bootstrap()};
+  }
   s.env = lasting_env(launch.env, options);
   return s;
 }
@@ -124,7 +126,9 @@ bool standby_serves(const WorkerLaunch& a, const WorkerLaunch& b, const StandbyO
 
 std::string standby_plan_message(const WorkerLaunch& launch, const StandbyOptions& options) {
   nlohmann::json plan;
-  plan["args"] = std::vector<std::string>(launch.argv.begin() + 2, launch.argv.end());
+  const std::size_t skipped = options.native ? 1 : 2;  // the program, or `python -u`
+  plan["args"] = std::vector<std::string>(launch.argv.begin() + std::min(skipped, launch.argv.size()),
+                                          launch.argv.end());
   plan["modules"] = options.modules.empty() ? std::vector<std::string>{"torch"} : options.modules;
   plan["optional"] = options.modules.empty();
   return plan.dump() + "\n";

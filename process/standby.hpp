@@ -7,7 +7,8 @@
 // DDPRUN_STANDBY_FD. One JSON line each way, in this order:
 //
 //   agent -> standby   {"args": [...], "modules": [...], "optional": bool}
-//                      args: what follows `python -u` ([script, args...] or ["-m", module, ...])
+//                      args: what follows `python -u` ([script, args...] or ["-m", module, ...]),
+//                      or a native program's own arguments
 //   standby -> agent   "ready" (imports done), or "failed <why>": the agent ends a standby
 //                      that failed; one already handed over runs the program all the same,
 //                      which imports what it needs itself, as a cold start would
@@ -33,6 +34,9 @@ struct StandbyOptions {
   // gets them at the handover; any other difference between the environment it started with
   // and the attempt's means a cold start.
   std::vector<std::string> attempt_variables;
+  // The program itself speaks this protocol (--no-python: ddp_resnet does); it is started as
+  // it is, not through the Python bootstrap.
+  bool native = false;
   // A standby not ready by then is reported, ended and replaced.
   std::chrono::milliseconds ready_timeout{std::chrono::minutes(5)};
 };
@@ -44,8 +48,8 @@ inline constexpr const char* kUnbufferedFlag = "-u";
 const char* standby_bootstrap();
 
 // The launch a standby for `launch` starts with (the attempt's variables taken out of its
-// environment, argv replaced by the bootstrap), or nullopt when `launch` is not a Python worker
-// (`python -u ...`).
+// environment; for Python, argv replaced by the bootstrap), or nullopt when `launch` is not a
+// Python worker (`python -u ...`) and the options are not native.
 std::optional<WorkerLaunch> standby_launch(const WorkerLaunch& launch,
                                            const StandbyOptions& options);
 

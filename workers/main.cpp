@@ -10,6 +10,7 @@
 #include "workers/dist_env.hpp"
 #include "workers/distributed.hpp"
 #include "workers/options.hpp"
+#include "workers/standby.hpp"
 #include "workers/trainer.hpp"
 #include "workers/worker_error.hpp"
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   try {
+    if (!wait_for_start()) return 0;  // a warm standby the agent no longer needs
     const DistEnv env = read_dist_env(process_env());
     run_training(*parsed.options, env);
     return 0;

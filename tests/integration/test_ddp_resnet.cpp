@@ -114,6 +114,22 @@ TEST_CASE("ddp_resnet: interrupted and resumed by ddprun equals uninterrupted", 
   REQUIRE_FALSE(checksum(reference).empty());
   CHECK(checksum(out) == checksum(reference));
   CHECK(digest(out) == digest(reference));  // bit-identical parameters
+
+  // The same from warm standbys (ddprun's protocol, workers/standby.cpp): every attempt's
+  // workers were waiting with libtorch loaded, and the result is the same, bit for bit.
+  TempDir warm_dir;
+  DdprunProcess warm(job({"--nproc-per-node=2", "--max-restarts=1", "--warm-standby",
+                          "--log-level=debug"},
+                         warm_dir.path(), flags),
+                     kEnv);
+  const int warm_rc = warm.wait(240s);
+  const std::string warm_out = warm.output();
+  INFO(warm_out);
+  REQUIRE(warm_rc == 0);
+  CHECK(count_of(warm_out, "from its warm standby") == 4);
+  CHECK(warm_out.find("resumed from " + warm_dir.file("resnet_distributed.pth") +
+                      ": epoch 0, step 3, global step 3") != std::string::npos);
+  CHECK(digest(warm_out) == digest(reference));
 }
 
 TEST_CASE("ddp_resnet: a checkpoint from 2 ranks resumes on 3 and re-shards", "[workers][e2e]") {

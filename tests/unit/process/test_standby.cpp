@@ -37,6 +37,15 @@ TEST_CASE("a standby starts the interpreter on the bootstrap, without the attemp
   auto native = python_launch();
   native.argv = {"./ddp_resnet", "--epochs=1"};
   CHECK_FALSE(standby_launch(native, options()).has_value());
+  // A program that speaks the protocol itself starts as it is.
+  auto speaks = options();
+  speaks.native = true;
+  const auto n = standby_launch(native, speaks);
+  REQUIRE(n.has_value());
+  CHECK(n->argv == native.argv);
+  CHECK(n->env == std::vector<std::string>{"OMP_NUM_THREADS=1", "PATH=/usr/bin"});
+  CHECK(nlohmann::json::parse(standby_plan_message(native, speaks))["args"] ==
+        nlohmann::json({"--epochs=1"}));
 }
 
 TEST_CASE("a standby serves a launch that differs from its own in the attempt's variables only",

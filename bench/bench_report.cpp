@@ -140,6 +140,8 @@ const std::map<int, FigureText>& figure_texts() {
             "5 steps; on the first attempt rank 1 SIGKILLs itself at step 20 "
             "(`--max-restarts=1`). The script stamps CLOCK_MONOTONIC before `import torch`, "
             "after it, after init_process_group and after the attempt's first step. Subjects: "
+            "ddprun with `--warm-standby` (the script run by ddprun's own `python -u`, every "
+            "attempt's workers taken from standbys that imported torch ahead); "
             "ddprun (the workers' store, TORCHELASTIC_USE_AGENT_STORE=True); ddprun with rank 0 "
             "hosting the workers' store (TORCHELASTIC_USE_AGENT_STORE=False, as torchrun 1.13's "
             "c10d backend does); torchrun at a 0.1 s monitor interval and at its default. "

@@ -99,8 +99,8 @@ class PosixProcessRunner::Impl {
     }
     std::promise<void> dropped;
     asio::post(io_, [this, &dropped] {
-      drop_standbys();
-      dropped.set_value();
+      asio::post(io_, [&dropped, gone = std::make_shared<std::vector<std::unique_ptr<Standby>>>(
+                                     drop_standbys())] { dropped.set_value(); });
     });
     dropped.get_future().wait();
     work_.reset();
@@ -366,14 +366,16 @@ class PosixProcessRunner::Impl {
     try {
       message = standby_handover_message(env, orig_argv);
     } catch (const nlohmann::json::exception&) {
-      spdlog::info("local rank {}: the environment is not UTF-8, which a warm standby cannot "
-                   "take: starting the worker cold", launch.local_rank);
+      spdlog::info("local rank {}: the environment or command line is not UTF-8, which a warm "
+                   "standby cannot take: its starts are cold", launch.local_rank);
+      standby_off_.insert(launch.local_rank);
       retire_standby(it);
       return nullptr;
     }
     boost::system::error_code ec;
-    if (!s.worker->exited) asio::write(*s.channel, asio::buffer(message), ec);
-    if (s.worker->exited || ec) {
+    const bool gone = s.worker->exited || s.timed_out;
+    if (!gone) asio::write(*s.channel, asio::buffer(message), ec);
+    if (gone || ec) {
       spdlog::warn("warm standby for local rank {} (pid {}) is gone: starting the worker cold",
                    launch.local_rank, s.worker->pid);
       retire_standby(it);
@@ -412,6 +414,7 @@ class PosixProcessRunner::Impl {
     const int local = made_for.local_rank;
     auto launch = standby_launch(made_for, *standby_);
     if (!launch) return;
+    const auto plan = standby_plan_message(made_for, *standby_);  // throws on non-UTF-8
     auto s = std::make_unique<Standby>(io_, made_for);
     s->serial = ++standby_serial_;
     s->worker = std::make_unique<Worker>();
@@ -447,7 +450,7 @@ class PosixProcessRunner::Impl {
     s->channel = std::make_unique<asio::local::stream_protocol::socket>(
         io_, asio::local::stream_protocol(), channel[0]);
     boost::system::error_code write_error;  // a standby gone at once: its exit says why
-    asio::write(*s->channel, asio::buffer(standby_plan_message(made_for, *standby_)), write_error);
+    asio::write(*s->channel, asio::buffer(plan), write_error);
     auto& ref = *s;
     standbys_[local] = std::move(s);
     spdlog::debug("warm standby for local rank {}: pid {}", local, ref.worker->pid);
@@ -532,16 +535,17 @@ class PosixProcessRunner::Impl {
     refill(made_for);
   }
 
-  // Ends a pool standby (its whole group) and lets go of it.
+  // Ends a pool standby (its whole group, whatever it left behind) and lets go of it: at once
+  // when it has exited, once reaped otherwise.
   void retire_standby(std::map<int, std::unique_ptr<Standby>>::iterator it) {
     auto s = std::move(it->second);
     standbys_.erase(it);
-    if (s->worker && s->worker->pid > 0) {
-      if (!s->worker->exited) kill(-s->worker->pid, SIGKILL);
-      retired_standbys_.push_back(std::move(s));
+    kill(-s->worker->pid, SIGKILL);
+    if (s->worker->exited) {
+      later_destroy(std::move(s));
       return;
     }
-    later_destroy(std::move(s));
+    retired_standbys_.push_back(std::move(s));
   }
 
   // Destroyed after the handler that let go of it returns (its exit watch may be calling).
@@ -551,23 +555,27 @@ class PosixProcessRunner::Impl {
     });
   }
 
-  // At the runner's end: every standby and its group, SIGKILLed and reaped.
-  void drop_standbys() {
+  // At the runner's end: every standby and its group, SIGKILLed and reaped. Returned to be
+  // destroyed after the handlers already queued for them have run.
+  std::vector<std::unique_ptr<Standby>> drop_standbys() {
     std::vector<std::unique_ptr<Standby>> all;
     for (auto& [local, s] : standbys_) all.push_back(std::move(s));
     standbys_.clear();
     for (auto& s : retired_standbys_) all.push_back(std::move(s));
     retired_standbys_.clear();
     for (auto& s : all) {
-      if (!s->worker || s->worker->pid <= 0) continue;
-      kill(-s->worker->pid, SIGKILL);
+      const bool exited = s->worker->exited;
       s->worker->exit_watch.reset();
-      if (!s->worker->exited && !reap_within(s->worker->pid, std::chrono::seconds(5))) {
-        spdlog::warn("warm standby pid {} not gone 5s after SIGKILL", s->worker->pid);
-        continue;  // the orphan guard still knows its group
+      if (!exited) {
+        kill(-s->worker->pid, SIGKILL);
+        if (!reap_within(s->worker->pid, std::chrono::seconds(5))) {
+          spdlog::warn("warm standby pid {} not gone 5s after SIGKILL", s->worker->pid);
+          continue;  // the orphan guard still knows its group
+        }
       }
       if (guard_) guard_->forget(std::exchange(s->worker->guard_slot, nullptr));
     }
+    return all;
   }
 
   static bool reap_within(pid_t pid, std::chrono::milliseconds limit) {

@@ -1,6 +1,8 @@
 #include "process/standby.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,20 @@ std::vector<std::string> lasting_env(const std::vector<std::string>& env,
   return out;
 }
 
+// What the bootstrap runs as a cold `python` would: a module (-m) or a source file. A directory
+// or zip archive (their __main__.py) and compiled .pyc files start cold.
+bool runs_as_source(const std::string& script) {
+  if (script == "-m") return true;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(script, ec)) return false;
+  const auto ext = std::filesystem::path(script).extension();
+  if (ext == ".pyc" || ext == ".pyz" || ext == ".zip") return false;
+  std::ifstream in(script, std::ios::binary);
+  char magic[2] = {};
+  in.read(magic, 2);
+  return !(magic[0] == 'P' && magic[1] == 'K');  // a zip archive, whatever its name
+}
+
 bool is_python_launch(const WorkerLaunch& launch) {
   return launch.argv.size() >= 3 && launch.argv[1] == kUnbufferedFlag;
 }
@@ -34,15 +50,20 @@ bool is_python_launch(const WorkerLaunch& launch) {
 // it. The program's frames are the only ones its tracebacks show.
 const char* standby_bootstrap() {
   return R"PY(def _ddprun_standby():
-    import json, os, socket, sys
+    import sys
+    if not sys.flags.safe_path:
+        del sys.path[0]  # -c's '' (the working directory): nothing of it is imported here
+    import builtins as b, json, os, socket
     sock = socket.socket(fileno=int(os.environ.pop("DDPRUN_STANDBY_FD")))
     channel = sock.makefile("rb")
     plan = json.loads(channel.readline())
     args = plan["args"]
     as_module = args[0] == "-m"
     # sys.path[0] as a cold start sets it, before anything is imported.
-    sys.path[0] = os.getcwd() if as_module else os.path.dirname(os.path.realpath(args[0]))
+    if not sys.flags.safe_path:
+        sys.path.insert(0, os.getcwd() if as_module else os.path.dirname(os.path.realpath(args[0])))
     import importlib, importlib.util
+    before = dict(os.environ)
     failed = None
     for name in plan["modules"]:
         try:
@@ -51,11 +72,13 @@ const char* standby_bootstrap() {
         except Exception as e:
             failed = "failed importing %s: %s: %s" % (name, type(e).__name__, e)
             break
+    # What the imports did to the environment, which a cold start's imports would do too.
+    imported_env = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    imported_unset = [k for k in before if k not in os.environ]
     try:
         sock.sendall(("%s\n" % (failed or "ready")).encode())
     except OSError:
         pass  # handed over before it was ready: the agent no longer listens
-
     line = channel.readline()
     if not line:
         os._exit(0)
@@ -64,12 +87,19 @@ const char* standby_bootstrap() {
     sock.close()
     os.environ.clear()
     os.environ.update(go["env"])
+    for k, v in imported_env.items():
+        if k in before or k not in go["env"]:
+            os.environ[k] = v
+    for k in imported_unset:
+        os.environ.pop(k, None)
     sys.orig_argv = go["orig_argv"]
     main = sys.modules["__main__"]
     names = main.__dict__
     kept = {k: names[k] for k in ("__name__", "__doc__", "__package__", "__spec__", "__builtins__")}
     names.clear()
     names.update(kept, __annotations__={})
+    # From here on the program fills __main__, which is this function's globals: the builtins
+    # below are reached through `b`, never by a name the program may have taken.
     try:
         if as_module:
             import runpy
@@ -77,24 +107,24 @@ const char* standby_bootstrap() {
             runpy._run_module_as_main(args[1], True)
         else:
             from importlib.machinery import SourceFileLoader
-            sys.argv = list(args)
+            sys.argv = b.list(args)
             path = os.path.abspath(args[0])
             try:
-                with open(path, "rb") as f:
+                with b.open(path, "rb") as f:
                     source = f.read()
-            except OSError as e:
-                print("%s: can't open file %r: [Errno %d] %s" % (go["orig_argv"][0], path, e.errno,
-                      e.strerror), file=sys.stderr)
+            except b.OSError as e:
+                b.print("%s: can't open file %r: [Errno %d] %s" % (go["orig_argv"][0], path, e.errno,
+                        e.strerror), file=sys.stderr)
                 os._exit(2)
             names.update(__file__=path, __cached__=None, __loader__=SourceFileLoader("__main__", path))
-            exec(compile(source, path, "exec", dont_inherit=True), names)
-    except SystemExit:
+            b.exec(b.compile(source, path, "exec", dont_inherit=True), names)
+    except b.SystemExit:
         raise
-    except BaseException as e:
+    except b.BaseException as e:
         # The printed traceback is the exception's own: this function's frame comes off it.
         e = e.with_traceback(e.__traceback__.tb_next)
-        sys.excepthook(type(e), e, e.__traceback__)
-        if isinstance(e, KeyboardInterrupt):
+        sys.excepthook(b.type(e), e, e.__traceback__)
+        if b.isinstance(e, b.KeyboardInterrupt):
             import signal
             sys.stdout.flush()
             sys.stderr.flush()
@@ -109,7 +139,7 @@ std::optional<WorkerLaunch> standby_launch(const WorkerLaunch& launch,
                                            const StandbyOptions& options) {
   WorkerLaunch s = launch;
   if (!options.native) {
-    if (!is_python_launch(launch)) return std::nullopt;
+    if (!is_python_launch(launch) || !runs_as_source(launch.argv[2])) return std::nullopt;
     s.argv = {launch.argv[0], kUnbufferedFlag, "-c", standby_bootstrap()};
   }
   s.env = lasting_env(launch.env, options);

@@ -10,6 +10,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
+import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -82,6 +83,11 @@ def snapshot():
     }
 
 
+# A script may take any name, builtins' too: how a standby ends the program must not depend on
+# them.
+isinstance = BaseException = SystemExit = None
+
+
 @record
 def main():
     out = os.path.join(os.environ["PROBE_OUT"],
@@ -92,6 +98,11 @@ def main():
         json.dump(state, f, indent=1, sort_keys=True)
     os.replace(out + ".tmp", out)
     if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["RANK"] == "1":
+        # Rank 0 writes its view first: the failure stops it.
+        rank0 = os.path.join(os.environ["PROBE_OUT"], "0.0.json")
+        deadline = time.monotonic() + 120
+        while not os.path.exists(rank0) and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise ValueError("the planned failure of rank 1")
 
 

@@ -2,9 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "process/standby.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 
@@ -16,10 +19,21 @@ StandbyOptions options() {
   return o;
 }
 
+// A script that exists: a standby runs source files only.
+const std::string& script() {
+  static test::TempDir dir;
+  static const std::string path = [] {
+    const auto p = dir.file("train.py");
+    std::ofstream(p) << "print('training')\n";
+    return p;
+  }();
+  return path;
+}
+
 WorkerLaunch python_launch() {
   WorkerLaunch w;
   w.local_rank = 1;
-  w.argv = {"python3", "-u", "train.py", "--lr=0.1"};
+  w.argv = {"python3", "-u", script(), "--lr=0.1"};
   w.env = {"PATH=/usr/bin", "RANK=3", "MASTER_PORT=29500", "OMP_NUM_THREADS=1"};
   return w;
 }
@@ -37,6 +51,21 @@ TEST_CASE("a standby starts the interpreter on the bootstrap, without the attemp
   auto native = python_launch();
   native.argv = {"./ddp_resnet", "--epochs=1"};
   CHECK_FALSE(standby_launch(native, options()).has_value());
+  // What a cold python runs otherwise: a directory's or a zip archive's __main__.py, a .pyc.
+  test::TempDir dir;
+  std::ofstream(dir.file("app.pyz")) << "PK\x03\x04";
+  std::ofstream(dir.file("zipped.py")) << "PK\x03\x04";
+  std::ofstream(dir.file("train.pyc")) << "compiled";
+  for (const auto& other : {dir.path(), dir.file("app.pyz"), dir.file("zipped.py"),
+                            dir.file("train.pyc"), dir.file("missing.py")}) {
+    auto launch = python_launch();
+    launch.argv[2] = other;
+    CHECK_FALSE(standby_launch(launch, options()).has_value());
+  }
+  auto module = python_launch();
+  module.argv = {"python3", "-u", "-m", "pkg.train"};
+  CHECK(standby_launch(module, options()).has_value());
+
   // A program that speaks the protocol itself starts as it is.
   auto speaks = options();
   speaks.native = true;
@@ -77,7 +106,7 @@ TEST_CASE("a standby serves a launch that differs from its own in the attempt's 
 
 TEST_CASE("the standby's messages: its plan, then the handover", "[process][standby]") {
   const auto plan = nlohmann::json::parse(standby_plan_message(python_launch(), options()));
-  CHECK(plan["args"] == nlohmann::json({"train.py", "--lr=0.1"}));
+  CHECK(plan["args"] == nlohmann::json({script(), "--lr=0.1"}));
   CHECK(plan["modules"] == nlohmann::json({"torch"}));
   CHECK(plan["optional"] == true);
   auto named = options();

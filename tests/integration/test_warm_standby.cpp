@@ -216,15 +216,26 @@ TEST_CASE("warm standby: a module that cannot be imported is reported once, and 
     return;
   }
   TempDir dir;
+  Gate gate;
+  // Rank 1 of attempt 0 waits at the gate (so that the job lasts until the standbys have
+  // spoken), then fails.
   std::ofstream(dir.file("job.py"))
-      << "import os, sys\n"
+      << "import os, subprocess, sys\n"
          "attempt, rank = os.environ['TORCHELASTIC_RESTART_COUNT'], os.environ['RANK']\n"
          "print(f'attempt {attempt} rank {rank} ran', flush=True)\n"
-         "sys.exit(5 if attempt == '0' and rank == '1' else 0)\n";
+         "if attempt == '0' and rank == '1':\n"
+         "    subprocess.run(['flock', '-s', '" << gate.path() << "', 'true'], check=True)\n"
+         "    sys.exit(5)\n";
   DdprunProcess p({"--nproc-per-node=2", "--max-restarts=1",
                    "--warm-standby=no_such_module_here",
                    "--master-port=" + std::to_string(free_port()), dir.file("job.py")},
                   {{"PYTHON_EXEC", "/usr/bin/python3"}});
+  for (const char* rank : {"0", "1"}) {
+    if (!p.wait_for_output(std::string("warm standby for local rank ") + rank, 120s)) {
+      FAIL("no report of rank " << rank << "'s standby:\n" << p.output());
+    }
+  }
+  gate.open();
   CHECK(p.wait(180s) == 0);
   const auto out = p.output();
   INFO(out);

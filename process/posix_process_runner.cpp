@@ -124,9 +124,7 @@ class PosixProcessRunner::Impl {
         pool_closed_ = true;  // the next start uses what is there and starts no more
         return;
       }
-      for (const auto& t : templates) {
-        if (!standbys_.count(t.local_rank)) refill(t);
-      }
+      for (const auto& t : templates) refill(t);  // a rank that has one keeps it
     });
   }
 
@@ -518,7 +516,7 @@ class PosixProcessRunner::Impl {
     auto& s = *it->second;
     const auto how = s.timed_out ? std::string("not ready in time")
                      : WIFSIGNALED(w->status)
-                         ? fmt::format("killed by {}", signal_name(WTERMSIG(w->status)))
+                         ? killed_by(WTERMSIG(w->status), false)
                          : fmt::format("exit code {}", WEXITSTATUS(w->status));
     const int failures = ++standby_failures_[local];
     const auto made_for = s.made_for;

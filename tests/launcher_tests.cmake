@@ -39,6 +39,10 @@ target_compile_definitions(launcher_tests PRIVATE
   TOPOLOGY_FIXTURES="${CMAKE_CURRENT_SOURCE_DIR}/unit/topology/data")
 add_dependencies(launcher_tests ddprun ddprun-store fake_worker)
 catch_discover_tests(launcher_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "ddprun: " PROPERTIES TIMEOUT 300)
+# torchrun's launcher test cases again, their Python workers started from warm standbys.
+catch_discover_tests(launcher_tests TEST_SPEC "[torchrun-suite][python]" EXTRA_ARGS --warn NoTests
+  TEST_PREFIX "torchrun suite, warm standby: "
+  PROPERTIES TIMEOUT 300 ENVIRONMENT "DDPRUN_SUITE_WARM_STANDBY=1")
 
 add_executable(elastic_tests
   integration/test_elastic.cpp)

@@ -4,10 +4,17 @@
 // its test process, ddprun exits with the code its documentation gives for that case. Left out:
 // the cases that replace torch internals with mocks (a GPU count of 3, a failing agent object, a
 // rendezvous handler's shutdown), and the logs_specs plug-in, a Python entry point.
+//
+// ctest runs the suite twice: as is, and as "torchrun suite, warm standby:", where every case
+// whose workers are Python runs under --warm-standby (with a restart allowed, so that standbys
+// are kept) and must have started each of its workers from a standby.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,13 +56,48 @@ std::set<std::string> ranks(int world_size) {
 
 using Args = std::vector<std::string>;
 
+bool warm_suite() {
+  const char* v = std::getenv("DDPRUN_SUITE_WARM_STANDBY");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// A program started with --no-python would have to speak the standby protocol itself, which
+// the suite's shell script does not: those cases stay cold.
+bool python_workers(const Args& args, const std::map<std::string, std::string>& env) {
+  return std::find(args.begin(), args.end(), "--no-python") == args.end() &&
+         env.count("PET_NO_PYTHON") == 0;
+}
+
+// The environment of one ddprun of a case, and whether its workers must start warm.
+std::map<std::string, std::string> launch_env(const Args& args,
+                                              std::map<std::string, std::string> env,
+                                              bool& warm) {
+  warm = warm_suite() && python_workers(args, env);
+  if (warm) {
+    env.emplace("PET_WARM_STANDBY", "1");
+    env.emplace("PET_MAX_RESTARTS", "1");  // a case's own --max-restarts still wins
+    env.emplace("PET_LOG_LEVEL", "debug");  // where each worker's start is said
+  }
+  return case_env(std::move(env));
+}
+
+// Under the warm suite, every worker a ddprun started came from its standby.
+void check_started_warm(bool warm, const std::string& output) {
+  if (!warm) return;
+  const auto started = count_of(output, "started worker local rank");
+  CHECK(started > 0);
+  CHECK(count_of(output, "from its warm standby") == started);
+}
+
 int run(const Args& args, std::map<std::string, std::string> env = {},
         std::string* output = nullptr) {
-  DdprunProcess p(args, case_env(std::move(env)));
+  bool warm = false;
+  DdprunProcess p(args, launch_env(args, std::move(env), warm));
   const int code = p.wait(120s);
   INFO(p.output());
   if (output != nullptr) *output = p.output();
   CHECK(code >= 0);  // not timed out
+  if (code == 0) check_started_warm(warm, p.output());
   return code;
 }
 
@@ -81,7 +123,7 @@ bool python_available() { return std::filesystem::exists("/usr/bin/python3"); }
 
 }  // namespace
 
-TEST_CASE("torchrun suite: user script, python", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: user script, python", "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   TempDir dir;
   CHECK(run(Args{"--nnodes=1", "--nproc-per-node=4", run_id()} + kMonitor +
@@ -90,7 +132,7 @@ TEST_CASE("torchrun suite: user script, python", "[torchrun-suite]") {
 }
 
 TEST_CASE("torchrun suite: user script, python, caffe2 bc (underscore flags, static master)",
-          "[torchrun-suite]") {
+          "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   TempDir dir;
   CHECK(run({"--nnodes=1", "--nproc_per_node=4", "--monitor_interval=1", "--start_method=spawn",
@@ -159,7 +201,8 @@ TEST_CASE("torchrun suite: --nproc-per-node as a number, auto and unknown", "[to
   }
 }
 
-TEST_CASE("torchrun suite: elastic, one of 1:2 nodes, quoted --rdzv-conf", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: elastic, one of 1:2 nodes, quoted --rdzv-conf",
+          "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   TempDir dir;
   CHECK(run(Args{"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
@@ -169,7 +212,7 @@ TEST_CASE("torchrun suite: elastic, one of 1:2 nodes, quoted --rdzv-conf", "[tor
   CHECK(files_in(dir) == ranks(4));
 }
 
-TEST_CASE("torchrun suite: elastic, a worker raises", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: elastic, a worker raises", "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   std::string out;
   // torchrun raises ChildFailedError, which its command line turns into exit code 1.
@@ -181,7 +224,7 @@ TEST_CASE("torchrun suite: elastic, a worker raises", "[torchrun-suite]") {
   CHECK_THAT(out, Catch::Contains("RuntimeError: raising exception since --fail was given"));
 }
 
-TEST_CASE("torchrun suite: standalone", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: standalone", "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   TempDir dir;
   CHECK(run(Args{"--nnodes=1", "--nproc-per-node=4", "--standalone"} + kMonitor +
@@ -189,7 +232,7 @@ TEST_CASE("torchrun suite: standalone", "[torchrun-suite]") {
   CHECK(files_in(dir) == ranks(4));
 }
 
-TEST_CASE("torchrun suite: --run-path first", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: --run-path first", "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   TempDir dir;
   CHECK(run(Args{"--run-path", "--nnodes=1", "--nproc-per-node=4"} + kMonitor +
@@ -197,18 +240,22 @@ TEST_CASE("torchrun suite: --run-path first", "[torchrun-suite]") {
   CHECK(files_in(dir) == ranks(4));
 }
 
-TEST_CASE("torchrun suite: elastic, two agents with the same command line", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: elastic, two agents with the same command line",
+          "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   TempDir dir;
   const Args args = Args{"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
                          "--rdzv-endpoint=localhost:" + std::to_string(free_port()),
                          "--rdzv_conf=timeout=5", run_id()} +
                     kMonitor + Args{kScript, "--touch-file-dir=" + dir.path()};
-  DdprunProcess first(args, case_env());
-  DdprunProcess second(args, case_env());
+  bool warm = false;
+  DdprunProcess first(args, launch_env(args, {}, warm));
+  DdprunProcess second(args, launch_env(args, {}, warm));
   CHECK(first.wait(120s) == 0);
   CHECK(second.wait(120s) == 0);
   INFO(first.output() << second.output());
+  check_started_warm(warm, first.output());
+  check_started_warm(warm, second.output());
   CHECK(files_in(dir) == ranks(8));
 }
 
@@ -218,7 +265,7 @@ TEST_CASE("torchrun suite: --nnodes MIN:MAX:STEP is refused", "[torchrun-suite]"
   CHECK_THAT(out, Catch::Contains("--nnodes=2:20:30"));
 }
 
-TEST_CASE("torchrun suite: is_torchelastic_launched", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: is_torchelastic_launched", "[torchrun-suite][python]") {
   REQUIRE_TORCH();
   TempDir dir;
   const auto out_file = dir.file("out");
@@ -233,7 +280,8 @@ TEST_CASE("torchrun suite: is_torchelastic_launched", "[torchrun-suite]") {
   CHECK(read_file(out_file) == "False");
 }
 
-TEST_CASE("torchrun suite: init_method tcp:// and env:// under the launcher", "[torchrun-suite]") {
+TEST_CASE("torchrun suite: init_method tcp:// and env:// under the launcher",
+          "[torchrun-suite][python]") {
   REQUIRE_TORCH();
   for (const char* method : {"tcp", "env"}) {
     INFO(method);
@@ -264,7 +312,7 @@ TEST_CASE("torchrun suite: capture logs, --redirect=3 --tee=3 and the prefix tem
 }
 
 TEST_CASE("torchrun suite: torch.distributed.launch, --local_rank passed and --use-env",
-          "[torchrun-suite]") {
+          "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   const Args flags = {"--nnodes=1", "--nproc-per-node=4", "--monitor-interval=1",
                       "--start-method=spawn", "--master-addr=localhost",
@@ -283,7 +331,7 @@ TEST_CASE("torchrun suite: torch.distributed.launch, --local_rank passed and --u
 }
 
 TEST_CASE("torchrun suite: --virtual-local-rank (test_run.py's GPU case, by environment)",
-          "[torchrun-suite]") {
+          "[torchrun-suite][python]") {
   REQUIRE_PYTHON();
   const Args flags = {"--nnodes=1", "--nproc-per-node=2", "--redirect=3", "--tee=3",
                       "--monitor-interval=1", "--start-method=spawn"};
@@ -300,7 +348,7 @@ TEST_CASE("torchrun suite: --virtual-local-rank (test_run.py's GPU case, by envi
   CHECK_THAT(out, Catch::Contains("[default1]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0"));
 }
 
-TEST_CASE("a script written for mpirun runs under --mpi-env", "[torchrun-suite]") {
+TEST_CASE("a script written for mpirun runs under --mpi-env", "[torchrun-suite][python]") {
   REQUIRE_TORCH();
   std::string out;
   CHECK(run({"--nproc-per-node=4", "--mpi-env", port_arg(free_port()), kScript, "--mpi"}, {},

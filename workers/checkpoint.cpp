@@ -133,10 +133,16 @@ std::optional<std::string> read_file_if_exists(const std::string& path) {
   if (!fs::exists(path, ec)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("cannot open {}", path));
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (!in && !in.eof()) throw Error(fmt::format("reading {} failed", path));
-  return std::move(out).str();
+  // One read into a buffer of the file's size: a checkpoint is tens of megabytes, and a
+  // restart waits for it.
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw Error(fmt::format("cannot stat {}: {}", path, ec.message()));
+  std::string bytes(size, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (static_cast<std::uintmax_t>(in.gcount()) != size) {
+    throw Error(fmt::format("reading {} failed after {} of {} bytes", path, in.gcount(), size));
+  }
+  return bytes;
 }
 
 }  // namespace ddprun::workers

@@ -23,9 +23,10 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   try {
+    ResNet model = build_model(*parsed.options);
     if (!wait_for_start()) return 0;  // a warm standby the agent no longer needs
     const DistEnv env = read_dist_env(process_env());
-    run_training(*parsed.options, env);
+    run_training(*parsed.options, env, std::move(model));
     return 0;
   } catch (const InjectedFailure& e) {
     std::fprintf(stderr, "ddp_resnet: %s\n", e.what());

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <initializer_list>
+#include <system_error>
 #include <utility>
 
 #include <CLI/CLI.hpp>
@@ -77,6 +79,9 @@ std::string validate(const Options& o, bool cuda_built) {
     return fmt::format("--fail_at_step={}: must be >= 0", *o.fail_at_step);
   }
   if (o.fail_rank && *o.fail_rank < 0) return fmt::format("--fail_rank={}: must be >= 0", *o.fail_rank);
+  if (std::error_code ec; !o.stamp_dir.empty() && !std::filesystem::is_directory(o.stamp_dir, ec)) {
+    return fmt::format("--stamp_dir={}: not a directory", o.stamp_dir);
+  }
   return {};
 }
 
@@ -166,6 +171,9 @@ ParseOutcome parse_options(const std::vector<std::string>& args, bool cuda_built
   app.add_option("--fail_at_step", o.fail_at_step,
                  "exit 3 before global step N on the first attempt (tests, demo)");
   app.add_option("--fail_rank", o.fail_rank, "the rank that fails (default: the last)");
+  app.add_option("--stamp_dir", o.stamp_dir,
+                 "write the moment of each phase (joined, step, fail) as "
+                 "<phase>.<restart>.<rank> files there (benchmarks)");
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   ParseOutcome out;

@@ -55,6 +55,7 @@ struct Options {
   double dist_timeout_s = 1800;      // store and collective timeout, as PyTorch's default
   std::optional<std::int64_t> fail_at_step;  // exit 3 before this global step, attempt 0 only
   std::optional<int> fail_rank;      // which rank fails; default: the last rank
+  std::string stamp_dir;             // benchmarks: where each phase's moment is written
 };
 
 struct ParseOutcome {

@@ -1,11 +1,15 @@
 #include "workers/trainer.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <span>
+
+#include <time.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -42,6 +46,25 @@ template <class... Args>
 void say(fmt::format_string<Args...> format, Args&&... args) {
   std::fputs((fmt::format(format, std::forward<Args>(args)...) + "\n").c_str(), stdout);
   std::fflush(stdout);
+}
+
+// --stamp_dir: the moment of `phase` (CLOCK_MONOTONIC seconds, the clock of ddprun's events
+// file) in <dir>/<phase>.<restart count>.<rank>, for the benchmarks. A stamp that cannot be
+// written is said on stderr and changes nothing else (the failure path stamps too).
+void stamp(const Options& o, const DistEnv& env, const char* phase) {
+  if (o.stamp_dir.empty()) return;
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const auto name = fmt::format("{}.{}.{}", phase, env.restart_count, env.rank);
+  const auto path = fs::path(o.stamp_dir) / name;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "ddp_resnet: --stamp_dir: cannot write %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    return;
+  }
+  std::fprintf(f, "%lld.%09ld\n", static_cast<long long>(now.tv_sec), now.tv_nsec);
+  std::fclose(f);
 }
 
 bool wants_cuda(const Options& o) {
@@ -214,14 +237,20 @@ void report_epoch(const Run& run, std::int64_t steps, double seconds) {
 
 }  // namespace
 
-void run_training(const Options& o, const DistEnv& env) {
+ResNet build_model(const Options& o) {
+  // Same seed on every rank, like the example; rank 0's weights are broadcast anyway.
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(static_cast<std::uint64_t>(o.random_seed));
+  }
+  return ResNet(o.arch, o.num_classes);
+}
+
+void run_training(const Options& o, const DistEnv& env, ResNet model) {
   set_error_context(host_name(), env.rank);
   Run run{o, env, pick_device(o, env), (fs::path(o.model_dir) / o.model_filename).string(),
-          nullptr, nullptr, nullptr, nullptr, nullptr, 0, {}};
-
-  // Same seed on every rank, like the example; rank 0's weights are broadcast anyway.
-  torch::manual_seed(static_cast<std::uint64_t>(o.random_seed));
-  run.model = ResNet(o.arch, o.num_classes);
+          nullptr, std::move(model), nullptr, nullptr, nullptr, 0, {}};
   run.model->to(run.device);
   if (o.channels_last) to_channels_last(*run.model);
   run.optimizer = std::make_unique<torch::optim::SGD>(
@@ -233,6 +262,7 @@ void run_training(const Options& o, const DistEnv& env) {
   run.dist = Distributed::connect(env, o.backend,
                                   std::chrono::milliseconds(static_cast<std::int64_t>(o.dist_timeout_s * 1000)));
   const int world = run.dist->world_size();
+  stamp(o, env, "joined");
   run.dataset = make_dataset(o, world);
   if (run.device.is_cuda()) run.dataset->pin_memory();
   run.sampler = std::make_unique<DistributedSampler>(run.dataset->size(), world, env.rank,
@@ -257,7 +287,7 @@ void run_training(const Options& o, const DistEnv& env) {
   const bool fail_here = o.fail_at_step && env.restart_count == 0 &&
                          env.rank == o.fail_rank.value_or(world - 1);
   std::vector<double> epoch_times;
-  bool reported_buckets = false;
+  bool first_step_done = false;
 
   for (; run.position.epoch < o.num_epochs; ++run.position.epoch, run.position.epoch_step = 0) {
     say("Local Rank: {}, Epoch: {}, Training ...", env.local_rank, run.position.epoch);
@@ -272,6 +302,7 @@ void run_training(const Options& o, const DistEnv& env) {
             *o.fail_at_step, error_context(), env.restart_count, kExitInjectedFailure));
         // Now, before unwinding closes the process group under the peers' feet.
         write_error_file("InjectedFailure", failure.what(), failure.unix_time());
+        stamp(o, env, "fail");
         throw failure;
       }
       const auto begin = static_cast<std::size_t>(run.position.epoch_step * o.batch_size);
@@ -298,8 +329,11 @@ void run_training(const Options& o, const DistEnv& env) {
       engine.finish_backward();
       foreach_sgd_step(*run.optimizer);
       ++run.position.global_step;
-      if (!reported_buckets && env.rank == 0) {
-        reported_buckets = true;
+      if (!first_step_done && !o.stamp_dir.empty()) {
+        synchronize(run.device);  // the step done, not only queued on the GPU
+        stamp(o, env, "step");
+      }
+      if (!first_step_done && env.rank == 0) {
         std::string sizes;
         for (const auto& b : engine.buckets()) {
           sizes += fmt::format("{}{:.1f}", sizes.empty() ? "" : ", ", static_cast<double>(b.bytes) / (1 << 20));
@@ -307,6 +341,7 @@ void run_training(const Options& o, const DistEnv& env) {
         say("ddp: {} gradient buckets ({} MiB), {} started during backward",
             engine.buckets().size(), sizes, engine.buckets_started_in_backward());
       }
+      first_step_done = true;
 
       if (o.log_every > 0 && run.position.global_step % o.log_every == 0) {
         const double mean = run.dist->allreduce_sum(loss.item<double>()) / world;

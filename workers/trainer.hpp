@@ -6,11 +6,17 @@
 
 #include "workers/dist_env.hpp"
 #include "workers/options.hpp"
+#include "workers/resnet.hpp"
 
 namespace ddprun::workers {
 
-// Throws ConfigError (bad setup: exit 2), InjectedFailure (exit 3), OutOfSyncError (exit 4)
-// and WorkerError or other exceptions (exit 1).
-void run_training(const Options& options, const DistEnv& env);
+// The part of a start that depends on no rank: the model, on the CPU, initialized from
+// --random_seed (the same on every rank). A warm standby builds it before it says "ready";
+// only the CPU's generator is seeded, so that nothing here initializes CUDA.
+ResNet build_model(const Options& options);
+
+// Trains `model` (from build_model). Throws ConfigError (bad setup: exit 2), InjectedFailure
+// (exit 3), OutOfSyncError (exit 4) and WorkerError or other exceptions (exit 1).
+void run_training(const Options& options, const DistEnv& env, ResNet model);
 
 }  // namespace ddprun::workers

@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sys/wait.h>
 
 #include "testing/ddprun_process.hpp"
@@ -117,10 +119,13 @@ TEST_CASE("ddp_resnet: interrupted and resumed by ddprun equals uninterrupted", 
 
   // The same from warm standbys (ddprun's protocol, workers/standby.cpp): every attempt's
   // workers were waiting with libtorch loaded, and the result is the same, bit for bit.
-  TempDir warm_dir;
+  // --stamp_dir, the benchmark's view of the restart, is written as it goes.
+  TempDir warm_dir, stamps;
+  auto stamped = flags;
+  stamped.insert(stamped.end(), {"--stamp_dir", stamps.path()});
   DdprunProcess warm(job({"--nproc-per-node=2", "--max-restarts=1", "--warm-standby",
                           "--log-level=debug"},
-                         warm_dir.path(), flags),
+                         warm_dir.path(), stamped),
                      kEnv);
   const int warm_rc = warm.wait(240s);
   const std::string warm_out = warm.output();
@@ -130,6 +135,16 @@ TEST_CASE("ddp_resnet: interrupted and resumed by ddprun equals uninterrupted", 
   CHECK(warm_out.find("resumed from " + warm_dir.file("resnet_distributed.pth") +
                       ": epoch 0, step 3, global step 3") != std::string::npos);
   CHECK(digest(warm_out) == digest(reference));
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(stamps.path())) {
+    names.insert(entry.path().filename().string());
+  }
+  CHECK(names == std::set<std::string>{"fail.0.1", "joined.0.0", "joined.0.1", "joined.1.0",
+                                       "joined.1.1", "step.0.0", "step.0.1", "step.1.0",
+                                       "step.1.1"});
+  // Seconds of CLOCK_MONOTONIC: the failure comes before the next attempt's first step.
+  CHECK(std::stod(read_file(stamps.file("fail.0.1"))) <
+        std::stod(read_file(stamps.file("step.1.0"))));
 }
 
 TEST_CASE("ddp_resnet: a checkpoint from 2 ranks resumes on 3 and re-shards", "[workers][e2e]") {

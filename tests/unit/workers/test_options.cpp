@@ -102,6 +102,7 @@ TEST_CASE("options: bad values exit 2 with one line naming the flag", "[workers]
       {{"--model_filename=a/b"}, "--model_filename"},
       {{"--num_classes=1"}, "--num_classes=1"},
       {{"--no_such_flag"}, "--no_such_flag"},
+      {{"--stamp_dir=/nonexistent/stamps"}, "--stamp_dir=/nonexistent/stamps: not a directory"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;

@@ -145,8 +145,17 @@ const std::map<int, FigureText>& figure_texts() {
             "ddprun (the workers' store, TORCHELASTIC_USE_AGENT_STORE=True); ddprun with rank 0 "
             "hosting the workers' store (TORCHELASTIC_USE_AGENT_STORE=False, as torchrun 1.13's "
             "c10d backend does); torchrun at a 0.1 s monitor interval and at its default. "
-            "20 runs of each (5 of torchrun at its default interval).",
-            "`bench_first_step --script bench/first_step.py`"}},
+            "20 runs of each (5 of torchrun at its default interval). Where network namespaces "
+            "can be made, ddprun with and without standbys again on two nodes "
+            "(`scripts/netns-cluster.sh`, 2 + 1 ranks, rank 1 on the first). Then `ddp_resnet` "
+            "(ResNet-18, 32x32 synthetic images, batch 8, 2 ranks, a checkpoint every 3 steps, "
+            "rank 1 fails at step 5), cold and from standbys, 5 runs each, stamped by its "
+            "`--stamp_dir`: the failure, every rank back in its process group with the model "
+            "built, and the end of the attempt's first step (the checkpoint read and broadcast, "
+            "DDP's parameter broadcast and one step of compute come between the two).",
+            "`bench_first_step --script bench/first_step.py --ddp-resnet build/workers/ddp_resnet "
+            "--netns-cluster scripts/netns-cluster.sh`, the latter inside "
+            "`scripts/netns-cluster.sh run TAG 2`"}},
   };
   return texts;
 }

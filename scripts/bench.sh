@@ -4,8 +4,8 @@
 # docs/benchmarks.md (or --output): the machine, the targets met or missed, a table per figure.
 #
 #   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up,
-#                                    figures 10 and 12 of 3, figure 13 of 20;
-#                                    about 40 minutes on 2 cores)
+#                                    figures 10 and 12 of 3, figure 13 of 20, its ddp_resnet
+#                                    rows of 5; about 55 minutes on 2 cores)
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
 #            --figures 1,2,...  (only these)  --budget SECONDS (default 1200: optional parts are
@@ -119,7 +119,7 @@ if [[ $quick = 1 ]]; then
   etcd_rdzv_args=(--agents 64 256)
   worker_sleep=0.5; keepalive=(--interval 0.3 --attempts 3 --last-call 0.1)
   recovery_nodes=(2 16); recovery_torchrun_nodes=(); recovery_death_nodes=(2)
-  recovery_runs=(--runs 1 --warmup 0); first_step_runs=(--runs 1 --warmup 0)
+  recovery_runs=(--runs 1 --warmup 0); first_step_runs=(--runs 1 --warmup 0 --ddp-resnet-runs 1)
 else
   runs=(--runs 5 --warmup 1); report_runs=(--runs 5 --warmup 1)
   torchrun_launch=default,fast; torchrun_memory=fast; torchrun_first_step=default,fast
@@ -128,7 +128,8 @@ else
   worker_sleep=2; keepalive=(--interval 1 --attempts 3 --last-call 0.1)
   recovery_nodes=(2 8 16 128 256 512 1024); recovery_torchrun_nodes=(2 8 16)
   recovery_death_nodes=(16 128 1024); recovery_runs=(--runs 3 --warmup 1)
-  first_step_runs=(--runs 20 --warmup 1)  # the median and the worst of 20, as Figure 13's targets ask
+  # The median and the worst of 20, as Figure 13's targets ask; ddp_resnet's runs last seconds.
+  first_step_runs=(--runs 20 --warmup 1 --ddp-resnet-runs 5)
 fi
 
 torch_version=
@@ -269,9 +270,30 @@ if want 12; then
 fi
 if want 13; then
   if [[ -n $torch_version ]]; then
-    step "figure 13: failure to the next training step" "$b/bench_first_step" --ddprun "$ddprun" \
-      --python "$python" --script "$root/bench/first_step.py" --torchrun "$torchrun_first_step" \
-      --results "$results" "${first_step_runs[@]}"
+    first_step=("$b/bench_first_step" --ddprun "$ddprun" --python "$python"
+                --script "$root/bench/first_step.py" --torchrun "$torchrun_first_step"
+                --results "$results" "${first_step_runs[@]}")
+    resnet=${DDP_RESNET:-$build/workers/ddp_resnet}
+    if [[ -x $resnet ]]; then
+      first_step+=(--ddp-resnet "$resnet")
+    else
+      not_measured 13 "ddp_resnet" "failure to every rank's first step" ddprun ms true \
+        "not measured: $resnet is not built (libtorch)" ""
+    fi
+    # Two nodes too (not in the smoke mode), where network namespaces can be made (root): the
+    # run happens inside a cluster of 2 that the script takes down after it. A cluster that
+    # cannot be set up costs the two-node rows only.
+    cluster=$root/scripts/netns-cluster.sh
+    first_step_in_cluster() {
+      "$cluster" run "fstep$$" 2 "${first_step[@]}" --netns-cluster "$cluster" && return
+      echo "bench.sh: figure 13 in a cluster of network namespaces failed: again on one node" >&2
+      "${first_step[@]}"
+    }
+    if [[ $quick = 0 ]] && "$cluster" check; then
+      step "figure 13: failure to the next training step (one and two nodes)" first_step_in_cluster
+    else
+      step "figure 13: failure to the next training step" "${first_step[@]}"
+    fi
   else
     not_measured 13 "3 ranks, Gloo, rank 1 SIGKILLed at step 20, --max-restarts=1" \
       "failure to every rank's first step" ddprun ms true "not measured: $python has no torch" ""

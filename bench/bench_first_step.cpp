@@ -301,11 +301,12 @@ int main(int argc, char** argv) {
           node.nproc = kResnetRanks;
           node.port = free_port();
           node.max_restarts = 1;
-          auto agent_argv = command(ddprun, node,
-                              {ddp_resnet, "--backend", "gloo", "--arch", "resnet18",
-                               "--syn_learnable", "--image_size", "32", "--batch_size", "8",
-                               "--steps_syn", "4", "--num_epochs", "3", "--checkpoint_every", "3",
-                               "--fail_at_step", "5", "--model_dir", run, "--stamp_dir", run});
+          auto agent_argv = command(
+              ddprun, node,
+              {ddp_resnet, "--backend", "gloo", "--arch", "resnet18", "--syn_learnable",
+               "--image_size", "32", "--batch_size", "8", "--steps_syn", "4", "--num_epochs", "3",
+               "--checkpoint_every", "3", "--fail_at_step", "5", "--model_dir", run,
+               "--stamp_dir", run});
           if (warm) agent_argv.insert(agent_argv.begin() + 1, "--warm-standby");
           run_agents(dir, label, {agent_argv}, {{"OMP_NUM_THREADS", "1"}}, run + "/agent.log");
           // The checkpoint is tens of megabytes, in a directory that lives until the end.
@@ -341,8 +342,9 @@ int main(int argc, char** argv) {
       const auto& cold = rows[{kResnetCase, "failure to every rank's first step", "ddprun"}];
       auto& warm = rows[{kResnetCase, "failure to every rank's first step", kWarm}];
       if (!cold.samples.empty()) {
-        warm.target_max = median(cold.samples) / 3;
-        warm.target_text = fmt::format("3x faster than cold ({:.0f} ms)", median(cold.samples));
+        const double cold_median = median(cold.samples);
+        warm.target_max = cold_median / 3;
+        warm.target_text = fmt::format("3x faster than cold ({:.0f} ms)", cold_median);
       }
     }
     for (const auto& metric : {kInitAfterFailure, kInitFirstStart}) {

@@ -48,8 +48,9 @@ inline constexpr const char* kUnbufferedFlag = "-u";
 const char* standby_bootstrap();
 
 // The launch a standby for `launch` starts with (the attempt's variables taken out of its
-// environment; for Python, argv replaced by the bootstrap), or nullopt when `launch` is not a
-// Python worker (`python -u ...`) and the options are not native.
+// environment; for Python, argv replaced by the bootstrap), or nullopt when the options are not
+// native and `launch` is not a Python worker (`python -u ...`) or runs what the bootstrap does
+// not (a directory, a zip archive, a .pyc file).
 std::optional<WorkerLaunch> standby_launch(const WorkerLaunch& launch,
                                            const StandbyOptions& options);
 

@@ -277,7 +277,8 @@ if want 13; then
     if [[ -x $resnet ]]; then
       first_step+=(--ddp-resnet "$resnet")
     else
-      not_measured 13 "ddp_resnet" "failure to every rank's first step" ddprun ms true \
+      not_measured 13 "ddp_resnet, ResNet-18 32x32, 2 ranks, Gloo, a checkpoint every 3 steps, rank 1 fails at step 5, --max-restarts=1" \
+        "failure to every rank's first step" ddprun ms true \
         "not measured: $resnet is not built (libtorch)" ""
     fi
     # Two nodes too (not in the smoke mode), where network namespaces can be made (root): the

@@ -36,7 +36,7 @@ bool wait_for_start() {
   if (named == nullptr) return true;
   const int fd = std::atoi(named);
   // The plan (what python would import) means nothing to a native worker: its libraries are
-  // loaded and its options parsed by now.
+  // loaded, its options parsed and its model built by now.
   if (!read_line(fd)) return false;
   static constexpr char kReady[] = "ready\n";
   // A write that fails means the agent handed this standby over before it was ready, and

@@ -1,7 +1,8 @@
 #pragma once
 // ddprun's warm standby protocol, the worker's side (process/standby.hpp is the agent's; the
-// steps are in docs/workers.md). Started as a standby, ddp_resnet has libtorch loaded and its
-// options parsed when it says "ready"; the handover brings the attempt's environment.
+// steps are in docs/workers.md). Started as a standby, ddp_resnet has libtorch loaded, its
+// options parsed and its model built when it says "ready"; the handover brings the attempt's
+// environment.
 
 namespace ddprun::workers {
 

@@ -247,7 +247,10 @@ int main(int argc, char** argv) {
         node.max_restarts = 1;
         std::vector<std::pair<std::string, std::string>> env{
             {"BENCH_STAMP_DIR", run}, {"OMP_NUM_THREADS", "1"}, {"PYTHONDONTWRITEBYTECODE", "1"}};
-        if (subject.rank0_hosts) env.emplace_back("BENCH_RANK0_HOSTS_STORE", "1");
+        // A port of its own, free when asked: the one above the agent's may be anyone's.
+        if (subject.rank0_hosts) {
+          env.emplace_back("BENCH_RANK0_HOSTS_STORE", std::to_string(free_port()));
+        }
         // The nodes share the machine's host name, which need not resolve to an address
         // inside a namespace: Gloo is told the interface that reaches the other node.
         if (subject.two_nodes) env.emplace_back("GLOO_SOCKET_IFNAME", "eth0");

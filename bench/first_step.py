@@ -5,8 +5,8 @@ STEPS steps. On the first attempt rank 1 SIGKILLs itself at step 20. Each phase 
 (CLOCK_MONOTONIC seconds, the clock of ddprun's --events-file) in $BENCH_STAMP_DIR as
 <phase>.<restart count>.<rank>: start (before `import torch`), imported, joined (after
 init_process_group), step (after the attempt's first training step), and kill. With
-BENCH_RANK0_HOSTS_STORE=1 the workers ignore the launcher's store and rank 0 hosts one at
-MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=False): the path without the workers' store.
+BENCH_RANK0_HOSTS_STORE=<port> the workers ignore the launcher's store and rank 0 hosts one at
+that port (TORCHELASTIC_USE_AGENT_STORE=False): the path without the workers' store.
 """
 import os
 import signal
@@ -30,9 +30,10 @@ STEPS, KILL_AT, CHECKPOINT_EVERY = 25, 20, 5
 
 def main():
     stamp("imported")
-    if os.environ.get("BENCH_RANK0_HOSTS_STORE") == "1":
+    rank0_store_port = os.environ.get("BENCH_RANK0_HOSTS_STORE")
+    if rank0_store_port:
         os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
-        os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
+        os.environ["MASTER_PORT"] = rank0_store_port
     dist.init_process_group("gloo")
     stamp("joined")
     rank, attempt = dist.get_rank(), int(os.environ["TORCHELASTIC_RESTART_COUNT"])

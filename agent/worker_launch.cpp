@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "agent/worker_env.hpp"
@@ -33,6 +35,19 @@ std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int
   replace_all(out, "{host}", host);
   replace_all(out, "{role}", role);
   return out;
+}
+
+// --fold-output for one of the agent's console streams. One rank has nothing to fold with;
+// --raw-output is never folded.
+FoldMode fold_mode(const LaunchConfig& config, int local_world_size, int fd) {
+  if (local_world_size < 2 || config.raw_output) return FoldMode::kOff;
+  switch (config.fold_output) {
+    case FoldOutput::kOn: return FoldMode::kNumbers;
+    case FoldOutput::kExact: return FoldMode::kExact;
+    case FoldOutput::kAuto: return isatty(fd) == 1 ? FoldMode::kNumbers : FoldMode::kOff;
+    case FoldOutput::kOff: break;
+  }
+  return FoldMode::kOff;
 }
 
 }  // namespace
@@ -102,6 +117,8 @@ std::vector<WorkerLaunch> describe_launches(const LaunchConfig& config, const Ag
     o.prefix = render_prefix(config.log_line_prefix, w.rank, local, r.group_rank, ctx.host,
                              config.role);
     o.raw = config.raw_output;
+    o.fold_stdout = fold_mode(config, r.local_world_size, STDOUT_FILENO);
+    o.fold_stderr = fold_mode(config, r.local_world_size, STDERR_FILENO);
     o.on_output = hooks.on_output;
     if (hooks.on_line) o.on_line = hooks.on_line(local);
     launches.push_back(std::move(w));
@@ -121,7 +138,20 @@ std::vector<WorkerLaunch> make_worker_launches(const LaunchConfig& config, const
     // A file left by an earlier run would be read as this worker's error.
     fs::remove(dir.error_file(local));
   }
-  return describe_launches(config, ctx, round, master_port, dir, timer_file, hooks);
+  auto launches = describe_launches(config, ctx, round, master_port, dir, timer_file, hooks);
+  // One copy per stream for the whole attempt, of the lines that reach the console.
+  const auto copy = [&](const std::vector<std::string>& filters, const char* name) {
+    return filters.empty() ? nullptr
+                           : std::make_shared<FilteredCopy>(
+                                 (fs::path(dir.path()) / name).string(), filters);
+  };
+  const auto out = copy(config.duplicate_stdout_filters, "filtered_stdout.log");
+  const auto err = copy(config.duplicate_stderr_filters, "filtered_stderr.log");
+  for (auto& w : launches) {
+    if (w.output.stdout_to_console) w.output.stdout_copy = out;
+    if (w.output.stderr_to_console) w.output.stderr_copy = err;
+  }
+  return launches;
 }
 
 std::vector<WorkerLaunch> standby_templates(const LaunchConfig& config, const AgentContext& ctx,

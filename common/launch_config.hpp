@@ -46,6 +46,11 @@ inline bool by_gpu(Binding b) {
 inline constexpr std::uint16_t kC10dDefaultPort = 29400;
 
 // A per-local-rank choice: one value for every rank, or a map with a default of kNone.
+// --fold-output: auto folds on a terminal (a person reads it) and passes every line to a pipe
+// or file (a program may parse it, as it would torchrun's); on folds lines equal but for their
+// numbers; exact only identical ones.
+enum class FoldOutput : std::uint8_t { kAuto, kOff, kOn, kExact };
+
 struct StdSpec {
   Std all = Std::kNone;
   std::map<int, Std> per_rank;  // when non-empty, overrides `all`
@@ -152,6 +157,12 @@ struct LaunchConfig {
   std::optional<std::vector<int>> local_ranks_filter;  // nullopt: all ranks reach the console
   std::string log_line_prefix = "[{role}{local_rank}]:";
   bool raw_output = false;  // workers write straight to the agent's stdout/stderr
+  // --fold-output: identical lines of different ranks shown once (process/console_fold.hpp).
+  FoldOutput fold_output = FoldOutput::kAuto;
+  // torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters: console lines containing
+  // any of these are also copied to attempt_<n>/filtered_stdout.log (filtered_stderr.log).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   std::string events_file;  // JSON lines of agent events, empty: none
 
   std::string log_level = "info";

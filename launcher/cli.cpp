@@ -110,6 +110,13 @@ constexpr OptionSpec kOptions[] = {
     {"log-line-prefix-template", "", "TEMPLATE", kOutput,
      "torchrun's form: ${rank} ${local_rank} ${role_name}"},
     {"raw-output", "", "", kOutput, "Workers write straight to the console, no prefix"},
+    {"fold-output", "", "", kOutput,
+     "The same line from many ranks shown once, then\n\"[ranks 1-7] the same: ...\": on (numbers "
+     "may\ndiffer), exact, off, or auto: on a terminal [auto]"},
+    {"duplicate-stdout-filters", "", "TEXT,...", kOutput,
+     "Console lines holding any TEXT also go to\nattempt_<n>/filtered_stdout.log (,, is a comma)"},
+    {"duplicate-stderr-filters", "", "TEXT,...", kOutput,
+     "The same for stderr: filtered_stderr.log"},
     {"events-file", "", "PATH", kOutput, "Append agent events as JSON lines (monotonic times)"},
     {"log-level", "", "LEVEL", kOutput, "trace, debug, info, warn or error [info]"},
     {"metrics-port", "", "PORT", kWatch,

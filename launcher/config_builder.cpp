@@ -171,6 +171,39 @@ void build_rendezvous(const OptionReader& options, BuiltConfig& out) {
   config.rdzv_endpoint = format_host_port(host, port);
 }
 
+// --fold-output[=MODE] and torchrun's duplicate filters: both act on the lines the agent prints,
+// which --raw-output sends past it.
+void build_console_folding(const OptionReader& options, LaunchConfig& config) {
+  if (const RawValue* v = options.find("fold-output")) {
+    const auto text = trim(v->text);
+    if (text == "auto") {
+      config.fold_output = FoldOutput::kAuto;
+    } else if (text == "exact") {
+      config.fold_output = FoldOutput::kExact;
+    } else if (auto on = parse_bool(text)) {
+      config.fold_output = *on ? FoldOutput::kOn : FoldOutput::kOff;
+    } else {
+      throw ConfigError(fmt::format("{}={}: expected auto, on, exact or off", v->label, v->text));
+    }
+    if (config.raw_output &&
+        (config.fold_output == FoldOutput::kOn || config.fold_output == FoldOutput::kExact)) {
+      throw ConfigError(fmt::format("{} folds the lines the agent prints, which --raw-output "
+                                    "sends past it: use one or the other", v->label));
+    }
+  }
+  for (auto [name, filters] :
+       {std::pair{"duplicate-stdout-filters", &config.duplicate_stdout_filters},
+        std::pair{"duplicate-stderr-filters", &config.duplicate_stderr_filters}}) {
+    const RawValue* v = options.find(name);
+    if (v == nullptr) continue;
+    *filters = parse_filter_list(v->text);
+    if (config.raw_output && !filters->empty()) {
+      throw ConfigError(fmt::format("{} copies the lines the agent prints, which --raw-output "
+                                    "sends past it: use one or the other", v->label));
+    }
+  }
+}
+
 // --warm-standby[=MOD,...]: a boolean, or the modules to import ahead.
 void build_warm_standby(const OptionReader& options, BuiltConfig& out) {
   LaunchConfig& config = out.config;
@@ -347,6 +380,7 @@ void build_workers_and_output(const OptionReader& options,
   }
   build_log_line_prefix(options, config);
   config.raw_output = options.flag("raw-output");
+  build_console_folding(options, config);
   if (config.raw_output && config.hang_timeout.count() > 0 && !writes_output_files(config)) {
     throw ConfigError("--hang-timeout watches the workers' output, which --raw-output sends past "
                       "the agent: use one or the other");

@@ -32,7 +32,8 @@ std::string log_dir_text(const LaunchConfig& config) {
 }  // namespace
 
 bool writes_output_files(const LaunchConfig& config) {
-  return any_stream(config.redirects) || any_stream(config.tee);
+  return any_stream(config.redirects) || any_stream(config.tee) ||
+         !config.duplicate_stdout_filters.empty() || !config.duplicate_stderr_filters.empty();
 }
 
 bool writes_log_files(const LaunchConfig& config) {

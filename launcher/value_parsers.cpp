@@ -229,6 +229,23 @@ std::vector<int> parse_rank_list(std::string_view text, std::string_view label) 
   return {ranks.begin(), ranks.end()};
 }
 
+std::vector<std::string> parse_filter_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') {
+      item += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else {
+      if (!item.empty()) out.push_back(std::move(item));
+      item.clear();
+    }
+  }
+  return out;
+}
+
 std::string parse_choice(std::string_view text, std::string_view label,
                          const std::vector<std::string_view>& allowed) {
   auto value = trim(text);

@@ -49,6 +49,10 @@ std::vector<int> parse_signals(std::string_view text, std::string_view label);
 // "0,2,3": local ranks >= 0, returned sorted and without duplicates.
 std::vector<int> parse_rank_list(std::string_view text, std::string_view label);
 
+// torchrun's --duplicate-*-filters: substrings separated by commas, ",," standing for a comma
+// within one. Empty items are dropped; spaces are kept (they may be what is looked for).
+std::vector<std::string> parse_filter_list(std::string_view text);
+
 // One of `allowed`; returns the text trimmed.
 std::string parse_choice(std::string_view text, std::string_view label,
                          const std::vector<std::string_view>& allowed);

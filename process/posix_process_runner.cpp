@@ -586,7 +586,7 @@ class PosixProcessRunner::Impl {
     }
   }
 
-  static OutputTarget output_target(const WorkerLaunch& launch, bool is_err) {
+  OutputTarget output_target(const WorkerLaunch& launch, bool is_err) {
     const auto& o = launch.output;
     OutputTarget t;
     t.console_fd = (is_err ? o.stderr_to_console : o.stdout_to_console)
@@ -597,6 +597,10 @@ class PosixProcessRunner::Impl {
     t.keep_tail = is_err ? 20 : 0;
     t.on_output = o.on_output;
     t.on_line = o.on_line;
+    t.rank = launch.rank;
+    t.fold_mode = is_err ? o.fold_stderr : o.fold_stdout;
+    if (t.fold_mode != FoldMode::kOff) t.fold = &fold_;
+    t.copy = is_err ? o.stderr_copy : o.stdout_copy;
     return t;
   }
 
@@ -645,6 +649,13 @@ class PosixProcessRunner::Impl {
       e.exit_code = WEXITSTATUS(w->status);
     }
     if (w->err) e.stderr_tail = w->err->tail();
+    // What is folded is summarized before anything is said about the exit, and when the last
+    // worker is done.
+    const bool failed = e.signal != 0 || e.exit_code != 0;
+    if (failed || std::all_of(workers_.begin(), workers_.end(),
+                              [](const auto& other) { return other->reported; })) {
+      fold_.flush();
+    }
     if (w->on_exit) w->on_exit(e);
     check_stopped();
   }
@@ -726,6 +737,8 @@ class PosixProcessRunner::Impl {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer kill_timer_{io_};
+  // Outlives the workers' outputs, which point to it.
+  ConsoleFold fold_{io_.get_executor(), write_all};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
   std::vector<std::unique_ptr<Worker>> retired_;  // unreported workers of an earlier start()

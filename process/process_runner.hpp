@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/placement.hpp"
+#include "process/console_fold.hpp"
+#include "process/worker_output.hpp"
 #include "process/stack_capture.hpp"
 
 namespace ddprun {
@@ -33,6 +36,12 @@ struct OutputSpec {
   // Called on the runner's thread with each whole line (or progress-bar state) of a captured
   // stream, without its newline: the last line `ddprun status` shows. Cheap, like on_output.
   std::function<void(std::string_view)> on_line;
+  // Console lines equal to another rank's are folded (process/console_fold.hpp), per stream.
+  FoldMode fold_stdout = FoldMode::kOff;
+  FoldMode fold_stderr = FoldMode::kOff;
+  // torchrun's duplicate filters: the console lines copied to a file the attempt's ranks share.
+  std::shared_ptr<FilteredCopy> stdout_copy;
+  std::shared_ptr<FilteredCopy> stderr_copy;
 };
 
 struct WorkerLaunch {

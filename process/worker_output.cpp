@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <cerrno>
@@ -16,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "process/console_fold.hpp"
 
 namespace ddprun {
 
@@ -61,7 +63,47 @@ void report_lost_output(const std::string& path, int err) {
   lost.push_back(line);
 }
 
+// Writes all of `bytes` to a log file; false (with the error reported) when it cannot.
+bool write_log(int fd, const std::string& path, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const auto n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      report_lost_output(path, n < 0 ? errno : ENOSPC);
+      return false;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 }  // namespace
+
+FilteredCopy::FilteredCopy(std::string path, std::vector<std::string> needles)
+    : path_(std::move(path)), needles_(std::move(needles)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+               0644);
+  if (fd_ < 0) report_lost_output(path_, errno);
+}
+
+FilteredCopy::~FilteredCopy() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FilteredCopy::line(std::string_view prefix, std::string_view text) {
+  if (fd_ < 0) return;
+  const bool match = std::any_of(needles_.begin(), needles_.end(), [&](const std::string& n) {
+    return text.find(n) != std::string_view::npos;
+  });
+  if (!match) return;
+  std::string bytes;
+  bytes.reserve(prefix.size() + text.size() + 1);
+  bytes.append(prefix).append(text) += '\n';
+  if (!write_log(fd_, path_, bytes)) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
 
 std::vector<std::string> lost_output_files() {
   std::lock_guard lock(lost_mutex);
@@ -89,16 +131,9 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
 
   // The file is a faithful copy: every byte as read, no newline added, however long a line.
   void write_file(std::string_view bytes) {
-    while (file >= 0 && !bytes.empty()) {
-      const auto n = ::write(file, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        report_lost_output(target.file, n < 0 ? errno : ENOSPC);
-        ::close(file);
-        file = -1;
-        return;
-      }
-      bytes.remove_prefix(static_cast<std::size_t>(n));
+    if (file >= 0 && !write_log(file, target.file, bytes)) {
+      ::close(file);
+      file = -1;
     }
   }
 
@@ -177,9 +212,15 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
     std::string batch;
     const auto prefix = render_time_prefix(target.prefix);
     for (const auto* line : lines) {
-      batch += prefix;
-      batch += *line;
-      batch += '\n';
+      if (target.copy) target.copy->line(prefix, *line);
+      if (target.fold != nullptr) {
+        target.fold->add(target.console_fd, target.fold_mode, target.rank, {}, prefix, *line,
+                         batch);
+      } else {
+        batch += prefix;
+        batch += *line;
+        batch += '\n';
+      }
     }
     write_all(target.console_fd, batch);
   }

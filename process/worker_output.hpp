@@ -4,6 +4,7 @@
 // in one write; a very long line in pieces; a progress bar's redraws as lines, at most two a
 // second), and the last lines are kept for failure reports.
 
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -18,6 +19,29 @@
 
 namespace ddprun {
 
+class ConsoleFold;
+enum class FoldMode : std::uint8_t;
+
+// torchrun's --duplicate-stdout-filters: the console lines holding any of the needles, with
+// their prefix, copied to one file the ranks of an attempt share. Written on the runner's thread
+// only.
+class FilteredCopy {
+ public:
+  // Creates (or empties) the file; one that cannot be opened is reported as lost output.
+  FilteredCopy(std::string path, std::vector<std::string> needles);
+  ~FilteredCopy();
+  FilteredCopy(const FilteredCopy&) = delete;
+  FilteredCopy& operator=(const FilteredCopy&) = delete;
+
+  void line(std::string_view prefix, std::string_view text);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<std::string> needles_;
+  int fd_ = -1;
+};
+
 struct OutputTarget {
   int console_fd = -1;    // -1: not shown on the console
   std::string file;       // empty: no file
@@ -25,6 +49,10 @@ struct OutputTarget {
   std::size_t keep_tail = 0;
   std::function<void()> on_output;  // called per chunk read (OutputSpec::on_output)
   std::function<void(std::string_view)> on_line;  // OutputSpec::on_line
+  ConsoleFold* fold = nullptr;  // not owned; null: every console line prints
+  FoldMode fold_mode{};
+  int rank = 0;  // whose lines these are, for folding
+  std::shared_ptr<FilteredCopy> copy;  // OutputSpec::stdout_copy/stderr_copy
 };
 
 class WorkerOutput {

@@ -16,6 +16,7 @@ target_link_libraries(launcher_unit_tests PRIVATE ddprun_test_main ddprun_launch
 catch_discover_tests(launcher_unit_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "unit: ")
 
 add_executable(launcher_tests
+  integration/test_console.cpp
   integration/test_dry_run.cpp
   integration/test_hard_to_break.cpp
   integration/test_hang.cpp

@@ -1,6 +1,7 @@
-# process/: the line splitter and program checks (unit); spawning, the process runner and the
-# orphan guard with real processes (integration).
+# process/: the line splitter, console folding and program checks (unit); spawning, the process
+# runner and the orphan guard with real processes (integration).
 add_executable(process_unit_tests
+  unit/process/test_console_fold.cpp
   unit/process/test_line_splitter.cpp
   unit/process/test_oom.cpp
   unit/process/test_program_check.cpp

@@ -65,6 +65,12 @@ TEST_CASE("every value flag takes both spellings and both value forms", "[launch
       {"local-addr", "node7", [](auto& c) { CHECK(c.local_addr == "node7"); }},
       {"local-ranks-filter", "1,0",
        [](auto& c) { CHECK(c.local_ranks_filter == std::vector<int>{0, 1}); }},
+      {"duplicate-stdout-filters", "loss,,acc,epoch",
+       [](auto& c) {
+         CHECK(c.duplicate_stdout_filters == std::vector<std::string>{"loss,acc", "epoch"});
+       }},
+      {"duplicate-stderr-filters", "Warning",
+       [](auto& c) { CHECK(c.duplicate_stderr_filters == std::vector<std::string>{"Warning"}); }},
       {"signals-to-handle", "SIGUSR1",
        [](auto& c) { CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1}); }},
       {"shutdown-timeout", "2.5", [](auto& c) { CHECK(c.shutdown_timeout == 2500ms); }},
@@ -423,4 +429,18 @@ TEST_CASE("cli: --warm-standby is off by default, a boolean or the modules to im
                      {"--warm-standby=torch;rm", "module names"});
   expect_usage_error({"--max-restarts=1", "--warm-standby=.torch", "train.py"},
                      {"--warm-standby=.torch"});
+}
+
+TEST_CASE("cli: --fold-output is auto by default, a boolean, exact, or PET_FOLD_OUTPUT",
+          "[launcher][cli]") {
+  CHECK(parse_ok({"train.py"}).fold_output == FoldOutput::kAuto);
+  CHECK(parse_ok({"--fold-output", "train.py"}).fold_output == FoldOutput::kOn);
+  CHECK(parse_ok({"--fold_output=exact", "train.py"}).fold_output == FoldOutput::kExact);
+  CHECK(parse_ok({"--fold-output=off", "train.py"}).fold_output == FoldOutput::kOff);
+  CHECK(parse_ok({"--fold-output=auto", "train.py"}).fold_output == FoldOutput::kAuto);
+  CHECK(parse_ok({"train.py"}, {{"PET_FOLD_OUTPUT", "exact"}}).fold_output == FoldOutput::kExact);
+  CHECK(parse_ok({"train.py"}, {{"PET_DUPLICATE_STDERR_FILTERS", "a,b"}})
+            .duplicate_stderr_filters == std::vector<std::string>{"a", "b"});
+  // Without --raw-output's conflict, auto stays quiet about it.
+  CHECK(parse_ok({"--raw-output", "train.py"}).fold_output == FoldOutput::kAuto);
 }

@@ -111,6 +111,12 @@ TEST_CASE("signals, local ranks, choices and prefixes", "[launcher][cli][errors]
   expect_usage_error({"--log-line-prefix-template=${gpu}", "x.py"},
                      {"--log-line-prefix-template", "$gpu"});
   expect_usage_error({"--role=", "x.py"}, {"--role"});
+  expect_usage_error({"--fold-output=sometimes", "x.py"},
+                     {"--fold-output=sometimes", "auto, on, exact or off"});
+  expect_usage_error({"--raw-output", "--fold-output", "x.py"},
+                     {"--fold-output", "--raw-output", "one or the other"});
+  expect_usage_error({"--raw-output", "--duplicate-stdout-filters=loss", "x.py"},
+                     {"--duplicate-stdout-filters", "--raw-output"});
 }
 
 TEST_CASE("unknown options and missing values", "[launcher][cli][errors]") {

@@ -117,6 +117,14 @@ TEST_CASE("parse_rank_list sorts and deduplicates", "[launcher][parsers]") {
   CHECK_THROWS_WITH(parse_rank_list("1,x", "--local-ranks-filter"), Contains("'x'"));
 }
 
+TEST_CASE("parse_filter_list: ,, is a comma, empty items go, spaces stay", "[launcher][parsers]") {
+  CHECK(parse_filter_list("apple,orange") == std::vector<std::string>{"apple", "orange"});
+  CHECK(parse_filter_list("a,,b,c") == std::vector<std::string>{"a,b", "c"});
+  CHECK(parse_filter_list(",x,, ,") == std::vector<std::string>{"x, "});
+  CHECK(parse_filter_list(" loss ,") == std::vector<std::string>{" loss "});
+  CHECK(parse_filter_list("").empty());
+}
+
 TEST_CASE("parse_choice", "[launcher][parsers]") {
   CHECK(parse_choice(" fork ", "--m", {"spawn", "fork"}) == "fork");
   CHECK_THROWS_WITH(parse_choice("x", "--m", {"spawn", "fork"}),

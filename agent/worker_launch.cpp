@@ -117,8 +117,12 @@ std::vector<WorkerLaunch> describe_launches(const LaunchConfig& config, const Ag
     o.prefix = render_prefix(config.log_line_prefix, w.rank, local, r.group_rank, ctx.host,
                              config.role);
     o.raw = config.raw_output;
-    o.fold_stdout = fold_mode(config, r.local_world_size, STDOUT_FILENO);
-    o.fold_stderr = fold_mode(config, r.local_world_size, STDERR_FILENO);
+    if (config.console_tags) {
+      o.tag_host = ctx.host;  // the command folds
+    } else {
+      o.fold_stdout = fold_mode(config, r.local_world_size, STDOUT_FILENO);
+      o.fold_stderr = fold_mode(config, r.local_world_size, STDERR_FILENO);
+    }
     o.on_output = hooks.on_output;
     if (hooks.on_line) o.on_line = hooks.on_line(local);
     launches.push_back(std::move(w));

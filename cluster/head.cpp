@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include <unistd.h>
+
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +20,8 @@
 #include "common/failure_record.hpp"
 #include "common/strings.hpp"
 #include "common/version.hpp"
+#include "process/console_fold.hpp"
+#include "process/worker_output.hpp"
 #include "store/store_auth.hpp"
 
 namespace ddprun {
@@ -32,7 +36,19 @@ struct ClusterHead::Impl {
       : config(c), cluster(*c.cluster), env(std::move(e)), cwd(std::move(dir)),
         self(std::move(self_path)),
         remote_ddprun(remote_ddprun_path(cluster, self)), token(random_token()),
-        connect_timer(io), ping_timer(io), stop_timer(io) {
+        connect_timer(io), ping_timer(io), stop_timer(io),
+        fold(io.get_executor(), write_all) {
+    // The console's own: a pipe gets every line (auto), a terminal the folded view.
+    for (const auto& [fd, mode] : {std::pair{STDOUT_FILENO, &fold_stdout},
+                                   std::pair{STDERR_FILENO, &fold_stderr}}) {
+      switch (config.fold_output) {
+        case FoldOutput::kOn: *mode = FoldMode::kNumbers; break;
+        case FoldOutput::kExact: *mode = FoldMode::kExact; break;
+        case FoldOutput::kAuto: *mode = isatty(fd) == 1 ? FoldMode::kNumbers : FoldMode::kOff; break;
+        case FoldOutput::kOff: break;
+      }
+    }
+    if (config.raw_output) fold_stdout = fold_stderr = FoldMode::kOff;
     if (cluster.stage) {
       try {
         binary = read_own_binary();
@@ -72,6 +88,10 @@ struct ClusterHead::Impl {
   asio::steady_timer connect_timer;
   asio::steady_timer ping_timer;
   asio::steady_timer stop_timer;
+  // --fold-output over every host's lines, which the agents send tagged.
+  ConsoleFold fold;
+  FoldMode fold_stdout = FoldMode::kOff;
+  FoldMode fold_stderr = FoldMode::kOff;
   // --hosts=slurm with staging: one sbcast for every node, on the first host's request.
   std::optional<SlurmBroadcast> broadcast;
   // The hosts this command reaches itself (all of them, or the tree's first level), one session
@@ -107,6 +127,7 @@ struct ClusterHead::Impl {
     hello.args = entry.args;
     hello.hangup_timeout = cluster.hangup_timeout;
     hello.connect_timeout = cluster.connect_timeout;
+    hello.fold_at_head = fold_stdout != FoldMode::kOff || fold_stderr != FoldMode::kOff;
     return hello;
   }
 
@@ -354,12 +375,22 @@ struct ClusterHead::Impl {
     arm_stop_timer(config.shutdown_timeout + cluster.hangup_timeout + std::chrono::seconds(10));
   }
 
+  // An agent's tagged console line: folded with every host's, or printed with its prefix.
+  bool console_line(bool is_err, const std::string& line, std::string& batch) {
+    const auto tagged = untag_console_line(line);
+    if (!tagged) return false;
+    fold.add(is_err ? STDERR_FILENO : STDOUT_FILENO, is_err ? fold_stderr : fold_stdout,
+             tagged->rank, tagged->host, tagged->prefix, tagged->text, batch);
+    return true;
+  }
+
   void maybe_finish() {
     for (std::size_t t = 0; t < next_to_start; ++t) {
       if (!session_ended[t]) return;  // its host, or one it relays, still runs
     }
     // Sessions never started (a check failed first) have nothing to wait for.
     finished = true;
+    fold.flush();
     connect_timer.cancel();
     ping_timer.cancel();
     stop_timer.cancel();
@@ -385,7 +416,10 @@ struct ClusterHead::Impl {
                                   binary ? std::function([this](const RemoteSession::BinaryReady& r) {
                                     binary_for(r);
                                   })
-                                         : nullptr}));
+                                         : nullptr,
+                                  [this](bool is_err, const std::string& line, std::string& batch) {
+                                    return console_line(is_err, line, batch);
+                                  }}));
     }
     if (tree) {
       spdlog::info("starting agents on {} hosts with {}: {} directly, each of those starting "

@@ -171,6 +171,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
           continue;
         }
       }
+      if (handlers.console && handlers.console(is_err, line, batch)) continue;
       batch += line;
       batch += '\n';
     }

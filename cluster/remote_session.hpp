@@ -37,6 +37,9 @@ class RemoteSession {
     // binary, or null and why not. Unset: requests are ignored (the remote command does not
     // stage).
     std::function<void(BinaryReady ready)> binary;
+    // Each output line that is neither a report nor held: true when it took the line (and
+    // appended to `batch` what the console shows of it); unset or false: printed as it is.
+    std::function<bool(bool is_err, const std::string& line, std::string& batch)> console;
   };
 
   // What staging did on this host: nothing, a cached copy ran, or the binary was sent.

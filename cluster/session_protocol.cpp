@@ -50,7 +50,8 @@ std::string encode_hello(const SessionHello& h) {
               {"remote_ddprun", h.remote_ddprun},
               {"cwd", bytes_to_utf8(h.cwd)}, {"env", env}, {"args", args},
               {"hangup_timeout_ms", h.hangup_timeout.count()},
-              {"connect_timeout_ms", h.connect_timeout.count()}}
+              {"connect_timeout_ms", h.connect_timeout.count()},
+              {"fold_at_head", h.fold_at_head}}
       .dump();
 }
 
@@ -79,6 +80,7 @@ SessionHello decode_hello(std::string_view line) {
     }
     h.hangup_timeout = std::chrono::milliseconds(j.at("hangup_timeout_ms").get<long long>());
     h.connect_timeout = std::chrono::milliseconds(j.at("connect_timeout_ms").get<long long>());
+    h.fold_at_head = j.value("fold_at_head", false);
   } catch (const json::exception& e) {
     throw Error(fmt::format("malformed session hello ({} bytes): {}", line.size(), e.what()));
   } catch (const Error& e) {

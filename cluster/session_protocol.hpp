@@ -47,6 +47,8 @@ struct SessionHello {
   // Until "go" the agent waits this long in silence: the command may be busy opening other
   // hosts' connections (and not pinging) for up to its --connect-timeout.
   std::chrono::milliseconds connect_timeout{30'000};
+  // The command folds the console lines of every host (--fold-output): the agent tags them.
+  bool fold_at_head = false;
 
   // How long the agent waits for "go" in silence: the longer of the two.
   std::chrono::milliseconds silence_before_go() const {

@@ -32,7 +32,9 @@ struct SubtreeRelay::Impl {
                                     } catch (const Error& e) {
                                       ready(nullptr, e.what());
                                     }
-                                  }}));
+                                  },
+                                  // Lines pass up as they are: the command folds them.
+                                  nullptr}));
     }
     answered.assign(entries.size(), false);
     running = entries.size();

@@ -159,6 +159,9 @@ struct LaunchConfig {
   bool raw_output = false;  // workers write straight to the agent's stdout/stderr
   // --fold-output: identical lines of different ranks shown once (process/console_fold.hpp).
   FoldOutput fold_output = FoldOutput::kAuto;
+  // Set by an agent under --hosts whose command folds: console lines go to it tagged with
+  // their rank and host (process/console_fold.hpp), not folded here.
+  bool console_tags = false;
   // torchrun's --duplicate-stdout-filters/--duplicate-stderr-filters: console lines containing
   // any of these are also copied to attempt_<n>/filtered_stdout.log (filtered_stderr.log).
   std::vector<std::string> duplicate_stdout_filters;

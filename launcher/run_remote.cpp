@@ -96,7 +96,8 @@ int run_remote(const std::vector<std::string>& args) {
   }
   auto outcome = parse_command_line(hello.args, current_environment());
   if (!outcome.config) return refuse(outcome.message, outcome.exit_code);
-  const LaunchConfig& config = *outcome.config;
+  LaunchConfig config = *outcome.config;
+  config.console_tags = hello.fold_at_head && !config.raw_output;
   auto check = check_worker_program(config);
   if (check.exit_code != 0) return refuse(check.message, check.exit_code);
   send(Report::Kind::kReady, {{"nproc_per_node", config.nproc_per_node}, {"pid", getpid()}});

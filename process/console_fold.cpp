@@ -78,6 +78,39 @@ LineNumbers find_numbers(std::string_view text) {
   return out;
 }
 
+std::string tag_console_line(int rank, std::string_view host, std::string_view prefix,
+                             std::string_view text) {
+  std::string out = fmt::format("\x1e{} {} {}\x1f", rank, host, prefix.size());
+  out.append(prefix).append(text);
+  return out;
+}
+
+std::optional<TaggedLine> untag_console_line(std::string_view line) {
+  if (!line.starts_with('\x1e')) return std::nullopt;
+  const auto head_end = line.find('\x1f');
+  if (head_end == std::string_view::npos) return std::nullopt;
+  const auto head = line.substr(1, head_end - 1);
+  const auto space1 = head.find(' ');
+  const auto space2 = head.rfind(' ');
+  if (space1 == std::string_view::npos || space1 == space2) return std::nullopt;
+  TaggedLine out;
+  std::size_t prefix_size = 0;
+  const auto rank = head.substr(0, space1);
+  const auto size = head.substr(space2 + 1);
+  if (std::from_chars(rank.data(), rank.data() + rank.size(), out.rank).ptr !=
+          rank.data() + rank.size() ||
+      std::from_chars(size.data(), size.data() + size.size(), prefix_size).ptr !=
+          size.data() + size.size()) {
+    return std::nullopt;
+  }
+  const auto rest = line.substr(head_end + 1);
+  if (prefix_size > rest.size()) return std::nullopt;
+  out.host = head.substr(space1 + 1, space2 - space1 - 1);
+  out.prefix = rest.substr(0, prefix_size);
+  out.text = rest.substr(prefix_size);
+  return out;
+}
+
 std::string format_rank_ranges(const std::vector<int>& ranks) {
   std::string out;
   for (std::size_t i = 0; i < ranks.size();) {
@@ -227,7 +260,8 @@ void ConsoleFold::arm_timer() {
   timer_armed_ = true;
   timer_.expires_at(expiries_.front().when);
   timer_.async_wait([this](boost::system::error_code ec) {
-    // Cancelled only by the destructor, which leaves nothing to touch.
+    // Cancelled by flush(), which disarmed it, or by the destructor, which leaves nothing to
+    // touch.
     if (ec) return;
     timer_armed_ = false;
     on_timer();
@@ -263,6 +297,11 @@ void ConsoleFold::flush() {
     std::string out;
     end_group(ended, out);
     if (!out.empty()) write_(ended.fd, out);
+  }
+  // Nothing left to wait for: an io_context that runs out of work may end.
+  if (timer_armed_) {
+    timer_.cancel();
+    timer_armed_ = false;
   }
 }
 

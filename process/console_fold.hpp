@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -53,6 +54,18 @@ struct LineNumbers {
   std::vector<Span> spans;
 };
 LineNumbers find_numbers(std::string_view text);
+
+// Under --hosts the command folds the lines of every host: each agent's console lines carry
+// their rank, host and prefix to it, "\x1e<rank> <host> <prefix size>\x1f<prefix><text>" (a
+// worker's own line is never read as one: the agent writes the tag before it).
+std::string tag_console_line(int rank, std::string_view host, std::string_view prefix,
+                             std::string_view text);
+struct TaggedLine {
+  int rank = 0;
+  std::string_view host, prefix, text;
+};
+// nullopt: not a tagged line (the remote shell's own, or an agent's log line).
+std::optional<TaggedLine> untag_console_line(std::string_view line);
 
 // "1-3,5,7-9": a sorted, duplicate-free list of ranks as ranges.
 std::string format_rank_ranges(const std::vector<int>& sorted_ranks);

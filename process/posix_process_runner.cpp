@@ -601,6 +601,7 @@ class PosixProcessRunner::Impl {
     t.fold_mode = is_err ? o.fold_stderr : o.fold_stdout;
     if (t.fold_mode != FoldMode::kOff) t.fold = &fold_;
     t.copy = is_err ? o.stderr_copy : o.stdout_copy;
+    t.tag_host = o.tag_host;
     return t;
   }
 

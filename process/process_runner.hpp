@@ -39,6 +39,8 @@ struct OutputSpec {
   // Console lines equal to another rank's are folded (process/console_fold.hpp), per stream.
   FoldMode fold_stdout = FoldMode::kOff;
   FoldMode fold_stderr = FoldMode::kOff;
+  // Non-empty: console lines are tagged for the command that folds them, with this host.
+  std::string tag_host;
   // torchrun's duplicate filters: the console lines copied to a file the attempt's ranks share.
   std::shared_ptr<FilteredCopy> stdout_copy;
   std::shared_ptr<FilteredCopy> stderr_copy;

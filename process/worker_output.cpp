@@ -213,7 +213,10 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
     const auto prefix = render_time_prefix(target.prefix);
     for (const auto* line : lines) {
       if (target.copy) target.copy->line(prefix, *line);
-      if (target.fold != nullptr) {
+      if (!target.tag_host.empty()) {
+        batch += tag_console_line(target.rank, target.tag_host, prefix, *line);
+        batch += '\n';
+      } else if (target.fold != nullptr) {
         target.fold->add(target.console_fd, target.fold_mode, target.rank, {}, prefix, *line,
                          batch);
       } else {

@@ -52,6 +52,7 @@ struct OutputTarget {
   ConsoleFold* fold = nullptr;  // not owned; null: every console line prints
   FoldMode fold_mode{};
   int rank = 0;  // whose lines these are, for folding
+  std::string tag_host;  // OutputSpec::tag_host
   std::shared_ptr<FilteredCopy> copy;  // OutputSpec::stdout_copy/stderr_copy
 };
 

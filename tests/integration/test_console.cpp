@@ -24,6 +24,7 @@
 #include "common/deadline.hpp"
 #include "common/strings.hpp"
 #include "testing/ddprun_process.hpp"
+#include "testing/rank_gate.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;
@@ -33,16 +34,9 @@ namespace {
 
 constexpr int kRanks = 8;
 
-// Each rank says it is ready, waits for the test's go (so that all print together), then prints
-// four lines; rank 5 one more of its own; and a warning on stderr.
-constexpr const char* kScript = R"(#!/bin/sh
-touch "$1/ready.$RANK"
-i=0
-while [ ! -e "$1/go" ]; do
-  i=$((i + 1)); [ $i -gt 12000 ] && exit 3
-  sleep 0.01
-done
-echo "loading the dataset"
+// After the gate (testing/rank_gate.hpp) each rank prints four lines, rank 5 one more of its
+// own, and a warning on stderr.
+constexpr const char* kBody = R"(echo "loading the dataset"
 echo "step 1 loss 0.7$RANK took ${RANK}ms"
 if [ "$RANK" = 5 ]; then echo "rank five saw something else"; fi
 echo "warning: rank $RANK is slow" >&2
@@ -60,34 +54,17 @@ std::vector<std::string> stdout_lines(int rank) {
 
 struct Job {
   TempDir dir;
-  std::string script = dir.file("ranks.sh");
-  std::string gate = dir.file("gate");
+  RankGate gate{dir, kBody};
   std::string logs = dir.file("logs");
-
-  Job() {
-    std::ofstream(script) << kScript;
-    std::filesystem::create_directories(gate);
-  }
 
   std::vector<std::string> args(std::vector<std::string> flags) const {
     flags.insert(flags.end(), {"--nproc-per-node=" + std::to_string(kRanks),
                                "--master-port=" + std::to_string(free_port()),
-                               "--log-dir=" + logs, "--no-python", "/bin/sh", script, gate});
+                               "--log-dir=" + logs, "--no-python", "/bin/sh", gate.script()});
     return flags;
   }
 
-  // Lets the ranks print once all are waiting at the gate.
-  void open_gate() const {
-    REQUIRE(wait_until(
-        [&] {
-          for (int rank = 0; rank < kRanks; ++rank) {
-            if (!file_exists(fmt::format("{}/ready.{}", gate, rank))) return false;
-          }
-          return true;
-        },
-        120s));
-    std::ofstream(gate + "/go");
-  }
+  void open_gate() const { REQUIRE(gate.open_when_ready(kRanks, 120s)); }
 };
 
 // "1-3,5" -> {1, 2, 3, 5}
@@ -216,15 +193,9 @@ TerminalRun run_on_terminal(const std::vector<std::string>& args, const Job& job
   bool gate_open = false;
   const auto deadline = ddprun::Deadline::after(180s);
   while (!deadline.expired()) {
-    if (!gate_open) {
-      bool all = true;
-      for (int rank = 0; rank < kRanks; ++rank) {
-        all = all && file_exists(fmt::format("{}/ready.{}", job.gate, rank));
-      }
-      if (all) {
-        std::ofstream(job.gate + "/go");
-        gate_open = true;
-      }
+    if (!gate_open && job.gate.all_ready(kRanks)) {
+      job.gate.open();
+      gate_open = true;
     }
     pollfd p{master, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0) continue;
@@ -318,7 +289,7 @@ TEST_CASE("ddprun: --duplicate-stdout-filters and --duplicate-stderr-filters cop
           "console lines of the shown ranks to the attempt's filtered logs",
           "[launcher][console]") {
   Job job;
-  std::ofstream(job.gate + "/go");
+  job.gate.open();
   DdprunProcess p(job.args({"--duplicate-stdout-filters=loss 0.7,rank five,,never",
                             "--duplicate_stderr_filters=slow", "--local-ranks-filter=0,5"}));
   REQUIRE(p.wait(120s) == 0);

@@ -9,10 +9,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <set>
 
 #include "testing/ddprun_process.hpp"
+#include "testing/rank_gate.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;
@@ -287,4 +289,38 @@ TEST_CASE("bytes that are not UTF-8 and arguments over 128 KiB reach every host 
     CHECK(read_file(dir.file("cwd_" + std::to_string(rank))) == cwd + "\n");
     CHECK(std::stoul(read_file(dir.file("arg_" + std::to_string(rank)))) == 3 * big.size());
   }
+}
+
+// The command folds the lines of every host: one printed, one summary naming the other ranks
+// and how many hosts they are on; a line that differs prints. Directly and through relays.
+TEST_CASE("--fold-output: identical lines of every host shown once, then one summary",
+          "[hosts][console]") {
+  const bool tree = GENERATE(false, true);
+  INFO((tree ? "through relays" : "direct"));
+  TempDir dir;
+  RankGate gate(dir, "echo \"epoch 1 loss 0.$RANK\"\n"
+                     "if [ \"$RANK\" = 4 ]; then echo \"rank four saw a NaN\"; fi\n");
+  const std::string hosts = "127.0.0.1:2,127.0.0.2:2,127.0.0.3:1,127.0.0.4:1";
+  std::vector<std::string> args{"--hosts=" + hosts, "--ssh-command=" LOCAL_SSH,
+                                "--master-port=" + std::to_string(free_port()), "--fold-output"};
+  if (tree) args.insert(args.end(), {"--tree-threshold=2", "--fanout=2"});
+  args.insert(args.end(), {"--no-python", "/bin/sh", gate.script()});
+  DdprunProcess p(args);
+  REQUIRE(gate.open_when_ready(6, kHang));
+  REQUIRE(p.wait(kHang) == 0);
+  const auto out = p.output();
+  INFO(out);
+  static const std::regex printed(R"(\[127\.0\.0\.(\d):(\d)\]:epoch 1 loss 0\.\d\n)");
+  static const std::regex summary(R"(\[ranks ([0-9,-]+) on (\d) hosts\] )"
+                                  R"(the same: epoch 1 loss 0\.(\d)-0\.(\d)\n)");
+  std::smatch first, rest;
+  REQUIRE(std::regex_search(out, first, printed));
+  CHECK(std::distance(std::sregex_iterator(out.begin(), out.end(), printed),
+                      std::sregex_iterator()) == 1);
+  REQUIRE(std::regex_search(out, rest, summary));
+  // The five other ranks, on the hosts they are on (all four, unless rank 4 or 5 printed).
+  const int printer = std::stoi(first[2]);
+  CHECK(rest[2] == (printer >= 4 ? "3" : "4"));
+  CHECK(count_of(out, "the same: epoch 1 loss") == 1);
+  CHECK(count_of(out, "[127.0.0.3:4]:rank four saw a NaN\n") == 1);
 }

@@ -22,6 +22,7 @@ TEST_CASE("session: a hello survives its encoding as one line", "[cluster][sessi
   hello.cwd = "/home/me/run dir";
   hello.env = {{"PATH", "/usr/bin"}, {"MULTI", "line one\nline two"}, {"QUOTE", "it's \"x\""}};
   hello.hangup_timeout = std::chrono::milliseconds(2500);
+  hello.fold_at_head = true;
   const auto line = encode_hello(hello);
   CHECK(line.find('\n') == std::string::npos);
   auto back = decode_hello(line);
@@ -31,6 +32,9 @@ TEST_CASE("session: a hello survives its encoding as one line", "[cluster][sessi
   CHECK(back.cwd == hello.cwd);
   CHECK(back.env == hello.env);
   CHECK(back.hangup_timeout == hello.hangup_timeout);
+  CHECK(back.fold_at_head);
+  hello.fold_at_head = false;
+  CHECK_FALSE(decode_hello(encode_hello(hello)).fold_at_head);
   CHECK_THROWS_AS(decode_hello("not json"), Error);
   CHECK_THROWS_WITH(decode_hello(R"({"protocol":99})"), Catch::Contains("session protocol 99"));
 }

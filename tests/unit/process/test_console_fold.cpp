@@ -180,3 +180,22 @@ TEST_CASE("fold: off prints every line", "[fold]") {
   }
   CHECK(h.fold.pending() == 0);
 }
+
+TEST_CASE("fold: tagged lines carry rank, host and prefix to the command, whatever the text",
+          "[fold]") {
+  const auto line = tag_console_line(17, "node-3", "[node-3:17]: \x1f ", "a \x1e b \x1f c");
+  const auto tagged = untag_console_line(line);
+  REQUIRE(tagged);
+  CHECK(tagged->rank == 17);
+  CHECK(tagged->host == "node-3");
+  CHECK(tagged->prefix == "[node-3:17]: \x1f ");
+  CHECK(tagged->text == "a \x1e b \x1f c");
+  CHECK(untag_console_line(tag_console_line(0, "h", "", ""))->text.empty());
+  // Lines that are not tagged: a worker's own (even one that looks like a tag further in),
+  // an agent's log line, or one cut short.
+  for (std::string_view bad :
+       {"plain line", " \x1e" "1 h 0\x1f" "text", "\x1e" "1 h\x1f" "text", "\x1ex h 0\x1f" "text",
+        "\x1e" "1 h 9\x1f" "short", "\x1e" "1 h 0"}) {
+    CHECK_FALSE(untag_console_line(bad));
+  }
+}

@@ -13,6 +13,7 @@
 #include "process/exit_watch.hpp"
 #include "process/line_splitter.hpp"
 #include "process/spawn.hpp"
+#include "process/console_fold.hpp"
 #include "process/worker_output.hpp"
 
 namespace ddprun {
@@ -163,7 +164,9 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
         if (!reported && stage_request(line)) continue;
       }
       if (is_err) {
-        tail.push_back(line);
+        // A worker's line tagged for folding is kept as the console would show it.
+        const auto tagged = untag_console_line(line);
+        tail.push_back(tagged ? std::string(tagged->prefix) + std::string(tagged->text) : line);
         if (tail.size() > kHeldLines) tail.pop_front();
         if (holding) {
           held.push_back(line);

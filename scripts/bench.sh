@@ -5,7 +5,8 @@
 #
 #   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up,
 #                                    figures 10 and 12 of 3, figure 13 of 20, its ddp_resnet
-#                                    rows of 5; about 55 minutes on 2 cores)
+#                                    rows of 5, figure 14's 720,000 lines once; about 65
+#                                    minutes on 2 cores)
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
 #            --figures 1,2,...  (only these)  --budget SECONDS (default 1200: optional parts are
@@ -24,7 +25,7 @@ quick=0
 output=docs/benchmarks.md
 build=${BUILD_DIR:-build}
 do_build=1
-figures=1,2,3,4,5,6,7,8,9,10,11,12,13
+figures=1,2,3,4,5,6,7,8,9,10,11,12,13,14
 budget=2100
 python=${PYTHON:-/usr/bin/python3}
 keep_results=
@@ -120,6 +121,7 @@ if [[ $quick = 1 ]]; then
   worker_sleep=0.5; keepalive=(--interval 0.3 --attempts 3 --last-call 0.1)
   recovery_nodes=(2 16); recovery_torchrun_nodes=(); recovery_death_nodes=(2)
   recovery_runs=(--runs 1 --warmup 0); first_step_runs=(--runs 1 --warmup 0 --ddp-resnet-runs 1)
+  console_args=(--quick)
 else
   runs=(--runs 5 --warmup 1); report_runs=(--runs 5 --warmup 1)
   torchrun_launch=default,fast; torchrun_memory=fast; torchrun_first_step=default,fast
@@ -130,6 +132,8 @@ else
   recovery_death_nodes=(16 128 1024); recovery_runs=(--runs 3 --warmup 1)
   # The median and the worst of 20, as Figure 13's targets ask; ddp_resnet's runs last seconds.
   first_step_runs=(--runs 20 --warmup 1 --ddp-resnet-runs 5)
+  # 1,024 ranks, and 720,000 lines over 3 minutes once with and once without folding.
+  console_args=(--ranks 1024 --distinct 100 --stream-lines 90000 --stream-runs 1)
 fi
 
 torch_version=
@@ -299,6 +303,10 @@ if want 13; then
     not_measured 13 "3 ranks, Gloo, rank 1 SIGKILLed at step 20, --max-restarts=1" \
       "failure to every rank's first step" ddprun ms true "not measured: $python has no torch" ""
   fi
+fi
+if want 14; then
+  step "figure 14: the console of many ranks" "$b/bench_console" --ddprun "$ddprun" \
+    --worker "$b/console_worker" --results "$results" "${runs[@]}" "${console_args[@]}"
 fi
 # Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
 # (about 150 s).

@@ -6,7 +6,9 @@
 //     the 100 lines all print, and whether every rank's log (--tee) holds what it wrote.
 //   - Throughput: 8 ranks print training-like lines, one every 2 ms each (4,000 lines a second:
 //     720,000 over 3 minutes); the agent's CPU per line with and without folding, and whether
-//     every line reached the console (printed, or named by a summary).
+//     every line reached the console (printed, or named by a summary). Then the same through
+//     `--hosts` (two hosts of 4 ranks, testing/local_ssh.sh standing in for ssh): the command's
+//     CPU per line, relaying every line, or folding the agents' tagged lines.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -53,7 +55,7 @@ struct Run {
   int exit_code = -1;
 };
 
-// `on_line` sees each line as it arrives (the gate is opened from it, or from `on_tick`).
+// `on_tick` runs between reads (the gate is opened from it).
 Run run_ddprun(const std::vector<std::string>& argv, const std::string& log,
                const std::function<void()>& on_tick, std::chrono::seconds limit) {
   int out[2];
@@ -74,6 +76,7 @@ Run run_ddprun(const std::vector<std::string>& argv, const std::string& log,
   Run run;
   std::string partial;
   const auto deadline = Clock::now() + limit;
+  Clock::time_point sampled{};
   for (;;) {
     if (Clock::now() > deadline) {
       kill(pid, SIGKILL);
@@ -82,7 +85,12 @@ Run run_ddprun(const std::vector<std::string>& argv, const std::string& log,
       throw Error(fmt::format("ddprun did not end within {} s (its log: {})", limit.count(), log));
     }
     if (on_tick) on_tick();
-    if (const double cpu = process_cpu_s(pid); cpu > 0) run.agent_cpu_s = cpu;
+    // Every 20 ms, however many lines come: the reading costs the same with and without
+    // folding.
+    if (Clock::now() - sampled >= 20ms) {
+      sampled = Clock::now();
+      if (const double cpu = process_cpu_s(pid); cpu > 0) run.agent_cpu_s = cpu;
+    }
     pollfd p{out[0], POLLIN, 0};
     if (poll(&p, 1, 20) <= 0) continue;
     char buf[65536];
@@ -143,6 +151,8 @@ int main(int argc, char** argv) {
   int stream_ranks = 8;
   long stream_lines = 90'000;
   int stream_runs = 1;
+  long hosts_lines = 15'000;
+  std::string local_ssh;
   add_common_options(app, common);
   app.add_option("--ddprun", ddprun, "the ddprun binary")->required();
   app.add_option("--worker", worker, "bench/console_worker")->required();
@@ -154,12 +164,16 @@ int main(int argc, char** argv) {
   app.add_option("--stream-runs", stream_runs, "recorded runs of the throughput case (minutes "
                  "each), after no warm-up")
       ->capture_default_str();
+  app.add_option("--hosts-lines", hosts_lines, "lines per rank in the --hosts throughput case")
+      ->capture_default_str();
+  app.add_option("--local-ssh", local_ssh, "testing/local_ssh.sh: the --hosts case runs with it");
   CLI11_PARSE(app, argc, argv);
   return guarded_main("bench_console", [&] {
     if (common.quick) {
       ranks = std::min(ranks, 64);
       distinct = std::min(distinct, 10);
       stream_lines = std::min(stream_lines, 1000L);
+      hosts_lines = std::min(hosts_lines, 1000L);
     }
     const Launcher launcher{"ddprun", false, ddprun, ""};
     const std::string scale_case =
@@ -168,6 +182,9 @@ int main(int argc, char** argv) {
     const std::string stream_case = fmt::format(
         "{} ranks, a line every 2 ms each ({} lines over {} s)", stream_ranks,
         stream_ranks * stream_lines, stream_lines * 2 / 1000);
+    const std::string hosts_case = fmt::format(
+        "{} ranks on 2 hosts (--hosts), a line every 2 ms each ({} lines over {} s)",
+        stream_ranks, stream_ranks * hosts_lines, hosts_lines * 2 / 1000);
     std::map<std::tuple<std::string, std::string, std::string>, Series> rows;
     auto row = [&](const std::string& case_name, const std::string& metric,
                    const std::string& subject, const std::string& unit) -> Series& {
@@ -267,35 +284,52 @@ int main(int argc, char** argv) {
       }
 
       if (!recorded || i >= common.warmup + stream_runs) return;
-      for (const bool fold : {false, true}) {
-        const std::string subject = fold ? kFolded : kPlain;
-        test::TempDir dir;
-        NodeArgs node;
-        node.nproc = stream_ranks;
-        node.port = test::free_port();
-        auto args = command(launcher, node,
-                            {worker, "--lines=" + std::to_string(stream_lines),
-                             "--interval-us=2000"});
-        args = with_flags(args, {fold ? "--fold-output" : "--fold-output=off"});
-        const auto run = run_ddprun(args, dir.file("agent.log"), nullptr, 600s);
-        std::size_t printed = 0, named = 0;
-        for (const auto& line : run.lines) {
-          if (is_rank_line(line.text)) {
-            ++printed;
-          } else {
-            named += ranks_named(line.text);
+      // Lines every 2 ms from every rank, with folding and without: the CPU per line of the
+      // process that prints them (the agent, or the --hosts command), and none lost.
+      const auto stream = [&](const std::string& case_name, long lines, bool on_hosts) {
+        for (const bool fold : {false, true}) {
+          const std::string subject = fold ? kFolded : kPlain;
+          test::TempDir dir;
+          NodeArgs node;
+          node.nproc = stream_ranks;
+          node.port = test::free_port();
+          auto args = command(launcher, node,
+                              {worker, "--lines=" + std::to_string(lines), "--interval-us=2000"});
+          args = with_flags(args, {fold ? "--fold-output" : "--fold-output=off"});
+          if (on_hosts) {
+            // The command decides the hosts' node flags; --log-line-prefix keeps the lines'
+            // "[default<rank>]:" for counting.
+            std::erase_if(args, [](const std::string& a) {
+              return a.starts_with("--nproc-per-node=") || a.starts_with("--nnodes=") ||
+                     a.starts_with("--node-rank=") || a.starts_with("--master-addr=");
+            });
+            args = with_flags(args, {"--hosts=127.0.0.1:4,127.0.0.2:4",
+                                     "--ssh-command=" + local_ssh,
+                                     "--log-line-prefix=[default{rank}]:"});
           }
+          const auto run = run_ddprun(args, dir.file("agent.log"), nullptr, 600s);
+          std::size_t printed = 0, named = 0;
+          for (const auto& line : run.lines) {
+            if (is_rank_line(line.text)) {
+              ++printed;
+            } else {
+              named += ranks_named(line.text);
+            }
+          }
+          const double written = static_cast<double>(stream_ranks) * static_cast<double>(lines);
+          const char* cpu = on_hosts ? "the command's CPU per line written"
+                                     : "agent CPU per line written";
+          row(case_name, cpu, subject, "us")
+              .samples.push_back(run.agent_cpu_s * 1e6 / written);
+          row(case_name, "console lines", subject, "lines")
+              .samples.push_back(static_cast<double>(run.lines.size()));
+          row(case_name, "lines lost (written, less printed and named in summaries)", subject,
+              "lines")
+              .samples.push_back(written - static_cast<double>(printed + named));
         }
-        const double written =
-            static_cast<double>(stream_ranks) * static_cast<double>(stream_lines);
-        row(stream_case, "agent CPU per line written", subject, "us")
-            .samples.push_back(run.agent_cpu_s * 1e6 / written);
-        row(stream_case, "console lines", subject, "lines")
-            .samples.push_back(static_cast<double>(run.lines.size()));
-        row(stream_case, "lines lost (written, less printed and named in summaries)", subject,
-            "lines")
-            .samples.push_back(written - static_cast<double>(printed + named));
-      }
+      };
+      stream(stream_case, stream_lines, false);
+      if (!local_ssh.empty()) stream(hosts_case, hosts_lines, true);
     });
 
     for (auto& [key, s] : rows) {
@@ -316,7 +350,7 @@ int main(int argc, char** argv) {
         s.target_max = 0;
         s.target_on_worst = true;
         s.target_text = "0";
-      } else if (subject == kFolded && metric == "agent CPU per line written") {
+      } else if (subject == kFolded && metric.ends_with("CPU per line written")) {
         s.target_vs = kPlain;
         s.target_ratio = 1;
         s.target_text = "no more than without folding";

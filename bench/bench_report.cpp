@@ -167,9 +167,13 @@ const std::map<int, FigureText>& figure_texts() {
             "rate, gradient norm) every 2 ms each, 720,000 lines over 3 minutes; the agent's "
             "CPU (/proc/<pid>/task/*/schedstat, read every 20 ms until it exits) per line "
             "written, and every line accounted for: printed with its rank's prefix or named by "
-            "a summary. torchrun has no folding: without it, it prints every line as ddprun "
-            "does with `--fold-output=off`.",
-            "`bench_console --ranks 1024 --distinct 100 --stream-lines 90000`"}},
+            "a summary. The same through `--hosts` (two hosts of 4 ranks on loopback, "
+            "`testing/local_ssh.sh` standing in for ssh, 120,000 lines over 30 s): the "
+            "command's CPU per line, relaying every line or folding the agents' tagged lines. "
+            "torchrun has no folding: without it, it prints every line as ddprun does with "
+            "`--fold-output=off`.",
+            "`bench_console --ranks 1024 --distinct 100 --stream-lines 90000 --local-ssh "
+            "testing/local_ssh.sh`"}},
   };
   return texts;
 }

@@ -13,6 +13,7 @@
 // One write per line, as `python -u` does. C library only.
 
 #include <fcntl.h>
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,8 +46,10 @@ std::string letters(int rank) {
   return out;
 }
 
+// Waits for the gate's end of file, at most 300 s. Opened without blocking: a harness that is
+// gone leaves no writer, and the rank then passes at once instead of waiting forever.
 void pass_gate(const char* fifo, const char* ready, int rank) {
-  const int fd = open(fifo, O_RDONLY | O_CLOEXEC);
+  const int fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     std::perror(fifo);
     _exit(98);
@@ -58,10 +61,20 @@ void pass_gate(const char* fifo, const char* ready, int rank) {
     _exit(98);
   }
   close(m);
-  char byte;
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
   for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    poll(&p, 1, 1000);
+    char byte;
     const auto n = read(fd, &byte, 1);
-    if (n == 0 || (n < 0 && errno != EINTR)) break;  // end of file: the gate is open
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;  // the gate is open
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec > 300) {
+      std::fprintf(stderr, "console_worker: rank %d: the gate stayed shut for 300 s\n", rank);
+      _exit(99);
+    }
   }
   close(fd);
 }

@@ -375,10 +375,19 @@ struct ClusterHead::Impl {
     arm_stop_timer(config.shutdown_timeout + cluster.hangup_timeout + std::chrono::seconds(10));
   }
 
-  // An agent's tagged console line: folded with every host's, or printed with its prefix.
+  // An agent's tagged console line: folded with every host's, or printed with its prefix. An
+  // untagged one (an agent's own log line: a worker failed, ...) comes after what is pending.
   bool console_line(bool is_err, const std::string& line, std::string& batch) {
+    if (fold_stdout == FoldMode::kOff && fold_stderr == FoldMode::kOff) return false;
     const auto tagged = untag_console_line(line);
-    if (!tagged) return false;
+    if (!tagged) {
+      if (fold.pending() > 0) {
+        write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, batch);
+        batch.clear();
+        fold.flush();
+      }
+      return false;
+    }
     fold.add(is_err ? STDERR_FILENO : STDOUT_FILENO, is_err ? fold_stderr : fold_stdout,
              tagged->rank, tagged->host, tagged->prefix, tagged->text, batch);
     return true;

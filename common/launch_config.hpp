@@ -45,12 +45,12 @@ inline bool by_gpu(Binding b) {
 // torchrun's port for a c10d rendezvous endpoint given without one.
 inline constexpr std::uint16_t kC10dDefaultPort = 29400;
 
-// A per-local-rank choice: one value for every rank, or a map with a default of kNone.
 // --fold-output: auto folds on a terminal (a person reads it) and passes every line to a pipe
 // or file (a program may parse it, as it would torchrun's); on folds lines equal but for their
 // numbers; exact only identical ones.
 enum class FoldOutput : std::uint8_t { kAuto, kOff, kOn, kExact };
 
+// A per-local-rank choice: one value for every rank, or a map with a default of kNone.
 struct StdSpec {
   Std all = Std::kNone;
   std::map<int, Std> per_rank;  // when non-empty, overrides `all`

@@ -58,15 +58,18 @@ LineNumbers find_numbers(std::string_view text) {
     const bool digit_next = i + 1 < text.size() && is_digit(text[i + 1]);
     const bool starts =
         (is_digit(c) || (c == '-' && digit_next)) && (i == 0 || !is_word(text[i - 1]));
-    if (starts) {
-      const auto end = number_end(text, i);
+    // A dotted run of numbers (an address, a version) is text: "10.0.0.1" is no range.
+    const auto end = starts ? number_end(text, i) : i;
+    const bool dotted = starts && end + 1 < text.size() && text[end] == '.' &&
+                        is_digit(text[end + 1]);
+    if (starts && !dotted) {
       out.spans.push_back({i, end - i});
       out.key += kNumberMark;
       i = end;
       continue;
     }
-    if (is_word(c)) {  // a whole word, digits in it included
-      const auto begin = i;
+    if (is_word(c) || dotted) {  // a whole word, digits in it included
+      const auto begin = i++;  // a dotted run may begin with '-'
       while (i < text.size() && is_word(text[i])) ++i;
       out.key.append(text.substr(begin, i - begin));
       continue;
@@ -97,12 +100,11 @@ std::optional<TaggedLine> untag_console_line(std::string_view line) {
   std::size_t prefix_size = 0;
   const auto rank = head.substr(0, space1);
   const auto size = head.substr(space2 + 1);
-  if (std::from_chars(rank.data(), rank.data() + rank.size(), out.rank).ptr !=
-          rank.data() + rank.size() ||
-      std::from_chars(size.data(), size.data() + size.size(), prefix_size).ptr !=
-          size.data() + size.size()) {
-    return std::nullopt;
-  }
+  const auto whole = [](std::string_view digits, auto& value) {
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return ec == std::errc() && end == digits.data() + digits.size();
+  };
+  if (!whole(rank, out.rank) || !whole(size, prefix_size)) return std::nullopt;
   const auto rest = line.substr(head_end + 1);
   if (prefix_size > rest.size()) return std::nullopt;
   out.host = head.substr(space1 + 1, space2 - space1 - 1);
@@ -261,7 +263,8 @@ void ConsoleFold::arm_timer() {
   timer_.expires_at(expiries_.front().when);
   timer_.async_wait([this](boost::system::error_code ec) {
     // Cancelled by flush(), which disarmed it, or by the destructor, which leaves nothing to
-    // touch.
+    // touch. A wait that had already completed when flush() cancelled it runs with success
+    // and finds nothing due.
     if (ec) return;
     timer_armed_ = false;
     on_timer();

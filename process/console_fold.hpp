@@ -44,7 +44,7 @@ inline constexpr std::chrono::milliseconds kFoldWindow{500};
 // The numbers of a line, for folding: where each one is, and the line with each replaced by a
 // marker (the key lines fold by). A number starts at a digit (or a '-' before one) that does not
 // continue a word ("resnet18", "cuda0" and "x86_64" stay text) and may have a fraction and an
-// exponent; a unit after it ("10ms") stays text.
+// exponent; a unit after it ("10ms") stays text, and so does a dotted run ("10.0.0.1", "2.1.0").
 struct LineNumbers {
   std::string key;
   struct Span {

@@ -99,6 +99,7 @@ class PosixProcessRunner::Impl {
     }
     std::promise<void> dropped;
     asio::post(io_, [this, &dropped] {
+      fold_.flush();  // lines that folded after the last worker's report (a grandchild's)
       asio::post(io_, [&dropped, gone = std::make_shared<std::vector<std::unique_ptr<Standby>>>(
                                      drop_standbys())] { dropped.set_value(); });
     });

@@ -306,7 +306,8 @@ if want 13; then
 fi
 if want 14; then
   step "figure 14: the console of many ranks" "$b/bench_console" --ddprun "$ddprun" \
-    --worker "$b/console_worker" --results "$results" "${runs[@]}" "${console_args[@]}"
+    --worker "$b/console_worker" --local-ssh "$root/testing/local_ssh.sh" --results "$results" \
+    "${runs[@]}" "${console_args[@]}"
 fi
 # Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
 # (about 150 s).

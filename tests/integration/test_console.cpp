@@ -64,7 +64,7 @@ struct Job {
     return flags;
   }
 
-  void open_gate() const { REQUIRE(gate.open_when_ready(kRanks, 120s)); }
+  void open_gate() { REQUIRE(gate.open_when_ready(kRanks, 120s)); }
 };
 
 // "1-3,5" -> {1, 2, 3, 5}
@@ -175,7 +175,7 @@ struct TerminalRun {
   std::string output;
 };
 
-TerminalRun run_on_terminal(const std::vector<std::string>& args, const Job& job) {
+TerminalRun run_on_terminal(const std::vector<std::string>& args, Job& job) {
   int master = -1;
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
   REQUIRE(pid >= 0);
@@ -238,7 +238,8 @@ TEST_CASE("ddprun: --fold-output shows a line of many ranks once, then one summa
   check_logs(job.logs);
 }
 
-TEST_CASE("ddprun: through a pipe the console gets every line, as torchrun's does",
+TEST_CASE("ddprun: not on a terminal (a file here) the console gets every line, as torchrun's "
+          "does",
           "[launcher][console]") {
   Job job;
   DdprunProcess p(job.args({"--tee=1"}));
@@ -289,9 +290,9 @@ TEST_CASE("ddprun: --duplicate-stdout-filters and --duplicate-stderr-filters cop
           "console lines of the shown ranks to the attempt's filtered logs",
           "[launcher][console]") {
   Job job;
-  job.gate.open();
   DdprunProcess p(job.args({"--duplicate-stdout-filters=loss 0.7,rank five,,never",
                             "--duplicate_stderr_filters=slow", "--local-ranks-filter=0,5"}));
+  job.open_gate();
   REQUIRE(p.wait(120s) == 0);
   INFO(p.output());
   const auto out = first_attempt(job.logs) + "/filtered_stdout.log";

@@ -47,6 +47,9 @@ TEST_CASE("fold: numbers are found where they are numbers, not parts of names", 
   CHECK(numbers("resnet18 on cuda:3 x86_64 v1.2") == std::vector<std::string>{"3"});
   CHECK(numbers("delta -0.5, range 3-4") == std::vector<std::string>{"-0.5", "3", "4"});
   CHECK(numbers("12:30:01") == std::vector<std::string>{"12", "30", "01"});
+  // Dotted runs are addresses and versions, not numbers to fold into a range.
+  CHECK(numbers("from 10.0.0.1 and 127.0.0.1, torch 2.1.0, -1.2.3 at 0.5.") ==
+        std::vector<std::string>{"0.5"});
   // Lines that differ only in their numbers share a key; a different word does not.
   CHECK(find_numbers("epoch 1 loss 0.5").key == find_numbers("epoch 22 loss 0.75").key);
   CHECK(find_numbers("epoch 1 loss 0.5").key != find_numbers("epoch 1 gain 0.5").key);

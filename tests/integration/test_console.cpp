@@ -216,7 +216,7 @@ TerminalRun run_on_terminal(const std::vector<std::string>& args, Job& job) {
 }  // namespace
 
 TEST_CASE("ddprun: --fold-output shows a line of many ranks once, then one summary naming the "
-          "rest; every rank's lines keep their order, and the logs every byte",
+          "rest, keeps every rank's order and every byte in the logs",
           "[launcher][console]") {
   Job job;
   DdprunProcess p(job.args({"--fold-output", "--tee=1"}));

@@ -293,7 +293,7 @@ TEST_CASE("bytes that are not UTF-8 and arguments over 128 KiB reach every host 
 
 // The command folds the lines of every host: one printed, one summary naming the other ranks
 // and how many hosts they are on; a line that differs prints. Directly and through relays.
-TEST_CASE("--fold-output: identical lines of every host shown once, then one summary",
+TEST_CASE("identical lines of every host shown once, then one summary (--fold-output)",
           "[hosts][console]") {
   const bool tree = GENERATE(false, true);
   INFO((tree ? "through relays" : "direct"));

@@ -287,11 +287,12 @@ TEST_CASE("ddprun: on a terminal identical lines are folded by default, and what
 }
 
 TEST_CASE("ddprun: --duplicate-stdout-filters and --duplicate-stderr-filters copy the matching "
-          "console lines of the shown ranks to the attempt's filtered logs",
+          "console lines of the shown ranks to the attempt's filtered logs, before folding",
           "[launcher][console]") {
   Job job;
   DdprunProcess p(job.args({"--duplicate-stdout-filters=loss 0.7,rank five,,never",
-                            "--duplicate_stderr_filters=slow", "--local-ranks-filter=0,5"}));
+                            "--duplicate_stderr_filters=slow", "--local-ranks-filter=0,5",
+                            "--fold-output"}));
   job.open_gate();
   REQUIRE(p.wait(120s) == 0);
   INFO(p.output());
@@ -309,4 +310,13 @@ TEST_CASE("ddprun: --duplicate-stdout-filters and --duplicate-stderr-filters cop
                                                       "[default5]:step 1 loss 0.75 took 5ms"});
   CHECK(sorted_lines(err) == std::vector<std::string>{"[default0]:warning: rank 0 is slow",
                                                       "[default5]:warning: rank 5 is slow"});
+  // Only the ranks the filter shows fold: every line of theirs once, printed or in a summary
+  // that names no other rank.
+  const auto c = read_console(p.output());
+  CHECK(c.by_rank.size() == 2);
+  for (const int rank : {0, 5}) {
+    REQUIRE(c.by_rank.contains(rank));
+    CHECK(c.by_rank.at(rank).size() == stdout_lines(rank).size());
+  }
+  CHECK_FALSE(c.summaries.empty());
 }

@@ -318,11 +318,14 @@ int main(int argc, char** argv) {
           const auto fail = read_stamps(run, "fail.0.1");
           if (fail.size() != 1) throw Error("no failure stamp in " + run);
           const auto joined = stamps(run, "joined", 1, kResnetRanks);
+          const auto restored = stamps(run, "restored", 1, kResnetRanks);
           const auto step = stamps(run, "step", 1, kResnetRanks);
           row_in("failure to every rank's first step", label, kResnetCase)
               .samples.push_back(ms(latest(step) - fail[0]));
           row_in("failure to every rank in its process group, model built", label, kResnetCase)
               .samples.push_back(ms(latest(joined) - fail[0]));
+          row_in("failure to every rank's checkpoint loaded and DDP set up", label, kResnetCase)
+              .samples.push_back(ms(latest(restored) - fail[0]));
         }
       });
     }

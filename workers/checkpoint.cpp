@@ -5,14 +5,16 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
 #include "common/error.hpp"
+#include "workers/byte_buffer.hpp"
 
 namespace ddprun::workers {
 namespace {
@@ -62,7 +64,7 @@ std::string save_checkpoint(const torch::nn::Module& module, const torch::optim:
   return std::move(out).str();
 }
 
-Checkpoint load_checkpoint(const std::string& bytes, torch::nn::Module& module,
+Checkpoint load_checkpoint(std::string_view bytes, torch::nn::Module& module,
                            torch::optim::Optimizer& optimizer, const std::string& expected_arch,
                            const torch::Device& device) {
   torch::serialize::InputArchive archive;
@@ -128,19 +130,28 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
 }
 
-std::optional<std::string> read_file_if_exists(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot open {}", path));
-  // One read into a buffer of the file's size: a checkpoint is tens of megabytes, and a
+std::optional<at::Tensor> read_file_if_exists(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return std::nullopt;
+  if (fd < 0) throw Error(fmt::format("cannot open {}: {}", path, errno_message(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw Error(fmt::format("cannot stat {}: {}", path, errno_message(errno)));
+  const auto size = static_cast<std::size_t>(st.st_size);
+  // One buffer of the file's size, mapped up front: a checkpoint is tens of megabytes, and a
   // restart waits for it.
-  const auto size = fs::file_size(path, ec);
-  if (ec) throw Error(fmt::format("cannot stat {}: {}", path, ec.message()));
-  std::string bytes(size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  if (static_cast<std::uintmax_t>(in.gcount()) != size) {
-    throw Error(fmt::format("reading {} failed after {} of {} bytes", path, in.gcount(), size));
+  at::Tensor bytes = populated_bytes(size);
+  auto* data = static_cast<char*>(bytes.data_ptr());
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("reading {}: {}", path, errno_message(errno)));
+    if (n == 0) throw Error(fmt::format("reading {} ended after {} of {} bytes", path, done, size));
+    done += static_cast<std::size_t>(n);
   }
   return bytes;
 }

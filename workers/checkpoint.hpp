@@ -3,11 +3,13 @@
 // position in training, and every rank's CPU random generator state, in one torch::serialize
 // archive. Rank 0 serializes and writes it atomically (temporary file, fsync, rename, fsync of
 // the directory), so a crash leaves either the old checkpoint or the new one. To resume, rank 0
-// reads the file and broadcasts its bytes, so the other nodes need no shared file system.
+// reads the file and broadcasts its bytes, so the other nodes need no shared file system, and
+// every rank loads the same bytes.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -35,14 +37,15 @@ std::string save_checkpoint(const torch::nn::Module& module, const torch::optim:
 // Loads what save_checkpoint wrote into an existing module and optimizer of the same shape;
 // tensors land on `device`. Throws ConfigError when the bytes are not such a checkpoint or the
 // architecture differs.
-Checkpoint load_checkpoint(const std::string& bytes, torch::nn::Module& module,
+Checkpoint load_checkpoint(std::string_view bytes, torch::nn::Module& module,
                            torch::optim::Optimizer& optimizer, const std::string& expected_arch,
                            const torch::Device& device);
 
 // temp file next to `path`, fsync, rename over `path`, fsync the directory. Throws Error with
 // errno's text.
 void write_file_atomically(const std::string& path, const std::string& bytes);
-// The whole file, or nullopt when it does not exist. Throws Error when it exists but cannot be read.
-std::optional<std::string> read_file_if_exists(const std::string& path);
+// The whole file as a 1-D uint8 tensor (populated_bytes), or nullopt when it does not exist.
+// Throws Error when it exists but cannot be read.
+std::optional<at::Tensor> read_file_if_exists(const std::string& path);
 
 }  // namespace ddprun::workers

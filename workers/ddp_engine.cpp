@@ -56,7 +56,7 @@ DdpEngine::DdpEngine(torch::nn::Module& module, Collectives& comm, DdpOptions op
   works_.resize(buckets_.size());
   for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].params.size();
 
-  broadcast_state();
+  if (options.broadcast_initial_state) broadcast_state();
 
   for (std::size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);

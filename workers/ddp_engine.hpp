@@ -36,6 +36,9 @@ struct DdpOptions {
   std::size_t first_bucket_bytes = std::size_t{1} << 20;  // torch: dist._DEFAULT_FIRST_BUCKET_BYTES
   std::size_t bucket_bytes = std::size_t{25} << 20;       // torch: bucket_cap_mb=25
   bool broadcast_buffers = true;                          // rank 0's BatchNorm stats every step
+  // Rank 0's parameters and buffers to every rank at construction, as torch's DDP does. Off
+  // only when every rank already holds the same state (loaded from the same checkpoint bytes).
+  bool broadcast_initial_state = true;
 };
 
 class DdpEngine {
@@ -54,7 +57,8 @@ class DdpEngine {
   DdpEngine(const DdpEngine&) = delete;
   DdpEngine& operator=(const DdpEngine&) = delete;
 
-  // Rank 0's parameters and buffers to every rank (blocking); the constructor calls it.
+  // Rank 0's parameters and buffers to every rank (blocking); the constructor calls it unless
+  // options.broadcast_initial_state is false.
   void broadcast_state();
   // Before each training forward: rank 0's buffers to every rank (if broadcast_buffers).
   void before_forward();

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "workers/byte_buffer.hpp"
 #include "workers/worker_error.hpp"
 
 namespace ddprun::workers {
@@ -121,18 +122,21 @@ void Distributed::wait(WorkHandle& work, const char* what) {
   checked(what, [&] { work->wait(timeout_); });
 }
 
-void Distributed::broadcast_bytes(std::string& bytes, int root) {
+void Distributed::broadcast_bytes(at::Tensor& bytes, int root) {
   at::Tensor size = at::empty({1}, at::kLong);
-  size[0] = static_cast<std::int64_t>(bytes.size());
+  if (rank_ == root) {
+    if (!bytes.defined()) bytes = populated_bytes(0);
+    bytes = bytes.contiguous();
+  }
+  size[0] = rank_ == root ? bytes.numel() : 0;
   auto work = checked("broadcast of a byte count", [&] { return control().broadcast(size, root); });
   wait(work, "broadcast of a byte count");
   const auto n = size[0].item<std::int64_t>();
-  at::Tensor data = at::empty({n}, at::kByte);
-  if (rank_ == root) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  if (rank_ != root) bytes = populated_bytes(static_cast<std::size_t>(n));
+  if (n == 0) return;
   const std::string what = fmt::format("broadcast of {} bytes from rank {}", n, root);
-  work = checked(what, [&] { return control().broadcast(data, root); });
+  work = checked(what, [&] { return control().broadcast(bytes, root); });
   wait(work, what.c_str());
-  if (rank_ != root) bytes.assign(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(n));
 }
 
 std::vector<at::Tensor> Distributed::allgather_tensor(const at::Tensor& mine) {

@@ -43,8 +43,9 @@ class Distributed {
   Collectives& control() { return control_ ? *control_ : *data_; }
 
   // Blocking helpers on the control group; all ranks must call them in the same order.
-  // After it, every rank's `bytes` holds root's.
-  void broadcast_bytes(std::string& bytes, int root);
+  // After it, every rank's `bytes` (a 1-D uint8 CPU tensor; undefined counts as empty) holds
+  // root's. Other ranks receive into a new populated_bytes buffer.
+  void broadcast_bytes(at::Tensor& bytes, int root);
   // Every rank's values (same count everywhere), rank by rank.
   std::vector<std::vector<std::int64_t>> allgather_int64(const std::vector<std::int64_t>& mine);
   // Every rank's tensor (same shape and dtype everywhere, CPU).

@@ -24,6 +24,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include "workers/byte_buffer.hpp"
 #include "workers/checkpoint.hpp"
 #include "workers/cifar10.hpp"
 #include "workers/data.hpp"
@@ -192,14 +193,16 @@ void save(Run& run) {
       checkpoint.position.global_step);
 }
 
-// Collective: rank 0 reads the checkpoint (if any) and sends its bytes to everyone.
+// Collective: rank 0 reads the checkpoint (if any) and sends its bytes to everyone. True when
+// every rank loaded it (the same bytes, so the same parameters and buffers).
 bool try_resume(Run& run) {
-  std::string bytes;
-  if (run.dist->rank() == 0) bytes = read_file_if_exists(run.checkpoint_path).value_or("");
+  at::Tensor bytes;
+  if (run.dist->rank() == 0) bytes = read_file_if_exists(run.checkpoint_path).value_or(at::Tensor());
   run.dist->broadcast_bytes(bytes, 0);
-  if (bytes.empty()) return false;
+  if (byte_view(bytes).empty()) return false;
   const Checkpoint checkpoint =
-      load_checkpoint(bytes, *run.model, *run.optimizer, run.options.arch, run.device);
+      load_checkpoint(byte_view(bytes), *run.model, *run.optimizer, run.options.arch, run.device);
+  bytes = at::Tensor();  // tens of megabytes, not needed past here
   if (run.options.channels_last) to_channels_last(*run.model);
   TrainingPosition p = checkpoint.position;
   const int world = run.dist->world_size();
@@ -280,9 +283,14 @@ void run_training(const Options& o, const DistEnv& env, ResNet model) {
         run.dist->data().backend_name(), run.device.str(), to_string(o.precision),
         at::get_num_threads(), run.dataset->size(), run.steps_per_epoch, env.restart_count);
   }
-  if (o.resume || env.restart_count > 0) try_resume(run);
+  const bool resumed = (o.resume || env.restart_count > 0) && try_resume(run);
 
-  DdpEngine engine(*run.model, run.dist->data());
+  DdpOptions ddp;
+  // Every rank loaded the same checkpoint bytes: rank 0's state is already everyone's, and
+  // broadcasting it again would add as many bytes as the model has to every restart.
+  ddp.broadcast_initial_state = !resumed;
+  DdpEngine engine(*run.model, run.dist->data(), ddp);
+  stamp(o, env, "restored");
   run.model->train();
   const bool fail_here = o.fail_at_step && env.restart_count == 0 &&
                          env.rank == o.fail_rank.value_or(world - 1);

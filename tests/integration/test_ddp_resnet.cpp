@@ -140,11 +140,15 @@ TEST_CASE("ddp_resnet: interrupted and resumed by ddprun equals uninterrupted", 
     names.insert(entry.path().filename().string());
   }
   CHECK(names == std::set<std::string>{"fail.0.1", "joined.0.0", "joined.0.1", "joined.1.0",
-                                       "joined.1.1", "step.0.0", "step.0.1", "step.1.0",
-                                       "step.1.1"});
-  // Seconds of CLOCK_MONOTONIC: the failure comes before the next attempt's first step.
-  CHECK(std::stod(read_file(stamps.file("fail.0.1"))) <
-        std::stod(read_file(stamps.file("step.1.0"))));
+                                       "joined.1.1", "restored.0.0", "restored.0.1",
+                                       "restored.1.0", "restored.1.1", "step.0.0", "step.0.1",
+                                       "step.1.0", "step.1.1"});
+  // Seconds of CLOCK_MONOTONIC, in the order of a restart: the failure, the checkpoint loaded,
+  // the first step.
+  const auto at = [&](const char* name) { return std::stod(read_file(stamps.file(name))); };
+  CHECK(at("fail.0.1") < at("joined.1.0"));
+  CHECK(at("joined.1.0") <= at("restored.1.0"));
+  CHECK(at("restored.1.0") <= at("step.1.0"));
 }
 
 TEST_CASE("ddp_resnet: a checkpoint from 2 ranks resumes on 3 and re-shards", "[workers][e2e]") {

@@ -198,3 +198,21 @@ TEST_CASE("ddp engine: buffers follow rank 0 before every forward", "[workers][d
   CHECK(follows[0]);
   CHECK(follows[1]);
 }
+
+TEST_CASE("ddp engine: the initial broadcast is skipped only when asked", "[workers][ddp]") {
+  // Ranks that loaded the same checkpoint skip it; here their states differ on purpose, so a
+  // skipped broadcast shows as each rank keeping its own weights.
+  std::vector<Net> nets{make_net(1), make_net(2), make_net(1), make_net(2)};
+  REQUIRE(max_diff(nets[0], nets[1]) > 0);
+  run_ranks(2, [&](Distributed& dist) {
+    const auto r = static_cast<std::size_t>(dist.rank());
+    DdpOptions skip;
+    skip.broadcast_initial_state = false;
+    DdpEngine skipping(*nets[r], dist.data(), skip);
+    DdpEngine broadcasting(*nets[2 + r], dist.data());
+  });
+  CHECK(max_diff(nets[0], make_net(1)) == 0);  // not broadcast: each kept its own
+  CHECK(max_diff(nets[1], make_net(2)) == 0);
+  CHECK(max_diff(nets[2], make_net(1)) == 0);  // broadcast: rank 0's everywhere
+  CHECK(max_diff(nets[3], make_net(1)) == 0);
+}

@@ -5,7 +5,10 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
+
 #include "ranks_in_threads.hpp"
+#include "workers/byte_buffer.hpp"
 #include "testing/test_util.hpp"
 #include "workers/param_sync.hpp"
 #include "workers/worker_error.hpp"
@@ -22,10 +25,19 @@ TEST_CASE("distributed: bytes from rank 0 and allgather and allreduce", "[worker
   std::vector<Seen> seen(3);
   run_ranks(3, [&](Distributed& dist) {
     Seen& s = seen[static_cast<std::size_t>(dist.rank())];
-    s.bytes = dist.rank() == 0 ? std::string("checkpoint\0bytes", 16) : "";
-    dist.broadcast_bytes(s.bytes, 0);
-    s.empty = dist.rank() == 1 ? "ignored" : "";
-    dist.broadcast_bytes(s.empty, 0);
+    const std::string sent("checkpoint\0bytes", 16);
+    at::Tensor bytes;
+    if (dist.rank() == 0) {
+      bytes = populated_bytes(sent.size());
+      std::memcpy(bytes.data_ptr(), sent.data(), sent.size());
+    }
+    dist.broadcast_bytes(bytes, 0);
+    s.bytes = std::string(byte_view(bytes));
+    // Root has none (undefined): every rank ends with none, whatever it held.
+    at::Tensor none;
+    if (dist.rank() == 1) none = at::ones({7}, at::kByte);
+    dist.broadcast_bytes(none, 0);
+    s.empty = std::string(byte_view(none));
     s.all = dist.allgather_int64({dist.rank(), 10 * dist.rank()});
     s.sum = dist.allreduce_sum(0.5 + dist.rank());
     dist.barrier();
@@ -106,4 +118,16 @@ TEST_CASE("errors: no store at MASTER_ADDR:MASTER_PORT is reported with the addr
                                               " failed on host here, rank 1 (distributed.cpp:"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
   set_error_context("", -1);
+}
+
+TEST_CASE("populated_bytes: zeroed, writable, and freed with its tensor", "[workers][dist]") {
+  at::Tensor big = populated_bytes(std::size_t{8} << 20);
+  REQUIRE(big.numel() == (std::int64_t{8} << 20));
+  CHECK(big.dtype() == at::kByte);
+  CHECK(big.sum().item<std::int64_t>() == 0);
+  big.fill_(3);
+  CHECK(byte_view(big).size() == (std::size_t{8} << 20));
+  CHECK(byte_view(big).back() == 3);
+  CHECK(populated_bytes(0).numel() == 0);
+  CHECK(byte_view(at::Tensor()).empty());
 }

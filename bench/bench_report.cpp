@@ -151,8 +151,8 @@ const std::map<int, FigureText>& figure_texts() {
             "(ResNet-18, 32x32 synthetic images, batch 8, 2 ranks, a checkpoint every 3 steps, "
             "rank 1 fails at step 5), cold and from standbys, 5 runs each, stamped by its "
             "`--stamp_dir`: the failure, every rank back in its process group with the model "
-            "built, and the end of the attempt's first step (the checkpoint read and broadcast, "
-            "DDP's parameter broadcast and one step of compute come between the two).",
+            "built, every rank with the checkpoint loaded (rank 0 reads it and broadcasts its "
+            "bytes) and DDP set up, and the end of the attempt's first step.",
             "`bench_first_step --script bench/first_step.py --ddp-resnet build/workers/ddp_resnet "
             "--netns-cluster scripts/netns-cluster.sh`, the latter inside "
             "`scripts/netns-cluster.sh run TAG 2`"}},

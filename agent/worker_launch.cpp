@@ -37,17 +37,10 @@ std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int
   return out;
 }
 
-// --fold-output for one of the agent's console streams. One rank has nothing to fold with;
-// --raw-output is never folded.
+// --fold-output for one of the agent's console streams. One rank has nothing to fold with.
 FoldMode fold_mode(const LaunchConfig& config, int local_world_size, int fd) {
-  if (local_world_size < 2 || config.raw_output) return FoldMode::kOff;
-  switch (config.fold_output) {
-    case FoldOutput::kOn: return FoldMode::kNumbers;
-    case FoldOutput::kExact: return FoldMode::kExact;
-    case FoldOutput::kAuto: return isatty(fd) == 1 ? FoldMode::kNumbers : FoldMode::kOff;
-    case FoldOutput::kOff: break;
-  }
-  return FoldMode::kOff;
+  if (local_world_size < 2) return FoldMode::kOff;
+  return fold_mode_for(config.fold_output, config.raw_output, fd);
 }
 
 }  // namespace

@@ -39,16 +39,8 @@ struct ClusterHead::Impl {
         connect_timer(io), ping_timer(io), stop_timer(io),
         fold(io.get_executor(), write_all) {
     // The console's own: a pipe gets every line (auto), a terminal the folded view.
-    for (const auto& [fd, mode] : {std::pair{STDOUT_FILENO, &fold_stdout},
-                                   std::pair{STDERR_FILENO, &fold_stderr}}) {
-      switch (config.fold_output) {
-        case FoldOutput::kOn: *mode = FoldMode::kNumbers; break;
-        case FoldOutput::kExact: *mode = FoldMode::kExact; break;
-        case FoldOutput::kAuto: *mode = isatty(fd) == 1 ? FoldMode::kNumbers : FoldMode::kOff; break;
-        case FoldOutput::kOff: break;
-      }
-    }
-    if (config.raw_output) fold_stdout = fold_stderr = FoldMode::kOff;
+    fold_stdout = fold_mode_for(config.fold_output, config.raw_output, STDOUT_FILENO);
+    fold_stderr = fold_mode_for(config.fold_output, config.raw_output, STDERR_FILENO);
     if (cluster.stage) {
       try {
         binary = read_own_binary();

@@ -1,10 +1,14 @@
 #include "process/console_fold.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <memory>
 
 #include <fmt/format.h>
+
+#include "common/launch_config.hpp"
 
 namespace ddprun {
 
@@ -48,6 +52,17 @@ constexpr char kNumberMark = '\x01';
 constexpr char kEscape = '\x02';
 
 }  // namespace
+
+FoldMode fold_mode_for(FoldOutput setting, bool raw_output, int fd) {
+  if (raw_output) return FoldMode::kOff;
+  switch (setting) {
+    case FoldOutput::kOn: return FoldMode::kNumbers;
+    case FoldOutput::kExact: return FoldMode::kExact;
+    case FoldOutput::kAuto: return ::isatty(fd) == 1 ? FoldMode::kNumbers : FoldMode::kOff;
+    case FoldOutput::kOff: break;
+  }
+  return FoldMode::kOff;
+}
 
 LineNumbers find_numbers(std::string_view text) {
   LineNumbers out;

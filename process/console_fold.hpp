@@ -37,6 +37,12 @@ enum class FoldMode : std::uint8_t {
   kExact,    // only identical lines fold
 };
 
+enum class FoldOutput : std::uint8_t;  // common/launch_config.hpp
+
+// --fold-output as it applies to the console on `fd` (the agent's, or the --hosts command's):
+// auto folds a terminal only; --raw-output is never folded, its lines going past the agent.
+FoldMode fold_mode_for(FoldOutput setting, bool raw_output, int fd);
+
 // How long the same line from other ranks still folds into its first occurrence: a summary is
 // never later than this after the line it stands for.
 inline constexpr std::chrono::milliseconds kFoldWindow{500};

@@ -11,6 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
+#include "agent/node_check.hpp"
+#include "agent/round_channel.hpp"
 #include "agent/status_board.hpp"
 #include "agent/worker_launch.hpp"
 #include "common/error.hpp"
@@ -131,6 +133,16 @@ RunResult Agent::run_rounds() {
     if (round_->ranks_kept) round_->master_port = carried_port;
     restarts_ = round_->restart_count;
     if (ctx_.status != nullptr) ctx_.status->on_round(*round_);
+    if (config_.node_check != NodeCheck::kOff && attempts_.empty()) {
+      // Every member of the job's first round checks; a node that joins later has nobody to
+      // compare with, since the others checked before it came.
+      if (round_->id == 0) {
+        if (auto refused = check_nodes()) return std::move(*refused);
+      } else {
+        spdlog::info("node check: not run: this node joined the job at round {}, after its first",
+                     round_->id);
+      }
+    }
     const auto started = Clock::now();
     const auto outcome =
         Attempt(config_, ctx_, *round_, events_, signal_, side_,
@@ -177,6 +189,74 @@ std::string Agent::how_it_ended(const AttemptOutcome& outcome) {
       return "stopped: " + f.message;
   }
   return "ended";
+}
+
+namespace {
+
+// The directory of the program as given (a script or a binary by path); the working
+// directory for a module, a program found on PATH, or one that is not a file here.
+std::string program_dir(const LaunchConfig& config) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!config.module && fs::is_regular_file(config.program, ec)) {
+    return fs::absolute(config.program, ec).parent_path().string();
+  }
+  return fs::current_path(ec).string();
+}
+
+}  // namespace
+
+// Every node of the job's first round looks at itself and publishes it; every node judges all
+// of them by the same rules and reaches the same verdict. Group rank 0 names every finding,
+// each other node its own, so that the console of any node says why the job did not start.
+std::optional<RunResult> Agent::check_nodes() {
+  const auto started = Clock::now();
+  ProbeInputs inputs;
+  inputs.node = round_->ranks.group_rank;
+  inputs.host = ctx_.host;
+  inputs.log_dir = ctx_.log_dir;
+  inputs.log_dir_is_scratch = ctx_.log_dir_is_scratch;
+  inputs.program_dir = program_dir(config_);
+  const NodeProbe mine = probe_node(inputs);
+  const auto nodes = exchange_probes(*ctx_.store, round_->prefix, mine,
+                                     round_->ranks.group_world_size,
+                                     Deadline::after(config_.rdzv_conf.read_timeout));
+  const auto findings = judge(nodes);
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  auto listed = nlohmann::json::array();
+  for (const auto& f : findings) listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
+  emit("node_check", {{"figures", to_json(mine)}, {"findings", std::move(listed)},
+                      {"seconds", seconds}});
+  const bool refuse = config_.node_check == NodeCheck::kRefuse && !findings.empty();
+  const int me = round_->ranks.group_rank;
+  for (const auto& f : findings) {
+    if (me == 0 || f.node == me) spdlog::warn("node check: {}", f.line());
+  }
+  if (findings.empty()) {
+    spdlog::info("node check: {} node(s), nothing found ({:.0f} ms)", nodes.size(), seconds * 1e3);
+    return std::nullopt;
+  }
+  if (!refuse) {
+    spdlog::warn("node check: {} finding(s) among {} node(s); starting anyway (--node-check=warn)",
+                 findings.size(), nodes.size());
+    return std::nullopt;
+  }
+  auto refused = result(RunResult::End::kNodeCheckRefused,
+                        fmt::format("--node-check=refuse: {} finding(s), the first: {}",
+                                    findings.size(), findings.front().line()));
+  // The round's outcome, for the nodes that were not in it (an elastic job's spares, a node
+  // that came late): they end with the same code instead of waiting for a round.
+  try {
+    RoundChannel(*ctx_.store, *round_, config_.rdzv_conf.read_timeout)
+        .publish_outcome(agent_failure(ctx_.host, me, round_->id, Failure::Kind::kAgent,
+                                       kExitNodeCheck, refused.reason)
+                             .to_json());
+  } catch (const Error& e) {
+    spdlog::warn("node check: publishing the refusal: {}", e.what());
+  }
+  ctx_.rendezvous->job_ended();
+  say_goodbye(-1);
+  return refused;
 }
 
 // A spare, or a node that came after the end: the job's outcome was decided without it.

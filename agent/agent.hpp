@@ -41,6 +41,7 @@ struct RunResult {
     kStopped,           // this agent received `signal`
     kRendezvousFailed,  // the rendezvous or the store failed: reason says how
     kInternalError,     // a bug or an unexpected system error
+    kNodeCheckRefused,  // --node-check=refuse found something: reason says what
   };
   End end = End::kSucceeded;
   int signal = 0;
@@ -72,6 +73,8 @@ class Agent {
 
  private:
   RunResult run_rounds();
+  // --node-check at the job's first round: nullopt to go on, or the refused run's result.
+  std::optional<RunResult> check_nodes();
   void start_file_timer();
   RunResult finished_without_this_node(const std::string& outcome) const;
   static std::string how_it_ended(const AttemptOutcome& outcome);

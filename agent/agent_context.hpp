@@ -28,6 +28,9 @@ struct AgentContext {
   // rank 0 only; agent/workers_stores.hpp).
   std::function<int()> open_workers_store;
   std::string log_dir;         // this run's log directory (attempt_<round>/<local_rank>/...)
+  // The log directory is a scratch one, removed at the end, that holds no worker output (only
+  // error files and stacks): --node-check asks it to be writable, not to have room.
+  bool log_dir_is_scratch = false;
   EnvMap base_env;             // the environment workers inherit
   EventLog* events = nullptr;  // --events-file, optional
   StatusBoard* status = nullptr;  // what `ddprun status` and the metrics show, optional

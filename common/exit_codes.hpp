@@ -13,6 +13,7 @@ inline constexpr int kExitNoJob = 3;         // `ddprun status`: no such running
 // A worker could not be started because the node had no room for another process (fork
 // failed: a pids limit, a process limit, memory); the job restarts while restarts are left.
 inline constexpr int kExitNoResources = 121;
+inline constexpr int kExitNodeCheck = 120;   // --node-check=refuse: a node failed the checks
 inline constexpr int kExitHang = 122;       // the job hung (--hang-timeout, a FileTimer) and no restart was left
 inline constexpr int kExitHosts = 123;       // --hosts: a host unreachable, failed its checks, or lost
 inline constexpr int kExitRendezvous = 124;  // rendezvous timed out or failed, store lost

@@ -50,6 +50,11 @@ inline constexpr std::uint16_t kC10dDefaultPort = 29400;
 // numbers; exact only identical ones.
 enum class FoldOutput : std::uint8_t { kAuto, kOff, kOn, kExact };
 
+// --node-check: each node looked at before the job's first workers start (agent/node_check.hpp):
+// off; warn, which names what it finds and goes on; refuse, which ends every node with
+// kExitNodeCheck when anything is found.
+enum class NodeCheck : std::uint8_t { kOff, kWarn, kRefuse };
+
 // A per-local-rank choice: one value for every rank, or a map with a default of kNone.
 struct StdSpec {
   Std all = Std::kNone;
@@ -130,6 +135,7 @@ struct LaunchConfig {
   std::chrono::milliseconds exit_barrier_timeout{300'000};
   // No progress from any worker of the job for this long is a hang; zero: not watched.
   std::chrono::milliseconds hang_timeout{0};
+  NodeCheck node_check = NodeCheck::kOff;
   // --metrics-port (-1: off) and --metrics-addr: where the agent serves Prometheus metrics.
   int metrics_port = -1;
   std::string metrics_addr = "127.0.0.1";

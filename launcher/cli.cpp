@@ -97,6 +97,9 @@ constexpr OptionSpec kOptions[] = {
     {"hang-timeout", "", "SECONDS", kFailures,
      "A job whose workers show no progress (no output line,\nno FileTimer request) for this "
      "long is hung: stacks\nare taken and it restarts or fails [0: off]"},
+    {"node-check", "", "MODE", kFailures,
+     "Check every node before the first workers start (room\nto write, /dev/shm, ulimits): "
+     "warn names what\nit finds, refuse also ends the job (exit 120) [off]"},
 
     {"log-dir", "", "DIR", kOutput, "Per-rank log files [a temp dir, when redirecting]"},
     {"redirects", "r", "0-3|R:V,...", kOutput,

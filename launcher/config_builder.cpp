@@ -365,6 +365,18 @@ void build_workers_and_output(const OptionReader& options,
   if (auto* v = options.find("exit-barrier-timeout")) {
     config.exit_barrier_timeout = parse_seconds(v->text, v->label);
   }
+  if (auto* v = options.find("node-check")) {
+    const auto text = trim(v->text);
+    if (text == "warn") {
+      config.node_check = NodeCheck::kWarn;
+    } else if (text == "refuse") {
+      config.node_check = NodeCheck::kRefuse;
+    } else if (text == "off") {
+      config.node_check = NodeCheck::kOff;
+    } else {
+      throw ConfigError(fmt::format("{}={}: expected off, warn or refuse", v->label, v->text));
+    }
+  }
   if (auto* v = options.find("hang-timeout")) {
     config.hang_timeout = parse_seconds(v->text, v->label);
   }

@@ -26,6 +26,8 @@ int exit_code_of(const RunResult& r) {
       return kExitRendezvous;
     case RunResult::End::kInternalError:
       return kExitInternal;
+    case RunResult::End::kNodeCheckRefused:
+      return kExitNodeCheck;
   }
   return kExitInternal;
 }

@@ -183,6 +183,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     ctx.open_workers_store = [&workers_stores] { return workers_stores.open(); };
     ctx.hosts_store = backend.serves_store();
     ctx.log_dir = log_dir.path();
+    ctx.log_dir_is_scratch = !log_dir.scratch().empty();
     ctx.base_env = current_environment();
     ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
     ctx.events = &events;

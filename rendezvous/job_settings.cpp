@@ -47,6 +47,9 @@ JobSettings agreed_settings(const LaunchConfig& c) {
   JobSettings settings{
       {"--max-restarts", std::to_string(c.max_restarts)},
       {"--hang-timeout", format_duration(c.hang_timeout)},
+      {"--node-check", c.node_check == NodeCheck::kRefuse ? "refuse"
+                       : c.node_check == NodeCheck::kWarn ? "warn"
+                                                          : "off"},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
       // By its file name: ./train.py and /home/me/train.py are one program to the user; its

@@ -21,6 +21,7 @@ add_executable(launcher_tests
   integration/test_hard_to_break.cpp
   integration/test_hang.cpp
   integration/test_launcher.cpp
+  integration/test_node_check.cpp
   integration/test_placement.cpp
   integration/test_progress.cpp
   integration/test_security.cpp

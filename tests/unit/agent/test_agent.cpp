@@ -7,14 +7,18 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "agent/agent.hpp"
+#include "agent/event_log.hpp"
 #include "agent/outcome_watcher.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
@@ -66,6 +70,7 @@ struct NodeOptions {
   bool hosts_store = false;  // waits for the others' goodbyes at the end
   // Runs before each set on the agent's own store connection (not on the fresh ones it opens).
   std::function<void(const std::string& key)> before_set;
+  std::string events_file;  // --events-file, when not empty
 };
 
 // One node's agent running on its own thread.
@@ -98,6 +103,10 @@ struct Node {
     ctx.hosts_store = options.hosts_store;
     ctx.log_dir = log_dir;
     ctx.base_env = {{"HOME", "/home/test"}};
+    if (!options.events_file.empty()) {
+      events = std::make_unique<EventLog>(options.events_file);
+      ctx.events = events.get();
+    }
     agent = std::make_unique<Agent>(config, std::move(ctx));
     result = std::async(std::launch::async, [this] { return agent->run(); });
   }
@@ -114,6 +123,7 @@ struct Node {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<RendezvousHandler> rendezvous;
   FakeRunner runner;
+  std::unique_ptr<EventLog> events;
   std::unique_ptr<Agent> agent;
   std::future<RunResult> result;
 };
@@ -435,7 +445,7 @@ TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's 
   // The host would wait far beyond kHang for a goodbye that never comes.
   auto c0 = config_for(2, 0, 1);
   c0.rdzv_conf.close_timeout = 3 * kHang;
-  Node n0(shared, c0, "hostA", dir.path(), NodeOptions{true, {}});
+  Node n0(shared, c0, "hostA", dir.path(), NodeOptions{true, {}, {}});
   // Node 1's signal comes just as it says goodbye on its own connection, which the signal
   // interrupts (as SIGTERM after an ssh hang-up does, racing the job's end).
   std::atomic<Agent*> agent1{nullptr};
@@ -670,4 +680,78 @@ TEST_CASE("agent, elastic: a node stopped by a signal leaves, the others re-form
   CHECK(env_of_start(a.runner, 1, 0, "WORLD_SIZE") == "1");
   a.runner.exit_all(0);
   CHECK(a.exit_code() == 0);
+}
+
+TEST_CASE("agent, --node-check=warn: a node's unwritable log directory is named, and the job "
+          "starts", "[agent][node_check]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("n0"));
+  auto c0 = config_for(2, 0, 1);
+  auto c1 = config_for(2, 1, 1);
+  c0.node_check = c1.node_check = NodeCheck::kWarn;
+  NodeOptions o0;
+  o0.events_file = dir.file("events0.jsonl");
+  Node n0(shared, c0, "hostA", dir.file("n0"), o0);
+  Node n1(shared, c1, "hostB", dir.file("n1/missing"));
+  REQUIRE(n0.runner.wait_for_start(1));
+  REQUIRE(n1.runner.wait_for_start(1));
+  n0.runner.exit_all(0);
+  n1.runner.exit_all(0);
+  CHECK(exit_code_of(n0.finish()) == 0);
+  CHECK(exit_code_of(n1.finish()) == 0);
+  // Node 0's events file holds its own figures and every node's findings.
+  std::optional<nlohmann::json> check;
+  std::istringstream events(test::read_file(dir.file("events0.jsonl")));
+  for (std::string line; std::getline(events, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "node_check") check = j;
+  }
+  REQUIRE(check);
+  CHECK((*check)["figures"]["host"] == "hostA");
+  CHECK((*check)["figures"]["dirs"][0]["error"] == "");
+  std::vector<std::string> about_logs;
+  for (const auto& f : (*check)["findings"]) {
+    const std::string what = f["what"];
+    if (what.starts_with("log directory")) about_logs.push_back(f["host"].get<std::string>() + ": " + what);
+  }
+  CHECK(about_logs == std::vector<std::string>{"hostB: log directory " + dir.file("n1/missing") +
+                                               " is not writable: No such file or directory "
+                                               "(errno 2)"});
+}
+
+TEST_CASE("agent, --node-check=refuse: every node ends with 120 before any worker starts, "
+          "naming the node", "[agent][node_check]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("n0"));
+  auto c0 = config_for(2, 0, 1);
+  auto c1 = config_for(2, 1, 1);
+  c0.node_check = c1.node_check = NodeCheck::kRefuse;
+  NodeOptions o0;
+  o0.hosts_store = true;
+  o0.events_file = dir.file("events0.jsonl");
+  Node n0(shared, c0, "hostA", dir.file("n0"), o0);
+  Node n1(shared, c1, "hostB", dir.file("n1/missing"));
+  for (Node* n : {&n0, &n1}) {
+    const auto r = n->finish();
+    CHECK(r.end == RunResult::End::kNodeCheckRefused);
+    CHECK(exit_code_of(r) == kExitNodeCheck);
+    CHECK_THAT(r.reason, Catch::Matchers::StartsWith("--node-check=refuse: "));
+    CHECK(n->runner.launches().empty());
+  }
+  // Node 1's finding is among the job's (the machine may add its own: node 0 runs here too).
+  bool named = false;
+  std::istringstream events(test::read_file(dir.file("events0.jsonl")));
+  for (std::string line; std::getline(events, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["event"] != "node_check") continue;
+    for (const auto& f : j["findings"]) {
+      named = named || (f["node"] == 1 && f["what"].get<std::string>().starts_with("log directory"));
+    }
+  }
+  CHECK(named);
+  // The refusal is the round's outcome, for nodes that were not in the round.
+  const auto outcome = Failure::from_json(shared.get("news/attempt/0/outcome", Deadline::after(kHang)));
+  CHECK(outcome.exit_code == kExitNodeCheck);
 }

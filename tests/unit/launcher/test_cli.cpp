@@ -33,6 +33,7 @@ TEST_CASE("a bare program gets torchrun's defaults", "[launcher][cli]") {
   CHECK(c.shutdown_timeout == 30s);
   CHECK(c.exit_barrier_timeout == 300s);
   CHECK(c.hang_timeout == 0s);  // off
+  CHECK(c.node_check == NodeCheck::kOff);
   CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
   CHECK(c.redirects.for_rank(0) == Std::kNone);
   CHECK_FALSE(c.local_ranks_filter.has_value());
@@ -76,6 +77,9 @@ TEST_CASE("every value flag takes both spellings and both value forms", "[launch
       {"shutdown-timeout", "2.5", [](auto& c) { CHECK(c.shutdown_timeout == 2500ms); }},
       {"exit-barrier-timeout", "0", [](auto& c) { CHECK(c.exit_barrier_timeout == 0ms); }},
       {"hang-timeout", "300", [](auto& c) { CHECK(c.hang_timeout == 300s); }},
+      {"node-check", "warn", [](auto& c) { CHECK(c.node_check == NodeCheck::kWarn); }},
+      {"node-check", "refuse", [](auto& c) { CHECK(c.node_check == NodeCheck::kRefuse); }},
+      {"node-check", "off", [](auto& c) { CHECK(c.node_check == NodeCheck::kOff); }},
       {"log-line-prefix", "<{rank}>", [](auto& c) { CHECK(c.log_line_prefix == "<{rank}>"); }},
       {"log-line-prefix-template", "${role_name}${rank}|",
        [](auto& c) { CHECK(c.log_line_prefix == "{role}{rank}|"); }},

@@ -54,6 +54,14 @@ TEST_CASE("cli: --nproc-per-node must be a positive int, cpu, gpu or auto",
   expect_usage_error({"x.py"}, {"PET_NPROC_PER_NODE=0"}, {{"PET_NPROC_PER_NODE", "0"}});
 }
 
+TEST_CASE("cli: --node-check takes off, warn or refuse", "[launcher][cli][errors]") {
+  for (const char* bad : {"on", "exclude", "WARN", ""}) {
+    expect_usage_error({std::string("--node-check=") + bad, "x.py"},
+                       {"--node-check=", "expected off, warn or refuse"});
+  }
+  expect_usage_error({"x.py"}, {"PET_NODE_CHECK=yes"}, {{"PET_NODE_CHECK", "yes"}});
+}
+
 TEST_CASE("integer and duration flags", "[launcher][cli][errors]") {
   expect_usage_error({"--max-restarts=-1", "x.py"}, {"--max-restarts=-1", ">= 0"});
   expect_usage_error({"--max_restarts", "many", "x.py"}, {"--max-restarts=many"});

@@ -1,0 +1,254 @@
+#include "agent/node_check.hpp"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "store/prefix_store.hpp"
+
+namespace ddprun {
+namespace {
+
+std::uint64_t soft_limit(int resource) {
+  rlimit r{};
+  if (::getrlimit(resource, &r) != 0) return 0;
+  return r.rlim_cur == RLIM_INFINITY ? kUnlimited : static_cast<std::uint64_t>(r.rlim_cur);
+}
+
+std::uint64_t available_bytes(const struct statvfs& s) {
+  return static_cast<std::uint64_t>(s.f_bavail) * static_cast<std::uint64_t>(s.f_frsize);
+}
+
+// Whether a file can be created in `dir`: by doing it (permissions alone do not tell, for root
+// or a read-only mount). The file is unnamed where the kernel allows (O_TMPFILE), so nothing is
+// left behind even if the agent dies here.
+std::string try_create_in(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    return {};
+  }
+  const int err = errno;
+  if (err != EOPNOTSUPP && err != EISDIR && err != ENOENT) return errno_message(err);
+  if (err == ENOENT) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return errno_message(errno);
+  }
+  // A file system without O_TMPFILE: a named file of a unique name, removed at once.
+  std::string path = dir + "/.ddprun-node-check.XXXXXX";
+  fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0) return errno_message(errno);
+  ::close(fd);
+  ::unlink(path.c_str());
+  return {};
+}
+
+DirProbe probe_dir(const std::string& role, const std::string& path, bool needs_room) {
+  DirProbe d;
+  d.role = role;
+  d.path = path;
+  d.needs_room = needs_room;
+  d.error = try_create_in(path);
+  struct statvfs s {};
+  if (::statvfs(path.c_str(), &s) == 0) d.free_bytes = available_bytes(s);
+  return d;
+}
+
+// The middle value; of two, the upper one (so that unlimited needs no arithmetic).
+std::uint64_t median(std::vector<std::uint64_t> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::string format_limit(std::uint64_t value, bool bytes) {
+  if (value == kUnlimited) return "unlimited";
+  return bytes ? format_bytes(value) : std::to_string(value);
+}
+
+// A limit under its floor, or under half the job's median (unlimited counts as the largest)
+// while also under `enough`.
+void judge_limit(const std::vector<NodeProbe>& nodes, const char* name,
+                 std::uint64_t NodeProbe::*field, std::uint64_t floor, std::uint64_t enough,
+                 bool bytes, std::vector<Finding>& out) {
+  std::vector<std::uint64_t> values;
+  for (const auto& n : nodes) values.push_back(n.*field);
+  const std::uint64_t job_median = median(values);
+  for (const auto& n : nodes) {
+    const std::uint64_t v = n.*field;
+    if (v == kUnlimited) continue;
+    if (v < floor) {
+      out.push_back({n.node, n.host,
+                     fmt::format("ulimit {} is {} (at least {} needed)", name,
+                                 format_limit(v, bytes), format_limit(floor, bytes))});
+    } else if (nodes.size() > 1 && v < enough &&
+               (job_median == kUnlimited ||
+                static_cast<double>(v) < kLimitFractionOfMedian * static_cast<double>(job_median))) {
+      out.push_back({n.node, n.host,
+                     fmt::format("ulimit {} is {}, the job's median {}", name,
+                                 format_limit(v, bytes), format_limit(job_median, bytes))});
+    }
+  }
+}
+
+}  // namespace
+
+std::string format_bytes(std::uint64_t bytes) {
+  if (bytes == kUnlimited) return "unlimited";
+  const double b = static_cast<double>(bytes);
+  // One decimal, none when it is 0: "1.5 GiB", "64 MiB", "1000 MiB".
+  const auto in = [b](double unit, const char* name) {
+    std::string number = fmt::format("{:.1f}", b / unit);
+    if (number.ends_with(".0")) number.resize(number.size() - 2);
+    return number + " " + name;
+  };
+  if (bytes >= (std::uint64_t{1} << 30)) return in(double(std::uint64_t{1} << 30), "GiB");
+  if (bytes >= (std::uint64_t{1} << 20)) return in(double(std::uint64_t{1} << 20), "MiB");
+  if (bytes >= 1024) return in(1024.0, "KiB");
+  return fmt::format("{} bytes", bytes);
+}
+
+NodeProbe probe_node(const ProbeInputs& in) {
+  const auto start = std::chrono::steady_clock::now();
+  NodeProbe p;
+  p.node = in.node;
+  p.host = in.host;
+  if (!in.log_dir.empty()) {
+    p.dirs.push_back(probe_dir(kLogDirectory, in.log_dir, !in.log_dir_is_scratch));
+  }
+  if (!in.program_dir.empty() && in.program_dir != in.log_dir) {
+    p.dirs.push_back(probe_dir(kProgramDirectory, in.program_dir, true));
+  }
+  struct statvfs s {};
+  if (!in.shm_dir.empty() && ::statvfs(in.shm_dir.c_str(), &s) == 0) {
+    p.has_shm = true;
+    p.shm_size_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_frsize);
+    p.shm_free_bytes = available_bytes(s);
+  }
+  p.open_files = soft_limit(RLIMIT_NOFILE);
+  p.locked_bytes = soft_limit(RLIMIT_MEMLOCK);
+  p.processes = soft_limit(RLIMIT_NPROC);
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return p;
+}
+
+nlohmann::json to_json(const NodeProbe& p) {
+  auto dirs = nlohmann::json::array();
+  for (const auto& d : p.dirs) {
+    dirs.push_back({{"role", d.role},
+                    {"path", d.path},
+                    {"error", d.error},
+                    {"free_bytes", d.free_bytes},
+                    {"needs_room", d.needs_room}});
+  }
+  return {{"node", p.node},
+          {"host", p.host},
+          {"dirs", std::move(dirs)},
+          {"has_shm", p.has_shm},
+          {"shm_size_bytes", p.shm_size_bytes},
+          {"shm_free_bytes", p.shm_free_bytes},
+          {"open_files", p.open_files},
+          {"locked_bytes", p.locked_bytes},
+          {"processes", p.processes},
+          {"seconds", p.seconds}};
+}
+
+NodeProbe probe_from_json(const nlohmann::json& j) {
+  try {
+    NodeProbe p;
+    p.node = j.at("node").get<int>();
+    p.host = j.at("host").get<std::string>();
+    for (const auto& d : j.at("dirs")) {
+      p.dirs.push_back({d.at("role").get<std::string>(), d.at("path").get<std::string>(),
+                        d.at("error").get<std::string>(), d.at("free_bytes").get<std::uint64_t>(),
+                        d.at("needs_room").get<bool>()});
+    }
+    p.has_shm = j.at("has_shm").get<bool>();
+    p.shm_size_bytes = j.at("shm_size_bytes").get<std::uint64_t>();
+    p.shm_free_bytes = j.at("shm_free_bytes").get<std::uint64_t>();
+    p.open_files = j.at("open_files").get<std::uint64_t>();
+    p.locked_bytes = j.at("locked_bytes").get<std::uint64_t>();
+    p.processes = j.at("processes").get<std::uint64_t>();
+    p.seconds = j.at("seconds").get<double>();
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError(fmt::format("a node's check report is not what this ddprun writes "
+                                    "(another version?): {}", e.what()));
+  }
+}
+
+std::string Finding::line() const {
+  return fmt::format("node {} ({}): {}", node, host.empty() ? "?" : host, what);
+}
+
+std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
+  bool a_program_dir_is_writable = false;
+  for (const auto& n : nodes) {
+    for (const auto& d : n.dirs) {
+      if (d.role == kProgramDirectory && d.error.empty()) a_program_dir_is_writable = true;
+    }
+  }
+  std::vector<Finding> out;
+  for (const auto& n : nodes) {
+    for (const auto& d : n.dirs) {
+      const bool expected_writable = d.role != kProgramDirectory || a_program_dir_is_writable;
+      if (!d.error.empty() && !expected_writable) continue;
+      if (!d.error.empty()) {
+        out.push_back({n.node, n.host,
+                       fmt::format("{} {} is not writable: {}", d.role, d.path, d.error)});
+      } else if (d.needs_room && d.free_bytes < kMinFreeBytes) {
+        out.push_back({n.node, n.host,
+                       fmt::format("{} {} has {} free (at least {} needed)", d.role, d.path,
+                                   format_bytes(d.free_bytes), format_bytes(kMinFreeBytes))});
+      }
+    }
+    if (n.has_shm && n.shm_free_bytes < kMinShmFreeBytes) {
+      out.push_back({n.node, n.host,
+                     fmt::format("/dev/shm has {} free of {} (at least {} needed: NCCL and "
+                                 "DataLoader workers use it)",
+                                 format_bytes(n.shm_free_bytes), format_bytes(n.shm_size_bytes),
+                                 format_bytes(kMinShmFreeBytes))});
+    }
+  }
+  judge_limit(nodes, "-n", &NodeProbe::open_files, kMinOpenFiles, kEnoughOpenFiles, false, out);
+  judge_limit(nodes, "-l", &NodeProbe::locked_bytes, 0, kUnlimited, true, out);
+  judge_limit(nodes, "-u", &NodeProbe::processes, kMinProcesses, kEnoughProcesses, false, out);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Finding& a, const Finding& b) { return a.node < b.node; });
+  return out;
+}
+
+std::vector<NodeProbe> exchange_probes(store::Store& store, const std::string& prefix,
+                                       const NodeProbe& mine, int nodes, Deadline deadline) {
+  store::PrefixStore round(prefix + "/node_check", store);
+  round.set(std::to_string(mine.node), to_json(mine).dump(), deadline);
+  std::vector<std::string> keys;
+  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
+  std::vector<std::string> values;
+  try {
+    values = round.multi_get(keys, deadline);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("--node-check: not every node of {} reported its check: {}",
+                                   nodes, e.what()));
+  }
+  std::vector<NodeProbe> all;
+  for (const auto& value : values) {
+    const auto j = nlohmann::json::parse(value, nullptr, false);
+    if (j.is_discarded()) throw ProtocolError("a node's check report is not JSON");
+    all.push_back(probe_from_json(j));
+  }
+  return all;
+}
+
+}  // namespace ddprun

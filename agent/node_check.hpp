@@ -1,0 +1,106 @@
+#pragma once
+// --node-check: before the job's first workers start, each node looks at itself (room in the
+// directories the job writes to, /dev/shm, the limits its workers inherit), publishes what it
+// saw under the round's prefix, and reads every other node's. Each node then judges the same
+// reports by the same rules, so every node reaches the same verdict without another exchange:
+// a finding is a node under an absolute floor, or far under the job's median.
+//
+// probe_node() makes the system calls; judge() is pure, and the thresholds are here, as
+// documented in docs/reference.md ("Node checks").
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/deadline.hpp"
+#include "store/store.hpp"
+
+namespace ddprun {
+
+// A directory the job writes to, below which a node is named: 1 GiB free.
+inline constexpr std::uint64_t kMinFreeBytes = std::uint64_t{1} << 30;
+// /dev/shm below this much free space is named: NCCL's shared-memory transport and DataLoader
+// workers' batches live there, and a container's default of 64 MiB is a known cause of bus
+// errors in DataLoader.
+inline constexpr std::uint64_t kMinShmFreeBytes = std::uint64_t{256} << 20;
+// Soft limits below these are named on any node (a DataLoader with workers and NCCL open
+// hundreds of descriptors; every worker thread counts against -u)...
+inline constexpr std::uint64_t kMinOpenFiles = 1024;
+inline constexpr std::uint64_t kMinProcesses = 1024;
+// ...and a limit under this fraction of the job's median, the odd node out, set up apart from
+// the rest; for -n and -u only while it is also under kEnoughOpenFiles or kEnoughProcesses
+// (machines with more memory get higher defaults: 65536 against 1048576 is no problem). -l has
+// no such level: RDMA wants it unlimited.
+inline constexpr double kLimitFractionOfMedian = 0.5;
+inline constexpr std::uint64_t kEnoughOpenFiles = 65536;
+inline constexpr std::uint64_t kEnoughProcesses = 65536;
+// getrlimit's RLIM_INFINITY, as reported.
+inline constexpr std::uint64_t kUnlimited = ~std::uint64_t{0};
+
+inline constexpr char kLogDirectory[] = "log directory";
+// Where the program lives, or the working directory for a module or a program on PATH. Many
+// jobs run code from a read-only image: it is named only when another node can write its own.
+inline constexpr char kProgramDirectory[] = "program directory";
+
+struct DirProbe {
+  std::string role;   // kLogDirectory or kProgramDirectory
+  std::string path;
+  std::string error;  // why a file could not be created there; empty: writable
+  std::uint64_t free_bytes = 0;  // for an unprivileged user (statvfs f_bavail)
+  bool needs_room = true;  // false: judged writable only (a scratch log directory)
+};
+
+// One node as it saw itself.
+struct NodeProbe {
+  int node = 0;  // group rank
+  std::string host;
+  std::vector<DirProbe> dirs;
+  bool has_shm = false;  // statvfs of /dev/shm worked
+  std::uint64_t shm_size_bytes = 0;
+  std::uint64_t shm_free_bytes = 0;
+  std::uint64_t open_files = 0;    // soft RLIMIT_NOFILE (ulimit -n)
+  std::uint64_t locked_bytes = 0;  // soft RLIMIT_MEMLOCK (ulimit -l), bytes
+  std::uint64_t processes = 0;     // soft RLIMIT_NPROC (ulimit -u)
+  double seconds = 0;  // how long the probe took
+};
+
+// What to look at: the directories (those that are empty are skipped) and where /dev/shm is.
+struct ProbeInputs {
+  int node = 0;
+  std::string host;
+  std::string log_dir;
+  bool log_dir_is_scratch = false;
+  std::string program_dir;
+  std::string shm_dir = "/dev/shm";
+};
+
+NodeProbe probe_node(const ProbeInputs& inputs);
+
+nlohmann::json to_json(const NodeProbe& probe);
+// Throws ProtocolError naming the node when `j` is not a probe.
+NodeProbe probe_from_json(const nlohmann::json& j);
+
+struct Finding {
+  int node = 0;
+  std::string host;
+  std::string what;  // "/dev/shm has 64 MiB free of 64 MiB (at least 256 MiB needed)"
+  // "node 1 (host-b): /dev/shm has ..."
+  std::string line() const;
+};
+
+// Every finding about these nodes, node by node, in a fixed order.
+std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
+
+// "64 MiB", "1.5 GiB", "1000 MiB", "unlimited".
+std::string format_bytes(std::uint64_t bytes);
+
+// Publishes `mine` under "<prefix>/node_check/<node>" and reads the `nodes` nodes' probes,
+// waiting for them until `deadline` (TimeoutError, which says the check waited for the other
+// nodes' reports, and the store's own text with the keys).
+std::vector<NodeProbe> exchange_probes(store::Store& store, const std::string& prefix,
+                                       const NodeProbe& mine, int nodes, Deadline deadline);
+
+}  // namespace ddprun

@@ -1,0 +1,152 @@
+// --node-check with real agents: two nodes on loopback, one of them in a mount namespace of its
+// own whose /dev/shm is a 16 MiB tmpfs (a container's small default), or whose program
+// directory is a read-only mount while the other node's is not.
+
+#include <catch2/catch.hpp>
+
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "agent/node_check.hpp"
+#include "common/exit_codes.hpp"
+#include "testing/ddprun_process.hpp"
+#include "testing/test_util.hpp"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string port_arg(std::uint16_t port) { return "--master-port=" + std::to_string(port); }
+
+std::vector<std::string> fake(std::vector<std::string> flags) {
+  flags.push_back("--no-python");
+  flags.push_back(FAKE_WORKER_BINARY);
+  return flags;
+}
+
+bool can_unshare_mounts() {
+  return std::system("unshare --mount --propagation private true >/dev/null 2>&1") == 0;
+}
+
+// ddprun in a mount namespace of its own where `setup` (shell, run as root there) ran first.
+std::vector<std::string> in_mount_namespace(const std::string& setup) {
+  return {"unshare", "--mount", "--propagation", "private", "sh", "-c",
+          setup + " && exec \"$0\" \"$@\""};
+}
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// Why this machine itself would be named by the check, or "" when it would not: its
+// /dev/shm, the fake worker's directory (the program's), its limits.
+std::string machine_finding() {
+  const std::string dir = std::filesystem::path(FAKE_WORKER_BINARY).parent_path().string();
+  struct statvfs s {};
+  if (::statvfs("/dev/shm", &s) == 0 &&
+      static_cast<std::uint64_t>(s.f_bavail) * s.f_frsize < ddprun::kMinShmFreeBytes) {
+    return "/dev/shm here has less than 256 MiB free";
+  }
+  if (::statvfs(dir.c_str(), &s) == 0 &&
+      static_cast<std::uint64_t>(s.f_bavail) * s.f_frsize < ddprun::kMinFreeBytes) {
+    return dir + " has less than 1 GiB free";
+  }
+  for (int resource : {RLIMIT_NOFILE, RLIMIT_NPROC}) {
+    rlimit r{};
+    if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < 1024) {
+      return "a soft ulimit here (-n or -u) is under 1024";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("node check: refuse names the node whose /dev/shm is nearly full on every node, and "
+          "no worker starts", "[launcher][node_check]") {
+  if (!can_unshare_mounts()) {
+    WARN("skipped: cannot make a mount namespace here (unshare --mount)");
+    return;
+  }
+  TempDir dir;
+  if (const auto why = machine_finding(); !why.empty()) {
+    WARN("skipped: this machine itself would be named: " + why);
+    return;
+  }
+  const auto port = port_arg(free_port());
+  const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port, "--node-check=refuse"}), env);
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port, "--node-check=refuse"}), env,
+                      in_mount_namespace("mount -t tmpfs -o size=16m tmpfs /dev/shm"));
+  const std::string finding =
+      "node 1 (" + host_name() + "): /dev/shm has 16 MiB free of 16 MiB (at least 256 MiB needed";
+  for (DdprunProcess* node : {&node0, &node1}) {
+    const int rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(rc == ddprun::kExitNodeCheck);
+    CHECK(node->output().find(finding) != std::string::npos);
+    CHECK(node->output().find("--node-check=refuse: 1 finding(s)") != std::string::npos);
+  }
+  // Node 0 names no finding of its own: the only one is node 1's.
+  CHECK(node0.output().find("node check: node 0 (") == std::string::npos);
+  CHECK(std::filesystem::is_empty(dir.path()));  // no worker ran
+}
+
+TEST_CASE("node check: warn names a program directory the other nodes can write and this one "
+          "cannot, and the job runs", "[launcher][node_check]") {
+  if (!can_unshare_mounts()) {
+    WARN("skipped: cannot make a mount namespace here (unshare --mount)");
+    return;
+  }
+  TempDir dir, program;
+  const std::string worker = program.file("worker");
+  std::filesystem::copy_file(FAKE_WORKER_BINARY, worker);
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const auto port = port_arg(free_port());
+  const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
+  const std::vector<std::string> flags{"--nnodes=2", port, "--node-check=warn", "--no-python"};
+  DdprunProcess node0(flags + std::vector<std::string>{"--node-rank=0", worker}, env);
+  // Node 1 sees the program's directory read-only (a bind mount of it, remounted read-only).
+  DdprunProcess node1(
+      flags + std::vector<std::string>{"--node-rank=1", worker}, env,
+      in_mount_namespace("mount --bind " + program.path() + " " + program.path() +
+                         " && mount -o remount,bind,ro " + program.path()));
+  for (DdprunProcess* node : {&node0, &node1}) {
+    const int rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(rc == 0);
+  }
+  const std::string finding = "node 1 (" + host_name() + "): program directory " +
+                              program.path() + " is not writable: Read-only file system";
+  CHECK(node0.output().find(finding) != std::string::npos);
+  CHECK(node1.output().find(finding) != std::string::npos);
+  CHECK(node0.output().find("starting anyway (--node-check=warn)") != std::string::npos);
+  CHECK(std::filesystem::exists(dir.file("started_0_0")));
+  CHECK(std::filesystem::exists(dir.file("started_1_0")));
+}
+
+TEST_CASE("node check: a job of healthy nodes names nothing", "[launcher][node_check]") {
+  TempDir dir;
+  if (const auto why = machine_finding(); !why.empty()) {
+    WARN("skipped: this machine itself would be named: " + why);
+    return;
+  }
+  const auto port = port_arg(free_port());
+  const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port, "--node-check=refuse"}), env);
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port, "--node-check=refuse"}), env);
+  for (DdprunProcess* node : {&node0, &node1}) {
+    const int rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(rc == 0);
+    CHECK(node->output().find("node check: 2 node(s), nothing found") != std::string::npos);
+  }
+  CHECK(std::filesystem::exists(dir.file("started_1_0")));
+}

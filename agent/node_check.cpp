@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/limits.hpp"
 #include "store/prefix_store.hpp"
 
 namespace ddprun {
@@ -136,7 +137,11 @@ NodeProbe probe_node(const ProbeInputs& in) {
     p.shm_size_bytes = static_cast<std::uint64_t>(s.f_blocks) * static_cast<std::uint64_t>(s.f_frsize);
     p.shm_free_bytes = available_bytes(s);
   }
-  p.open_files = soft_limit(RLIMIT_NOFILE);
+  // The agent raises its own open-files limit; its workers get back the one it started with.
+  const rlimit* inherited = inherited_open_files_limit();
+  p.open_files = inherited == nullptr                ? soft_limit(RLIMIT_NOFILE)
+                 : inherited->rlim_cur == RLIM_INFINITY ? kUnlimited
+                                                        : static_cast<std::uint64_t>(inherited->rlim_cur);
   p.locked_bytes = soft_limit(RLIMIT_MEMLOCK);
   p.processes = soft_limit(RLIMIT_NPROC);
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

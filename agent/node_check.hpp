@@ -61,7 +61,7 @@ struct NodeProbe {
   bool has_shm = false;  // statvfs of /dev/shm worked
   std::uint64_t shm_size_bytes = 0;
   std::uint64_t shm_free_bytes = 0;
-  std::uint64_t open_files = 0;    // soft RLIMIT_NOFILE (ulimit -n)
+  std::uint64_t open_files = 0;    // soft RLIMIT_NOFILE (ulimit -n) the workers get
   std::uint64_t locked_bytes = 0;  // soft RLIMIT_MEMLOCK (ulimit -l), bytes
   std::uint64_t processes = 0;     // soft RLIMIT_NPROC (ulimit -u)
   double seconds = 0;  // how long the probe took

@@ -10,7 +10,7 @@ namespace ddprun::workers {
 
 // A 1-D uint8 CPU tensor of `n` bytes whose pages are mapped in one call (MAP_POPULATE), not
 // one fault per page as it is first written: a restart fills tens of megabytes at once, and on a
-// virtual machine a fault per 4 KiB page costs more than the copy. Falls back to at::empty when
+// virtual machine a fault per 4 KiB page costs more than the copy. Falls back to at::zeros when
 // the mapping is refused. Contents are zero.
 at::Tensor populated_bytes(std::size_t n);
 

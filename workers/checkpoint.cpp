@@ -132,7 +132,9 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 
 std::optional<at::Tensor> read_file_if_exists(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return std::nullopt;
+  // No file, or a path through something that is not a directory: no checkpoint. Any other
+  // error (permissions) is one, rather than a fresh start that ignores the checkpoint.
+  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) return std::nullopt;
   if (fd < 0) throw Error(fmt::format("cannot open {}: {}", path, errno_message(errno)));
   struct Closer {
     int fd;

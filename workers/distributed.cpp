@@ -126,6 +126,9 @@ void Distributed::broadcast_bytes(at::Tensor& bytes, int root) {
   at::Tensor size = at::empty({1}, at::kLong);
   if (rank_ == root) {
     if (!bytes.defined()) bytes = populated_bytes(0);
+    if (bytes.scalar_type() != at::kByte || bytes.dim() != 1) {
+      throw Error("broadcast_bytes: the root's tensor must be 1-D uint8");
+    }
     bytes = bytes.contiguous();
   }
   size[0] = rank_ == root ? bytes.numel() : 0;

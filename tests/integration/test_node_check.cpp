@@ -29,8 +29,11 @@ std::vector<std::string> fake(std::vector<std::string> flags) {
   return flags;
 }
 
-bool can_unshare_mounts() {
-  return std::system("unshare --mount --propagation private true >/dev/null 2>&1") == 0;
+// Whether `setup` (the mounts a test makes) can run in a mount namespace here.
+bool can_mount(const std::string& setup) {
+  const std::string command =
+      "unshare --mount --propagation private sh -c '" + setup + "' >/dev/null 2>&1";
+  return std::system(command.c_str()) == 0;
 }
 
 // ddprun in a mount namespace of its own where `setup` (shell, run as root there) ran first.
@@ -71,8 +74,9 @@ std::string machine_finding() {
 
 TEST_CASE("node check: refuse names the node whose /dev/shm is nearly full on every node, and "
           "no worker starts", "[launcher][node_check]") {
-  if (!can_unshare_mounts()) {
-    WARN("skipped: cannot make a mount namespace here (unshare --mount)");
+  const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
+  if (!can_mount(small_shm)) {
+    WARN("skipped: cannot mount a tmpfs in a mount namespace here (unshare --mount)");
     return;
   }
   TempDir dir;
@@ -84,7 +88,7 @@ TEST_CASE("node check: refuse names the node whose /dev/shm is nearly full on ev
   const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
   DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port, "--node-check=refuse"}), env);
   DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port, "--node-check=refuse"}), env,
-                      in_mount_namespace("mount -t tmpfs -o size=16m tmpfs /dev/shm"));
+                      in_mount_namespace(small_shm));
   const std::string finding =
       "node 1 (" + host_name() + "): /dev/shm has 16 MiB free of 16 MiB (at least 256 MiB needed";
   for (DdprunProcess* node : {&node0, &node1}) {
@@ -101,11 +105,13 @@ TEST_CASE("node check: refuse names the node whose /dev/shm is nearly full on ev
 
 TEST_CASE("node check: warn names a program directory the other nodes can write and this one "
           "cannot, and the job runs", "[launcher][node_check]") {
-  if (!can_unshare_mounts()) {
-    WARN("skipped: cannot make a mount namespace here (unshare --mount)");
+  TempDir dir, program;
+  const std::string read_only = "mount --bind " + program.path() + " " + program.path() +
+                                " && mount -o remount,bind,ro " + program.path();
+  if (!can_mount(read_only)) {
+    WARN("skipped: cannot bind-mount a directory read-only in a mount namespace here");
     return;
   }
-  TempDir dir, program;
   const std::string worker = program.file("worker");
   std::filesystem::copy_file(FAKE_WORKER_BINARY, worker);
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
@@ -114,10 +120,8 @@ TEST_CASE("node check: warn names a program directory the other nodes can write 
   const std::vector<std::string> flags{"--nnodes=2", port, "--node-check=warn", "--no-python"};
   DdprunProcess node0(flags + std::vector<std::string>{"--node-rank=0", worker}, env);
   // Node 1 sees the program's directory read-only (a bind mount of it, remounted read-only).
-  DdprunProcess node1(
-      flags + std::vector<std::string>{"--node-rank=1", worker}, env,
-      in_mount_namespace("mount --bind " + program.path() + " " + program.path() +
-                         " && mount -o remount,bind,ro " + program.path()));
+  DdprunProcess node1(flags + std::vector<std::string>{"--node-rank=1", worker}, env,
+                      in_mount_namespace(read_only));
   for (DdprunProcess* node : {&node0, &node1}) {
     const int rc = node->wait(120s);
     INFO(node->output());

@@ -713,7 +713,10 @@ TEST_CASE("agent, --node-check=warn: a node's unwritable log directory is named,
   std::vector<std::string> about_logs;
   for (const auto& f : (*check)["findings"]) {
     const std::string what = f["what"];
-    if (what.starts_with("log directory")) about_logs.push_back(f["host"].get<std::string>() + ": " + what);
+    // Node 0's own log directory is this machine's temp directory, which may be short of room.
+    if (f["node"] == 1 && what.starts_with("log directory")) {
+      about_logs.push_back(f["host"].get<std::string>() + ": " + what);
+    }
   }
   CHECK(about_logs == std::vector<std::string>{"hostB: log directory " + dir.file("n1/missing") +
                                                " is not writable: No such file or directory "

@@ -218,8 +218,10 @@ TEST_CASE("hang: FileTimer requests from torch's own client, an expiry is the ra
 TEST_CASE("hang: a silent step inside a FileTimer block is not a hang", "[hang][torch]") {
   REQUIRE_TORCH_AND_GDB();
   TempDir dir;
-  // Eight silent seconds, past a 3-s hang timeout, in a block whose timer allows 60.
-  DdprunProcess p(job({"--nproc-per-node=1", "--hang-timeout=3"}, dir.file("logs")),
+  // Eight silent seconds, past a 5-s hang timeout, in a block whose timer allows 60. The
+  // timeout leaves room for a loaded machine's `import torch`, which holds the GIL so long that
+  // hang.py's "starting" lines may not come for seconds.
+  DdprunProcess p(job({"--nproc-per-node=1", "--hang-timeout=5"}, dir.file("logs")),
                   env({{"HANG_MODE", "timed_step"}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}));
   CHECK(p.wait(kBound) == 0);
   CHECK_THAT(p.output(), Contains("step done"));

@@ -22,10 +22,13 @@
 namespace ddprun {
 namespace {
 
+std::uint64_t soft_of(const rlimit& r) {
+  return r.rlim_cur == RLIM_INFINITY ? kUnlimited : static_cast<std::uint64_t>(r.rlim_cur);
+}
+
 std::uint64_t soft_limit(int resource) {
   rlimit r{};
-  if (::getrlimit(resource, &r) != 0) return 0;
-  return r.rlim_cur == RLIM_INFINITY ? kUnlimited : static_cast<std::uint64_t>(r.rlim_cur);
+  return ::getrlimit(resource, &r) == 0 ? soft_of(r) : 0;
 }
 
 std::uint64_t available_bytes(const struct statvfs& s) {
@@ -139,9 +142,7 @@ NodeProbe probe_node(const ProbeInputs& in) {
   }
   // The agent raises its own open-files limit; its workers get back the one it started with.
   const rlimit* inherited = inherited_open_files_limit();
-  p.open_files = inherited == nullptr                ? soft_limit(RLIMIT_NOFILE)
-                 : inherited->rlim_cur == RLIM_INFINITY ? kUnlimited
-                                                        : static_cast<std::uint64_t>(inherited->rlim_cur);
+  p.open_files = inherited == nullptr ? soft_limit(RLIMIT_NOFILE) : soft_of(*inherited);
   p.locked_bytes = soft_limit(RLIMIT_MEMLOCK);
   p.processes = soft_limit(RLIMIT_NPROC);
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

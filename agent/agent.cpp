@@ -4,13 +4,16 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.hpp"
+#include "agent/link_check.hpp"
 #include "agent/node_check.hpp"
 #include "agent/round_channel.hpp"
 #include "agent/status_board.hpp"
@@ -217,23 +220,51 @@ std::optional<RunResult> Agent::check_nodes() {
   inputs.log_dir = ctx_.log_dir;
   inputs.log_dir_is_scratch = ctx_.log_dir_is_scratch;
   inputs.program_dir = program_dir(config_);
-  const NodeProbe mine = probe_node(inputs);
-  const auto nodes = exchange_probes(*ctx_.store, round_->prefix, mine,
-                                     round_->ranks.group_world_size,
-                                     Deadline::after(config_.rdzv_conf.read_timeout));
-  const auto findings = judge(nodes);
+  NodeProbe mine = probe_node(inputs);
+  const int me = round_->ranks.group_rank;
+  const int group = round_->ranks.group_world_size;
+  // The listener is up before this node's report says where it is.
+  std::optional<LinkCheck> links;
+  if (config_.node_check_mib > 0 && group > 1) {
+    links.emplace();
+    mine.link_port = links->port();
+    if (mine.link_port == 0) {
+      spdlog::warn("node check: no listener for the links check here: {}", links->listen_error());
+    }
+  }
+  const auto read_timeout = config_.rdzv_conf.read_timeout;
+  const auto nodes = exchange_probes(*ctx_.store, round_->prefix, mine, group,
+                                     Deadline::after(read_timeout));
+  auto findings = judge(nodes);
+  std::vector<LinkFigures> measured;
+  if (links) {
+    // The exchanges wait for the others' pairings too: at most their time, then the read
+    // timeout.
+    measured = measure_links(*ctx_.store, round_->prefix, *links, nodes, me,
+                             std::uint64_t(config_.node_check_mib) << 20,
+                             Deadline::after(read_timeout + 2 * kLinkLooks * kLinkPairingTime));
+    auto on_links = judge_links(measured, nodes);
+    findings.insert(findings.end(), on_links.begin(), on_links.end());
+    std::stable_sort(findings.begin(), findings.end(),
+                     [](const Finding& a, const Finding& b) { return a.node < b.node; });
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   auto listed = nlohmann::json::array();
   for (const auto& f : findings) listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
-  emit("node_check", {{"figures", to_json(mine)}, {"findings", std::move(listed)},
-                      {"seconds", seconds}});
+  // This node's links, both ways: every node's event file has the figures of its own.
+  auto own_links = nlohmann::json::array();
+  for (const auto& l : measured) {
+    if (l.from == me || l.to == me) own_links.push_back(to_json(l));
+  }
+  emit("node_check", {{"figures", to_json(mine)}, {"links", std::move(own_links)},
+                      {"findings", std::move(listed)}, {"seconds", seconds}});
   const bool refuse = config_.node_check == NodeCheck::kRefuse && !findings.empty();
-  const int me = round_->ranks.group_rank;
   for (const auto& f : findings) {
     if (me == 0 || f.node == me) spdlog::warn("node check: {}", f.line());
   }
   if (findings.empty()) {
-    spdlog::info("node check: {} node(s), nothing found ({:.0f} ms)", nodes.size(), seconds * 1e3);
+    spdlog::info("node check: {} node(s), nothing found{} ({:.0f} ms)", nodes.size(),
+                 links_summary(measured), seconds * 1e3);
     return std::nullopt;
   }
   if (!refuse) {

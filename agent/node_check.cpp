@@ -167,6 +167,7 @@ nlohmann::json to_json(const NodeProbe& p) {
           {"open_files", p.open_files},
           {"locked_bytes", p.locked_bytes},
           {"processes", p.processes},
+          {"link_port", p.link_port},
           {"seconds", p.seconds}};
 }
 
@@ -186,6 +187,7 @@ NodeProbe probe_from_json(const nlohmann::json& j) {
     p.open_files = j.at("open_files").get<std::uint64_t>();
     p.locked_bytes = j.at("locked_bytes").get<std::uint64_t>();
     p.processes = j.at("processes").get<std::uint64_t>();
+    p.link_port = j.at("link_port").get<std::uint16_t>();
     p.seconds = j.at("seconds").get<double>();
     return p;
   } catch (const nlohmann::json::exception& e) {

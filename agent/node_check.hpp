@@ -64,6 +64,7 @@ struct NodeProbe {
   std::uint64_t open_files = 0;    // soft RLIMIT_NOFILE (ulimit -n) the workers get
   std::uint64_t locked_bytes = 0;  // soft RLIMIT_MEMLOCK (ulimit -l), bytes
   std::uint64_t processes = 0;     // soft RLIMIT_NPROC (ulimit -u)
+  std::uint16_t link_port = 0;     // where it takes the links check (agent/link_check.hpp); 0: not
   double seconds = 0;  // how long the probe took
 };
 

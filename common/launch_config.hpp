@@ -136,6 +136,9 @@ struct LaunchConfig {
   // No progress from any worker of the job for this long is a hang; zero: not watched.
   std::chrono::milliseconds hang_timeout{0};
   NodeCheck node_check = NodeCheck::kOff;
+  // --node-check-mib: what each node sends in each pairing of the links check
+  // (agent/link_check.hpp); 0: the links are not checked.
+  int node_check_mib = 4;
   // --metrics-port (-1: off) and --metrics-addr: where the agent serves Prometheus metrics.
   int metrics_port = -1;
   std::string metrics_addr = "127.0.0.1";

@@ -98,8 +98,11 @@ constexpr OptionSpec kOptions[] = {
      "A job whose workers show no progress (no output line,\nno FileTimer request) for this "
      "long is hung: stacks\nare taken and it restarts or fails [0: off]"},
     {"node-check", "", "MODE", kFailures,
-     "Check every node before the first workers start (room\nto write, /dev/shm, ulimits): "
-     "warn names what\nit finds, refuse also ends the job (exit 120) [off]"},
+     "Check every node before the first workers start (room\nto write, /dev/shm, ulimits, "
+     "links): warn names\nwhat it finds, refuse also ends the job (exit 120) [off]"},
+    {"node-check-mib", "", "MIB", kFailures,
+     "What each node sends to each of two others to measure\nthe links in --node-check; 0: "
+     "links not checked [4]"},
 
     {"log-dir", "", "DIR", kOutput, "Per-rank log files [a temp dir, when redirecting]"},
     {"redirects", "r", "0-3|R:V,...", kOutput,

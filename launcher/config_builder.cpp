@@ -23,6 +23,8 @@ namespace ddprun {
 namespace {
 
 constexpr const char* kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+// --node-check-mib: beyond this the check is a benchmark, not a check before the job.
+constexpr int kMaxNodeCheckMib = 1024;
 
 // An address without a port; IPv6 may be written with brackets, which are dropped.
 std::string parse_address(const RawValue& value) {
@@ -375,6 +377,13 @@ void build_workers_and_output(const OptionReader& options,
       config.node_check = NodeCheck::kOff;
     } else {
       throw ConfigError(fmt::format("{}={}: expected off, warn or refuse", v->label, v->text));
+    }
+  }
+  if (auto* v = options.find("node-check-mib")) {
+    config.node_check_mib = parse_int_at_least(v->text, v->label, 0);
+    if (config.node_check_mib > kMaxNodeCheckMib) {
+      throw ConfigError(fmt::format("{}={}: at most {} (MiB each node sends to another)", v->label,
+                                    v->text, kMaxNodeCheckMib));
     }
   }
   if (auto* v = options.find("hang-timeout")) {

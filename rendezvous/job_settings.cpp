@@ -50,6 +50,7 @@ JobSettings agreed_settings(const LaunchConfig& c) {
       {"--node-check", c.node_check == NodeCheck::kRefuse ? "refuse"
                        : c.node_check == NodeCheck::kWarn ? "warn"
                                                           : "off"},
+      {"--node-check-mib", std::to_string(c.node_check_mib)},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
       // By its file name: ./train.py and /home/me/train.py are one program to the user; its

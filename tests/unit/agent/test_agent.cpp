@@ -690,6 +690,7 @@ TEST_CASE("agent, --node-check=warn: a node's unwritable log directory is named,
   auto c0 = config_for(2, 0, 1);
   auto c1 = config_for(2, 1, 1);
   c0.node_check = c1.node_check = NodeCheck::kWarn;
+  c0.node_check_mib = c1.node_check_mib = 0;  // the links have tests of their own
   NodeOptions o0;
   o0.events_file = dir.file("events0.jsonl");
   Node n0(shared, c0, "hostA", dir.file("n0"), o0);
@@ -731,6 +732,7 @@ TEST_CASE("agent, --node-check=refuse: every node ends with 120 before any worke
   auto c0 = config_for(2, 0, 1);
   auto c1 = config_for(2, 1, 1);
   c0.node_check = c1.node_check = NodeCheck::kRefuse;
+  c0.node_check_mib = c1.node_check_mib = 0;
   NodeOptions o0;
   o0.hosts_store = true;
   o0.events_file = dir.file("events0.jsonl");

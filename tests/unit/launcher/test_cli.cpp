@@ -80,6 +80,8 @@ TEST_CASE("every value flag takes both spellings and both value forms", "[launch
       {"node-check", "warn", [](auto& c) { CHECK(c.node_check == NodeCheck::kWarn); }},
       {"node-check", "refuse", [](auto& c) { CHECK(c.node_check == NodeCheck::kRefuse); }},
       {"node-check", "off", [](auto& c) { CHECK(c.node_check == NodeCheck::kOff); }},
+      {"node-check-mib", "16", [](auto& c) { CHECK(c.node_check_mib == 16); }},
+      {"node-check-mib", "0", [](auto& c) { CHECK(c.node_check_mib == 0); }},
       {"log-line-prefix", "<{rank}>", [](auto& c) { CHECK(c.log_line_prefix == "<{rank}>"); }},
       {"log-line-prefix-template", "${role_name}${rank}|",
        [](auto& c) { CHECK(c.log_line_prefix == "{role}{rank}|"); }},

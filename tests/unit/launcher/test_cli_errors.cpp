@@ -62,6 +62,15 @@ TEST_CASE("cli: --node-check takes off, warn or refuse", "[launcher][cli][errors
   expect_usage_error({"x.py"}, {"PET_NODE_CHECK=yes"}, {{"PET_NODE_CHECK", "yes"}});
 }
 
+TEST_CASE("cli: --node-check-mib takes 0 to 1024", "[launcher][cli][errors]") {
+  for (const char* bad : {"-1", "4M", "1.5", ""}) {
+    expect_usage_error({std::string("--node-check-mib=") + bad, "x.py"}, {"--node-check-mib="});
+  }
+  expect_usage_error({"--node-check-mib=1025", "x.py"},
+                     {"--node-check-mib=1025: at most 1024 (MiB each node sends to another)"});
+  expect_usage_error({"x.py"}, {"PET_NODE_CHECK_MIB=8G"}, {{"PET_NODE_CHECK_MIB", "8G"}});
+}
+
 TEST_CASE("integer and duration flags", "[launcher][cli][errors]") {
   expect_usage_error({"--max-restarts=-1", "x.py"}, {"--max-restarts=-1", ">= 0"});
   expect_usage_error({"--max_restarts", "many", "x.py"}, {"--max-restarts=many"});

@@ -1,0 +1,525 @@
+#include "agent/link_check.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <optional>
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "store/prefix_store.hpp"
+
+namespace ddprun {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// What a sender says first: who it is, which round (look and pairing), how many pings and
+// bytes follow.
+constexpr std::uint32_t kMagic = 0x4c505044;  // "DDPL"
+constexpr std::size_t kHeaderSize = 24;
+constexpr std::size_t kChunk = 256 * 1024;
+
+struct Header {
+  std::uint32_t from = 0;
+  std::uint32_t round = 0;
+  std::uint32_t pings = 0;
+  std::uint64_t bytes = 0;
+};
+
+void put(unsigned char* at, std::uint64_t value, int size) {
+  for (int i = 0; i < size; ++i) at[i] = static_cast<unsigned char>(value >> (8 * i));
+}
+
+std::uint64_t get(const unsigned char* at, int size) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < size; ++i) value |= std::uint64_t{at[i]} << (8 * i);
+  return value;
+}
+
+std::array<unsigned char, kHeaderSize> encode(const Header& h) {
+  std::array<unsigned char, kHeaderSize> out{};
+  put(out.data(), kMagic, 4);
+  put(out.data() + 4, h.from, 4);
+  put(out.data() + 8, h.round, 4);
+  put(out.data() + 12, h.pings, 4);
+  put(out.data() + 16, h.bytes, 8);
+  return out;
+}
+
+std::optional<Header> decode(const std::array<unsigned char, kHeaderSize>& in) {
+  if (get(in.data(), 4) != kMagic) return std::nullopt;
+  return Header{static_cast<std::uint32_t>(get(in.data() + 4, 4)),
+                static_cast<std::uint32_t>(get(in.data() + 8, 4)),
+                static_cast<std::uint32_t>(get(in.data() + 12, 4)), get(in.data() + 16, 8)};
+}
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string seconds_text(std::chrono::milliseconds limit) {
+  return fmt::format("{:g} s", std::chrono::duration<double>(limit).count());
+}
+
+// The middle value; of two, the upper one.
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+int link_pairings(int nodes) { return nodes < 2 ? 0 : nodes == 2 ? 1 : 2; }
+
+// The second pairing's offset: half the ring away, or for three nodes the ring backwards.
+int link_target(int node, int nodes, int pairing) {
+  if (pairing >= link_pairings(nodes)) return -1;
+  const int offset = pairing == 0 ? 1 : nodes == 3 ? 2 : nodes / 2;
+  return (node + offset) % nodes;
+}
+
+int link_source(int node, int nodes, int pairing) {
+  if (pairing >= link_pairings(nodes)) return -1;
+  const int offset = pairing == 0 ? 1 : nodes == 3 ? 2 : nodes / 2;
+  return (node - offset + nodes) % nodes;
+}
+
+struct LinkCheck::Impl {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  tcp::resolver resolver{io};
+  std::string listen_error;
+  std::vector<char> chunk = std::vector<char>(kChunk);
+
+  Impl() {
+    // Every address, so that a peer reaches it by whatever this host's name resolves to there;
+    // IPv6 with IPv4 mapped where the machine has IPv6.
+    for (const auto& protocol : {tcp::v6(), tcp::v4()}) {
+      boost::system::error_code ec;
+      acceptor.open(protocol, ec);
+      if (!ec && protocol == tcp::v6()) acceptor.set_option(asio::ip::v6_only(false), ec);
+      if (!ec) acceptor.bind(tcp::endpoint(protocol, 0), ec);
+      if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+      if (!ec) {
+        listen_error.clear();
+        return;
+      }
+      listen_error = ec.message();
+      acceptor.close(ec);
+    }
+  }
+
+  // Set when the round's time is up: a completion already queued then must not start another
+  // wait, which nothing would end.
+  bool closing = false;
+  void go_on() const {
+    if (closing) throw boost::system::system_error(asio::error::operation_aborted);
+  }
+
+  asio::awaitable<void> send(tcp::socket& socket, const std::string& host, std::uint16_t port,
+                             Header header, LinkFigures& out) {
+    // An address needs no resolver (whose lookup, on a thread of its own, cannot be cut short).
+    boost::system::error_code not_literal;
+    const auto literal = asio::ip::make_address(host, not_literal);
+    if (!not_literal) {
+      co_await socket.async_connect(tcp::endpoint(literal, port), asio::use_awaitable);
+    } else {
+      const auto endpoints =
+          co_await resolver.async_resolve(host, std::to_string(port), asio::use_awaitable);
+      go_on();
+      co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
+    }
+    go_on();
+    socket.set_option(tcp::no_delay(true));
+    const auto head = encode(header);
+    co_await asio::async_write(socket, asio::buffer(head), asio::use_awaitable);
+    std::vector<double> rtts;
+    char byte = 0;
+    for (std::uint32_t i = 0; i < header.pings; ++i) {
+      go_on();
+      const auto sent = Clock::now();
+      co_await asio::async_write(socket, asio::buffer(&byte, 1), asio::use_awaitable);
+      go_on();
+      co_await asio::async_read(socket, asio::buffer(&byte, 1), asio::use_awaitable);
+      rtts.push_back(since(sent));
+    }
+    if (!rtts.empty()) out.rtt_seconds = *std::min_element(rtts.begin(), rtts.end());
+    for (std::uint64_t left = header.bytes; left > 0;) {
+      go_on();
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
+      co_await asio::async_write(socket, asio::buffer(chunk.data(), n), asio::use_awaitable);
+      left -= n;
+    }
+  }
+
+  // Takes connections until one of `source` in `round` says who it is: one left in the backlog
+  // by a round that ran out of time, or one that closes before its header, is closed unread.
+  asio::awaitable<void> receive(tcp::socket& socket, int round, int source, LinkFigures& in) {
+    Header header;
+    for (;;) {
+      socket = co_await acceptor.async_accept(asio::use_awaitable);
+      go_on();
+      std::array<unsigned char, kHeaderSize> head{};
+      std::optional<Header> h;
+      try {
+        co_await asio::async_read(socket, asio::buffer(head), asio::use_awaitable);
+        h = decode(head);
+      } catch (const boost::system::system_error&) {
+        h.reset();
+      }
+      go_on();
+      if (h && static_cast<int>(h->round) == round && static_cast<int>(h->from) == source) {
+        header = *h;
+        break;
+      }
+      socket.close();
+    }
+    socket.set_option(tcp::no_delay(true));
+    char byte = 0;
+    for (std::uint32_t i = 0; i < header.pings; ++i) {
+      co_await asio::async_read(socket, asio::buffer(&byte, 1), asio::use_awaitable);
+      go_on();
+      co_await asio::async_write(socket, asio::buffer(&byte, 1), asio::use_awaitable);
+      go_on();
+    }
+    // The sender starts its bytes when the last answer reaches it: half a round trip, nothing
+    // next to the megabytes measured.
+    const auto start = Clock::now();
+    std::vector<char> landing(kChunk);
+    while (in.bytes < header.bytes) {
+      in.bytes += co_await socket.async_read_some(asio::buffer(landing), asio::use_awaitable);
+      in.seconds = since(start);
+      go_on();
+    }
+  }
+};
+
+LinkCheck::LinkCheck() : impl_(std::make_unique<Impl>()) {}
+LinkCheck::~LinkCheck() = default;
+
+std::uint16_t LinkCheck::port() const {
+  boost::system::error_code ec;
+  const auto endpoint = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : endpoint.port();
+}
+
+const std::string& LinkCheck::listen_error() const { return impl_->listen_error; }
+
+std::pair<LinkFigures, LinkFigures> LinkCheck::run(int me, int round, int target,
+                                                   const std::string& host, std::uint16_t port,
+                                                   int source, std::uint64_t bytes,
+                                                   std::chrono::milliseconds limit) {
+  auto& io = impl_->io;
+  io.restart();
+  impl_->closing = false;
+  LinkFigures out;
+  out.from = me;
+  out.to = target;
+  out.pairing = round;
+  LinkFigures in;
+  in.from = source;
+  in.to = me;
+  in.pairing = round;
+  const auto end = Clock::now() + limit;
+  tcp::socket out_socket(io), in_socket(io);
+  // Whatever ends a side early (refused, reset, cancelled when the time is up) is its error,
+  // except a sender cut off in its bytes: the receiver's figures say how far it got.
+  auto message = [](std::exception_ptr e) -> std::string {
+    try {
+      std::rethrow_exception(e);
+    } catch (const boost::system::system_error& err) {
+      return err.code().message();
+    } catch (const std::exception& err) {
+      return err.what();
+    } catch (...) {
+      return "an unknown error";
+    }
+  };
+  const std::string waited = seconds_text(limit);
+  // The two ends' times are not the same: each starts its own after the store's barrier, so
+  // the end whose time is up first closes the connection under the other. Once bytes flow,
+  // that is a link cut short, measured by the bytes that arrived, not a broken one.
+  auto on_sent = [&](std::exception_ptr e) {
+    if (!e || out.rtt_seconds > 0) return;
+    out.error = Clock::now() < end ? message(e) : "no answer within " + waited;
+  };
+  auto on_received = [&](std::exception_ptr e) {
+    if (!e) return;
+    if (in.bytes > 0) {
+      in.cut_short = true;
+    } else {
+      in.error = Clock::now() < end ? message(e) : "nothing arrived within " + waited;
+    }
+  };
+  if (target >= 0) {
+    if (port == 0) {
+      out.error = "it has no listener for the link check";
+    } else {
+      const Header header{static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(round),
+                          kLinkPings, bytes};
+      asio::co_spawn(io, impl_->send(out_socket, host, port, header, out),
+                     on_sent);
+    }
+  }
+  if (source >= 0) {
+    if (impl_->listen_error.empty()) {
+      asio::co_spawn(io, impl_->receive(in_socket, round, source, in), on_received);
+    } else {
+      in.error = "no listener here: " + impl_->listen_error;
+    }
+  }
+  io.run_until(end);
+  // Time is up: whatever still waits is cancelled and ends through its handler.
+  impl_->closing = true;
+  boost::system::error_code ignored;
+  out_socket.close(ignored);
+  in_socket.close(ignored);
+  impl_->acceptor.cancel(ignored);
+  impl_->resolver.cancel();
+  io.run();
+  return {out, in};
+}
+
+namespace {
+
+// One look at every link: both pairings, each followed by the exchange of its figures.
+std::vector<LinkFigures> look_at_links(store::PrefixStore& exchange, LinkCheck& check,
+                                       const std::vector<NodeProbe>& nodes, int me,
+                                       std::uint64_t bytes, int look, Deadline deadline) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<LinkFigures> all;
+  for (int pairing = 0; pairing < link_pairings(n); ++pairing) {
+    const int target = link_target(me, n, pairing);
+    const int round = look * 2 + pairing;
+    auto [out, in] = check.run(me, round, target, nodes[target].host, nodes[target].link_port,
+                               link_source(me, n, pairing), bytes);
+    out.pairing = in.pairing = pairing;
+    exchange.set(fmt::format("{}/{}", round, me),
+                 nlohmann::json{{"out", to_json(out)}, {"in", to_json(in)}}.dump(), deadline);
+    std::vector<std::string> keys;
+    for (int k = 0; k < n; ++k) keys.push_back(fmt::format("{}/{}", round, k));
+    std::vector<std::string> values;
+    try {
+      values = exchange.multi_get(keys, deadline);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(fmt::format("--node-check: not every node of {} reported its links: {}",
+                                     n, e.what()));
+    }
+    // The sender's half (round trip, connection) and the receiver's (bytes) of each link.
+    std::map<int, LinkFigures> received;  // by sender
+    std::vector<LinkFigures> sent;
+    for (const auto& value : values) {
+      const auto j = nlohmann::json::parse(value, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("out") || !j.contains("in")) {
+        throw ProtocolError("a node's link report is not what this ddprun writes");
+      }
+      sent.push_back(link_from_json(j["out"]));
+      const auto r = link_from_json(j["in"]);
+      received[r.from] = r;
+    }
+    for (auto link : sent) {
+      if (const auto it = received.find(link.from); it != received.end()) {
+        const auto& r = it->second;
+        link.bytes = r.bytes;
+        link.seconds = r.seconds;
+        link.cut_short = r.cut_short;
+        if (link.error.empty()) link.error = r.error;
+      }
+      all.push_back(std::move(link));
+    }
+  }
+  return all;
+}
+
+// Of two looks at one link, the better: a moment of a busy machine only ever slows a link.
+LinkFigures better(const LinkFigures& a, const LinkFigures& b) {
+  if (!a.error.empty()) return b;
+  if (!b.error.empty()) return a;
+  LinkFigures out = a.bytes_per_second() >= b.bytes_per_second() ? a : b;
+  out.rtt_seconds = std::min(a.rtt_seconds, b.rtt_seconds);
+  return out;
+}
+
+// Findings of the kind a moment of a busy machine can cause: slow or far, not a link that
+// carried nothing.
+bool may_be_noise(const std::vector<LinkFigures>& links, const std::vector<NodeProbe>& nodes) {
+  std::vector<LinkFigures> carried;
+  for (const auto& l : links) {
+    if (l.error.empty()) carried.push_back(l);
+  }
+  return !judge_links(carried, nodes).empty();
+}
+
+}  // namespace
+
+std::vector<LinkFigures> measure_links(store::Store& store, const std::string& prefix,
+                                       LinkCheck& check, const std::vector<NodeProbe>& nodes,
+                                       int me, std::uint64_t bytes, Deadline deadline) {
+  store::PrefixStore exchange(prefix + "/node_check/links", store);
+  std::vector<LinkFigures> best;
+  for (int look = 0; look < kLinkLooks; ++look) {
+    auto links = look_at_links(exchange, check, nodes, me, bytes, look, deadline);
+    if (look == 0) {
+      best = std::move(links);
+    } else {
+      // Every look lists the links in the same order: pairing, then sender.
+      for (std::size_t k = 0; k < best.size(); ++k) best[k] = better(best[k], links[k]);
+    }
+    if (!may_be_noise(best, nodes)) break;
+  }
+  return best;
+}
+
+namespace {
+
+struct NodeBest {
+  std::vector<double> rates;  // every link it is on that carried bytes
+  std::vector<double> rtts;
+  double best_rate() const { return *std::max_element(rates.begin(), rates.end()); }
+  double best_rtt() const { return *std::min_element(rtts.begin(), rtts.end()); }
+};
+
+const std::string& host_of(const std::vector<NodeProbe>& nodes, int node) {
+  static const std::string unknown = "?";
+  return node >= 0 && node < static_cast<int>(nodes.size()) ? nodes[node].host : unknown;
+}
+
+std::string ms(double seconds) {
+  const double millis = seconds * 1e3;
+  return millis < 10 ? fmt::format("{:.2f} ms", millis) : fmt::format("{:.0f} ms", millis);
+}
+
+}  // namespace
+
+std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
+                                 const std::vector<NodeProbe>& nodes) {
+  std::vector<Finding> out;
+  auto name = [&](int node, std::string what) {
+    out.push_back({node, host_of(nodes, node), std::move(what)});
+  };
+  std::map<int, NodeBest> by_node;
+  for (const auto& l : links) {
+    if (!l.error.empty()) {
+      name(l.from, fmt::format("link to node {} ({}): {}", l.to, host_of(nodes, l.to), l.error));
+      continue;
+    }
+    for (int node : {l.from, l.to}) {
+      auto& b = by_node[node];
+      b.rates.push_back(l.bytes_per_second());
+      if (l.rtt_seconds > 0) b.rtts.push_back(l.rtt_seconds);
+    }
+  }
+  if (nodes.size() >= 3 && by_node.size() >= 3) {
+    std::vector<double> bests, rtts;
+    for (const auto& [node, b] : by_node) {
+      bests.push_back(b.best_rate());
+      if (!b.rtts.empty()) rtts.push_back(b.best_rtt());
+    }
+    const double rate_median = median(bests);
+    const double rtt_median = rtts.empty() ? 0 : median(rtts);
+    const double excess = std::chrono::duration<double>(kMinLatencyExcess).count();
+    auto slow = [&](double rate) { return rate < kLinkFractionOfMedian * rate_median; };
+    auto far = [&](double rtt) {
+      return rtt_median > 0 && rtt > kLatencyFactorOfMedian * rtt_median && rtt - rtt_median >= excess;
+    };
+    // A node named as the node explains its links: a slow one's queues make its round trips
+    // long too, so it is named once, as slow.
+    std::map<int, bool> named_node;
+    for (const auto& [node, b] : by_node) {
+      const bool slow_node = slow(b.best_rate());
+      const bool far_node = !slow_node && !b.rtts.empty() && far(b.best_rtt());
+      named_node[node] = slow_node || far_node;
+      if (slow_node) {
+        name(node, fmt::format("every link to and from it is slow: at most {}, the nodes' "
+                               "median {}",
+                               format_rate(b.best_rate()), format_rate(rate_median)));
+      }
+      if (far_node) {
+        name(node, fmt::format("every link to and from it is far: round trips of {} or more, "
+                               "the nodes' median {}",
+                               ms(b.best_rtt()), ms(rtt_median)));
+      }
+    }
+    for (const auto& l : links) {
+      if (!l.error.empty() || named_node[l.from] || named_node[l.to]) continue;
+      const std::string link = fmt::format("link to node {} ({})", l.to, host_of(nodes, l.to));
+      if (slow(l.bytes_per_second())) {
+        name(l.from, fmt::format("{}: {}{}, the nodes' median {}", link,
+                                 format_rate(l.bytes_per_second()),
+                                 l.cut_short ? " (cut short)" : "", format_rate(rate_median)));
+      }
+      if (l.rtt_seconds > 0 && far(l.rtt_seconds)) {
+        name(l.from, fmt::format("{}: round trip {}, the nodes' median {}", link,
+                                 ms(l.rtt_seconds), ms(rtt_median)));
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Finding& a, const Finding& b) { return a.node < b.node; });
+  return out;
+}
+
+std::string links_summary(const std::vector<LinkFigures>& links) {
+  std::vector<double> rates, rtts;
+  for (const auto& l : links) {
+    if (!l.error.empty()) continue;
+    rates.push_back(l.bytes_per_second());
+    if (l.rtt_seconds > 0) rtts.push_back(l.rtt_seconds);
+  }
+  if (rates.empty()) return "";
+  return fmt::format("; links: median {}{}", format_rate(median(rates)),
+                     rtts.empty() ? "" : ", round trip " + ms(median(rtts)));
+}
+
+std::string format_rate(double bytes_per_second) {
+  static constexpr const char* kUnits[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s"};
+  // The unit is chosen after rounding: 999.97 MB/s reads 1.0 GB/s, not 1000 MB/s.
+  int unit = 0;
+  while (bytes_per_second >= 999.5 && unit < 4) {
+    bytes_per_second /= 1000;
+    ++unit;
+  }
+  return bytes_per_second < 9.95 && unit > 0
+             ? fmt::format("{:.1f} {}", bytes_per_second, kUnits[unit])
+             : fmt::format("{:.0f} {}", bytes_per_second, kUnits[unit]);
+}
+
+nlohmann::json to_json(const LinkFigures& l) {
+  return {{"from", l.from},
+          {"to", l.to},
+          {"pairing", l.pairing},
+          {"rtt_seconds", l.rtt_seconds},
+          {"bytes", l.bytes},
+          {"seconds", l.seconds},
+          {"bytes_per_second", l.bytes_per_second()},
+          {"cut_short", l.cut_short},
+          {"error", l.error}};
+}
+
+LinkFigures link_from_json(const nlohmann::json& j) {
+  try {
+    LinkFigures l;
+    l.from = j.at("from").get<int>();
+    l.to = j.at("to").get<int>();
+    l.pairing = j.at("pairing").get<int>();
+    l.rtt_seconds = j.at("rtt_seconds").get<double>();
+    l.bytes = j.at("bytes").get<std::uint64_t>();
+    l.seconds = j.at("seconds").get<double>();
+    l.cut_short = j.at("cut_short").get<bool>();
+    l.error = j.at("error").get<std::string>();
+    return l;
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError(fmt::format("a node's link figures are not what this ddprun writes "
+                                    "(another version?): {}", e.what()));
+  }
+}
+
+}  // namespace ddprun

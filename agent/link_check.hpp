@@ -1,0 +1,119 @@
+#pragma once
+// The links part of --node-check: every node sends a bounded amount of data to one other node
+// and takes what one other node sends, over TCP between the agents' own addresses, first in a
+// ring and then in a second pairing, so that a slow node (every link it is on is slow) is told
+// apart from a slow link (one pair). Each pairing's figures go through the store, and reading
+// every node's is also the barrier that keeps the next pairing's traffic apart from this one's.
+//
+// The sender measures the round trip (a few one-byte pings, the shortest: queues and a busy
+// machine only add to it); the receiver measures the throughput (the bytes, from its last
+// ping's answer to the last byte), so that neither side waits for the other's report over the
+// link it measures. When the figures name something slow or far, the links are looked at again
+// (at most kLinkLooks times in all) and each keeps its best: a moment of a busy machine slows
+// one look at a link, a slow link every look.
+//
+// judge_links() is pure: every node judges the same figures by the same rules. Thresholds are
+// here, as documented in docs/reference.md ("Node checks").
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "agent/node_check.hpp"
+#include "common/deadline.hpp"
+#include "store/store.hpp"
+
+namespace ddprun {
+
+// Each pairing ends after this long, whatever has arrived: a slow link is measured by what got
+// through by then, and a node that does not answer costs no more than this.
+inline constexpr std::chrono::milliseconds kLinkPairingTime{2000};
+inline constexpr int kLinkPings = 8;
+inline constexpr int kLinkLooks = 3;
+// A node all of whose links run under this fraction of the nodes' median is named; a link
+// under it between two nodes that are not, is named as a link. The median is of every node's
+// fastest link, so that one slow node cannot drag it down (it is on four links of the job's 2n).
+// A fifth leaves room for the spread of a busy machine; a link slowed to a tenth is far past it.
+inline constexpr double kLinkFractionOfMedian = 0.2;
+// Round trips: named when over this many times the nodes' median, and longer by at least
+// kMinLatencyExcess (microseconds of median on a LAN make ten times that still harmless).
+inline constexpr double kLatencyFactorOfMedian = 10;
+inline constexpr std::chrono::milliseconds kMinLatencyExcess{5};
+
+// One direction between two nodes, in one pairing.
+struct LinkFigures {
+  int from = 0;
+  int to = 0;
+  int pairing = 0;          // 0: the ring, 1: the second pairing
+  double rtt_seconds = 0;   // shortest round trip, as the sender saw it; 0: none measured
+  std::uint64_t bytes = 0;  // what the receiver got...
+  double seconds = 0;       // ...and how long that took
+  bool cut_short = false;   // kLinkPairingTime ran out before every byte arrived
+  std::string error;        // why there is no figure (not connected, ended early)
+  double bytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0; }
+};
+
+// How many pairings a job of `nodes` has (0, 1 for two nodes, else 2), and whom `node` sends to
+// and takes from in `pairing`.
+int link_pairings(int nodes);
+int link_target(int node, int nodes, int pairing);
+int link_source(int node, int nodes, int pairing);
+
+// A listener on every address of this machine (a port of the kernel's choice) for the time of
+// the check, and the pairings run over it.
+class LinkCheck {
+ public:
+  LinkCheck();
+  ~LinkCheck();
+  LinkCheck(const LinkCheck&) = delete;
+  LinkCheck& operator=(const LinkCheck&) = delete;
+
+  // 0 when no listener could be opened (listen_error() says why): this node can still send.
+  std::uint16_t port() const;
+  const std::string& listen_error() const;
+
+  // Sends `bytes` to node `target` at host:port and takes what node `source` sends (either may
+  // be -1: none), both within `limit`; `round` tells this exchange from an earlier one whose
+  // connection may still wait in the backlog. Returns the figures of the link to target (round
+  // trip, error) and of the link from source (bytes, seconds, error), `pairing` set to `round`.
+  std::pair<LinkFigures, LinkFigures> run(int me, int round, int target,
+                                          const std::string& host, std::uint16_t port, int source,
+                                          std::uint64_t bytes,
+                                          std::chrono::milliseconds limit = kLinkPairingTime);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Every pairing for node `me` of `nodes` (their hosts and listeners' ports), each followed by
+// an exchange of its figures under "<prefix>/node_check/links" (waiting for the other nodes
+// until `deadline`), looked at again while judge_links finds something slow or far. Returns
+// every directed link's best figures, the same on every node, pairing by pairing, each
+// pairing's links by sender.
+std::vector<LinkFigures> measure_links(store::Store& store, const std::string& prefix,
+                                       LinkCheck& check, const std::vector<NodeProbe>& nodes,
+                                       int me, std::uint64_t bytes, Deadline deadline);
+
+// The findings about these links: a link that carried nothing (on its sender), a node whose
+// every link is slow or far, a link that is slow or far between two nodes that are not. Needs
+// three nodes for the medians; with two, only links that carried nothing are named.
+std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
+                                 const std::vector<NodeProbe>& nodes);
+
+// "; links: median 1.1 GB/s, round trip 0.06 ms", or "" when none carried anything.
+std::string links_summary(const std::vector<LinkFigures>& links);
+
+// "94 MB/s", "1.1 GB/s" (decimal, as link rates are quoted).
+std::string format_rate(double bytes_per_second);
+
+nlohmann::json to_json(const LinkFigures& link);
+// Throws ProtocolError when `j` is not a link's figures.
+LinkFigures link_from_json(const nlohmann::json& j);
+
+}  // namespace ddprun

@@ -1,0 +1,283 @@
+// The links part of --node-check: the pairings, the rules (judge_links, pure), and real
+// measurements between listeners on loopback, alone and through a store.
+
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/link_check.hpp"
+#include "common/error.hpp"
+#include "store/memory_store.hpp"
+
+using namespace ddprun;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+std::vector<NodeProbe> nodes_of(int n) {
+  std::vector<NodeProbe> out(n);
+  for (int i = 0; i < n; ++i) {
+    out[i].node = i;
+    out[i].host = "h" + std::to_string(i);
+  }
+  return out;
+}
+
+// Every link of both pairings at `rate` bytes/s and a 50 us round trip.
+std::vector<LinkFigures> links_of(int n, double rate = kGB) {
+  std::vector<LinkFigures> out;
+  for (int p = 0; p < link_pairings(n); ++p) {
+    for (int i = 0; i < n; ++i) {
+      LinkFigures l;
+      l.from = i;
+      l.to = link_target(i, n, p);
+      l.pairing = p;
+      l.rtt_seconds = 50e-6;
+      l.bytes = 4 << 20;
+      l.seconds = static_cast<double>(l.bytes) / rate;
+      out.push_back(l);
+    }
+  }
+  return out;
+}
+
+void set_rate(LinkFigures& l, double rate) { l.seconds = static_cast<double>(l.bytes) / rate; }
+
+std::vector<std::string> lines(const std::vector<Finding>& findings) {
+  std::vector<std::string> out;
+  for (const auto& f : findings) out.push_back(f.line());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("link check: each pairing sends to one node and takes from one, and the second "
+          "differs from the ring", "[node_check][links]") {
+  CHECK(link_pairings(1) == 0);
+  CHECK(link_pairings(2) == 1);
+  CHECK(link_pairings(3) == 2);
+  CHECK(link_target(0, 2, 1) == -1);
+  for (int n = 2; n <= 70; ++n) {
+    std::set<std::pair<int, int>> seen;
+    for (int p = 0; p < link_pairings(n); ++p) {
+      std::set<int> targets;
+      for (int i = 0; i < n; ++i) {
+        const int t = link_target(i, n, p);
+        INFO("n=" << n << " pairing " << p << " node " << i);
+        CHECK(t != i);
+        CHECK(link_source(t, n, p) == i);
+        targets.insert(t);
+        seen.insert({i, t});
+      }
+      CHECK(static_cast<int>(targets.size()) == n);  // every node takes from exactly one
+    }
+    // Two pairings measure 2n different directed links once there are three nodes.
+    if (n >= 3) CHECK(static_cast<int>(seen.size()) == 2 * n);
+  }
+}
+
+TEST_CASE("link check: equal links name nothing", "[node_check][links]") {
+  for (int n : {2, 3, 5, 64}) {
+    CHECK(judge_links(links_of(n), nodes_of(n)).empty());
+  }
+}
+
+TEST_CASE("link check: a node all of whose links are slow is named once, as the node, its "
+          "queues' round trips with it", "[node_check][links]") {
+  for (int n : {3, 4, 7, 20}) {
+    auto links = links_of(n);
+    const int bad = n - 2;
+    for (auto& l : links) {
+      if (l.from == bad || l.to == bad) {
+        set_rate(l, 0.1 * kGB);
+        if (l.from == bad) l.rtt_seconds = 12e-3;
+      }
+    }
+    INFO("n=" << n);
+    CHECK(lines(judge_links(links, nodes_of(n))) ==
+          std::vector<std::string>{fmt::format(
+              "node {} (h{}): every link to and from it is slow: at most 100 MB/s, the nodes' "
+              "median 1.0 GB/s",
+              bad, bad)});
+  }
+}
+
+TEST_CASE("link check: one slow link between good nodes is named as the link, on its sender",
+          "[node_check][links]") {
+  auto links = links_of(6);
+  for (auto& l : links) {
+    if (l.from == 2 && l.to == 3) {
+      set_rate(l, 40e6);
+      l.cut_short = true;
+    }
+  }
+  CHECK(lines(judge_links(links, nodes_of(6))) ==
+        std::vector<std::string>{"node 2 (h2): link to node 3 (h3): 40 MB/s (cut short), the "
+                                 "nodes' median 1.0 GB/s"});
+}
+
+TEST_CASE("link check: the spread of a busy machine is not named", "[node_check][links]") {
+  auto links = links_of(8);
+  // From half to twice the usual rate, scattered.
+  const double factors[] = {0.5, 2, 1, 0.7, 1.5, 0.6, 1.2, 0.9};
+  for (std::size_t i = 0; i < links.size(); ++i) set_rate(links[i], factors[i % 8] * kGB);
+  CHECK(judge_links(links, nodes_of(8)).empty());
+}
+
+TEST_CASE("link check: a link that carried nothing is named on its sender, with two nodes too",
+          "[node_check][links]") {
+  auto links = links_of(2);
+  links[1].error = "Connection refused";
+  links[1].bytes = 0;
+  CHECK(lines(judge_links(links, nodes_of(2))) ==
+        std::vector<std::string>{"node 1 (h1): link to node 0 (h0): Connection refused"});
+  // With two nodes there is no median to tell the slow one: a slow link alone is not named.
+  auto slow = links_of(2);
+  set_rate(slow[0], 1e6);
+  CHECK(judge_links(slow, nodes_of(2)).empty());
+}
+
+TEST_CASE("link check: round trips far over the median are named, by node or by link",
+          "[node_check][links]") {
+  auto links = links_of(5);
+  for (auto& l : links) {
+    if (l.from == 4 || l.to == 4) l.rtt_seconds = 20e-3;
+  }
+  CHECK(lines(judge_links(links, nodes_of(5))) ==
+        std::vector<std::string>{"node 4 (h4): every link to and from it is far: round trips of "
+                                 "20 ms or more, the nodes' median 0.05 ms"});
+  // Ten times the median, but only a few hundred microseconds: not named.
+  auto near = links_of(5);
+  near[0].rtt_seconds = 600e-6;
+  CHECK(judge_links(near, nodes_of(5)).empty());
+  auto one = links_of(5);
+  one[0].rtt_seconds = 30e-3;
+  CHECK(lines(judge_links(one, nodes_of(5))) ==
+        std::vector<std::string>{"node 0 (h0): link to node 1 (h1): round trip 30 ms, the "
+                                 "nodes' median 0.05 ms"});
+}
+
+TEST_CASE("link check: rates read as link rates are quoted", "[node_check][links]") {
+  CHECK(format_rate(94e6) == "94 MB/s");
+  CHECK(format_rate(1.1e9) == "1.1 GB/s");
+  CHECK(format_rate(512) == "512 B/s");
+  CHECK(format_rate(12.5e9) == "12 GB/s");
+  CHECK(format_rate(999.97e6) == "1.0 GB/s");
+  CHECK(format_rate(9.97e6) == "10 MB/s");
+}
+
+TEST_CASE("link check: figures survive JSON, and a foreign report is a protocol error",
+          "[node_check][links]") {
+  LinkFigures l{3, 7, 1, 1e-4, 1000, 0.5, true, ""};
+  const auto back = link_from_json(to_json(l));
+  CHECK(back.from == 3);
+  CHECK(back.to == 7);
+  CHECK(back.pairing == 1);
+  CHECK(back.bytes == 1000);
+  CHECK(back.cut_short);
+  CHECK(back.bytes_per_second() == Approx(2000));
+  CHECK_THROWS_AS(link_from_json(nlohmann::json{{"from", 1}}), ProtocolError);
+}
+
+TEST_CASE("link check: two listeners on loopback measure each other", "[node_check][links]") {
+  LinkCheck a, b;
+  REQUIRE(a.port() != 0);
+  REQUIRE(b.port() != 0);
+  constexpr std::uint64_t kBytes = 3 << 20;
+  // Node 0 sends to node 1 and node 1 to node 0, at once, as in the ring of two.
+  auto other = std::async(std::launch::async, [&] {
+    return b.run(1, 0, 0, "127.0.0.1", a.port(), 0, kBytes, 20'000ms);
+  });
+  const auto [to1, from1] = a.run(0, 0, 1, "127.0.0.1", b.port(), 1, kBytes, 20'000ms);
+  const auto [to0, from0] = other.get();
+  for (const auto* l : {&to1, &from1, &to0, &from0}) {
+    INFO(to_json(*l).dump());
+    CHECK(l->error.empty());
+    CHECK_FALSE(l->cut_short);
+  }
+  CHECK(to1.rtt_seconds > 0);
+  CHECK(from0.from == 0);
+  CHECK(from0.bytes == kBytes);
+  CHECK(from0.seconds > 0);
+  CHECK(from1.bytes == kBytes);
+}
+
+TEST_CASE("link check: a peer that does not listen is an error, and the pairing still ends "
+          "in its time", "[node_check][links]") {
+  std::uint16_t closed_port = 0;
+  {
+    LinkCheck gone;
+    closed_port = gone.port();
+  }
+  LinkCheck a;
+  const auto started = std::chrono::steady_clock::now();
+  const auto [out, in] = a.run(0, 0, 1, "127.0.0.1", closed_port, 1, 1 << 20, 300ms);
+  CHECK(std::chrono::steady_clock::now() - started < 30s);
+  CHECK(out.error == "Connection refused");
+  CHECK(in.error == "nothing arrived within 0.3 s");
+  CHECK(in.bytes == 0);
+}
+
+TEST_CASE("link check: three nodes through a store measure all six links, the same on each",
+          "[node_check][links]") {
+  store::MemoryStore shared;
+  std::vector<std::unique_ptr<LinkCheck>> checks;
+  auto nodes = nodes_of(3);
+  for (auto& n : nodes) {
+    checks.push_back(std::make_unique<LinkCheck>());
+    n.host = "127.0.0.1";
+    n.link_port = checks.back()->port();
+  }
+  std::vector<std::future<std::vector<LinkFigures>>> runs;
+  for (int i = 0; i < 3; ++i) {
+    runs.push_back(std::async(std::launch::async, [&, i] {
+      return measure_links(shared, "round/0", *checks[i], nodes, i, 1 << 20, Deadline::after(60s));
+    }));
+  }
+  std::vector<std::vector<LinkFigures>> seen;
+  for (auto& r : runs) seen.push_back(r.get());
+  REQUIRE(seen[0].size() == 6);
+  std::set<std::pair<int, int>> directed;
+  for (const auto& l : seen[0]) {
+    INFO(to_json(l).dump());
+    CHECK(l.error.empty());
+    CHECK(l.bytes == (1u << 20));
+    directed.insert({l.from, l.to});
+  }
+  CHECK(directed.size() == 6);
+  for (int i = 1; i < 3; ++i) {
+    REQUIRE(seen[i].size() == 6);
+    for (std::size_t k = 0; k < 6; ++k) {
+      CHECK(to_json(seen[i][k]) == to_json(seen[0][k]));
+    }
+  }
+}
+
+TEST_CASE("link check: a node that never reports ends the others' wait with a timeout",
+          "[node_check][links]") {
+  store::MemoryStore shared;
+  LinkCheck a, b;
+  auto nodes = nodes_of(3);
+  nodes[0].host = nodes[1].host = nodes[2].host = "127.0.0.1";
+  nodes[0].link_port = a.port();
+  nodes[1].link_port = b.port();
+  nodes[2].link_port = 0;  // never runs
+  auto other = std::async(std::launch::async, [&] {
+    try {
+      measure_links(shared, "r", b, nodes, 1, 1 << 16, Deadline::after(6s));
+      return std::string("no timeout");
+    } catch (const TimeoutError& e) {
+      return std::string(e.what());
+    }
+  });
+  CHECK_THROWS_WITH(measure_links(shared, "r", a, nodes, 0, 1 << 16, Deadline::after(6s)),
+                    Catch::Matchers::StartsWith("--node-check: not every node of 3 reported its "
+                                                "links"));
+  CHECK_THAT(other.get(), Catch::Matchers::StartsWith("--node-check: not every node of 3"));
+}

@@ -8,6 +8,9 @@
 #   netns-cluster.sh exec TAG I CMD... run CMD inside node I
 #   netns-cluster.sh cut TAG I         cut node I off the network (its link goes down)
 #   netns-cluster.sh heal TAG I        bring it back
+#   netns-cluster.sh slow TAG I RATE   rate-limit node I's link both ways (tc tbf; RATE as tc
+#                                      reads it: 100mbit)
+#   netns-cluster.sh unslow TAG I      lift the limit
 #   netns-cluster.sh down TAG          delete everything TAG created (safe to repeat)
 #   netns-cluster.sh sshd TAG DIR I... start a real OpenSSH server on port 22 of each node I (keys,
 #                                      configs, logs, pid files DIR/sshd-I.pid and a client config
@@ -125,6 +128,14 @@ case "$cmd" in
   exec) tag=$1 i=$2; shift 2; exec ip netns exec "$(ns "$tag" "$i")" "$@" ;;
   cut) ip -n "$(ns "$1" "$2")" link set eth0 down ;;
   heal) ip -n "$(ns "$1" "$2")" link set eth0 up ;;
+  slow)
+    # Both ends of the node's veth: its own eth0 limits what it sends, the bridge's end what it
+    # receives. A bucket of 64 kB and 50 ms of queue: bursts cannot hide the rate.
+    tc -n "$(ns "$1" "$2")" qdisc replace dev eth0 root tbf rate "$3" burst 64kb latency 50ms
+    tc -n "$(sw "$1")" qdisc replace dev "s$2" root tbf rate "$3" burst 64kb latency 50ms ;;
+  unslow)
+    tc -n "$(ns "$1" "$2")" qdisc del dev eth0 root 2>/dev/null || true
+    tc -n "$(sw "$1")" qdisc del dev "s$2" root 2>/dev/null || true ;;
   down) down "$1" ;;
   sshd) sshd_up "$@" ;;
   check)
@@ -147,5 +158,5 @@ case "$cmd" in
     export NETNS_TAG=$tag NETNS_NODES=$n
     for i in $(seq 1 "$n"); do export "NODE_${i}_ADDR=$(subnet "$tag").$i"; done
     "$@" ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

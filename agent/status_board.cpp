@@ -61,7 +61,7 @@ json NodeStatus::to_json() const {
     if (r.rss_bytes >= 0) row["rss_bytes"] = r.rss_bytes;
     ranks_json.push_back(std::move(row));
   }
-  return {{"run_id", run_id}, {"backend", backend}, {"host", host}, {"version", version},
+  json out = {{"run_id", run_id}, {"backend", backend}, {"host", host}, {"version", version},
           {"agent_pid", agent_pid}, {"node", node}, {"nodes", nodes},
           {"world_size", world_size}, {"round", round}, {"state", state},
           {"restarts", restarts}, {"max_restarts", max_restarts},
@@ -69,6 +69,8 @@ json NodeStatus::to_json() const {
           {"rendezvous_seconds", rendezvous_seconds}, {"failures", failures},
           {"started", started}, {"updated", updated}, {"ended", ended},
           {"exit_code", exit_code}, {"ranks", std::move(ranks_json)}};
+  if (!node_check.is_null()) out["node_check"] = node_check;
+  return out;
 }
 
 NodeStatus NodeStatus::from_json(const json& j) {
@@ -94,6 +96,7 @@ NodeStatus NodeStatus::from_json(const json& j) {
     s.updated = j.at("updated").get<double>();
     s.ended = j.at("ended").get<std::string>();
     s.exit_code = j.at("exit_code").get<int>();
+    s.node_check = j.value("node_check", json());
     for (const auto& row : j.at("ranks")) {
       RankStatus r;
       r.rank = row.at("rank").get<int>();
@@ -157,6 +160,8 @@ void StatusBoard::on_event(const std::string& name, const json& fields) {
       rendezvous_started_ = {};
     }
     status_.world_size = fields.value("world_size", status_.world_size);
+  } else if (name == "node_check") {
+    status_.node_check = fields;
   } else if (name == "workers_started") {
     status_.state = "running";
     const auto pids = fields.value("pids", std::vector<int>{});

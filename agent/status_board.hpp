@@ -61,6 +61,8 @@ struct NodeStatus {
   std::string ended;     // how the run ended, once it has
   int exit_code = -1;    // the agent's exit code, once it has ended
   std::vector<RankStatus> ranks;
+  // The --node-check event's fields (figures, links, findings, seconds); null: not run here.
+  nlohmann::json node_check;
 
   nlohmann::json to_json() const;
   // Throws Error naming the field when `j` is not a node record.

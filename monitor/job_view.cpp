@@ -276,6 +276,55 @@ std::string node_labels(const NodeStatus& n) {
   return fmt::format("node=\"{}\",host=\"{}\"", n.node, label_value(n.host));
 }
 
+// --node-check's figures, for the nodes that ran it: a finding is a node out of line, the
+// links' gauges show which.
+void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
+  using nlohmann::json;
+  std::vector<const NodeStatus*> checked;
+  for (const auto& n : nodes) {
+    if (n.node_check.is_object()) checked.push_back(&n);
+  }
+  if (checked.empty()) return;
+  e.family("ddprun_node_check_findings", "gauge",
+           "What --node-check named about this node before the job's first workers started.");
+  for (const auto* n : checked) {
+    int mine = 0;
+    for (const auto& f : n->node_check.value("findings", json::array())) {
+      if (f.value("node", -1) == n->node) ++mine;
+    }
+    e.sample("ddprun_node_check_findings", node_labels(*n), mine);
+  }
+  e.family("ddprun_node_check_seconds", "gauge", "How long --node-check took on this node.");
+  for (const auto* n : checked) {
+    e.sample("ddprun_node_check_seconds", node_labels(*n), n->node_check.value("seconds", 0.0));
+  }
+  e.family("ddprun_node_check_shm_free_bytes", "gauge", "/dev/shm's free space, as checked.");
+  for (const auto* n : checked) {
+    const auto figures = n->node_check.value("figures", json::object());
+    if (figures.value("has_shm", false)) {
+      e.sample("ddprun_node_check_shm_free_bytes", node_labels(*n),
+               figures.value("shm_free_bytes", 0.0));
+    }
+  }
+  // The links this node sent on, by the node at the other end.
+  const auto link_samples = [&](const char* name, const char* field) {
+    for (const auto* n : checked) {
+      for (const auto& l : n->node_check.value("links", json::array())) {
+        if (l.value("from", -1) != n->node || !l.value("error", std::string()).empty()) continue;
+        const double value = l.value(field, 0.0);
+        if (value <= 0) continue;
+        e.sample(name, fmt::format("{},to=\"{}\"", node_labels(*n), l.value("to", -1)), value);
+      }
+    }
+  };
+  e.family("ddprun_node_check_link_bytes_per_second", "gauge",
+           "Throughput of the link from this node to another, as --node-check measured it.");
+  link_samples("ddprun_node_check_link_bytes_per_second", "bytes_per_second");
+  e.family("ddprun_node_check_link_round_trip_seconds", "gauge",
+           "Shortest round trip on the link from this node to another, as --node-check measured it.");
+  link_samples("ddprun_node_check_link_round_trip_seconds", "rtt_seconds");
+}
+
 }  // namespace
 
 std::string metrics_text(const std::vector<NodeStatus>& nodes,
@@ -356,6 +405,7 @@ std::string metrics_text(const std::vector<NodeStatus>& nodes,
       if (r.cpu_seconds >= 0) e.sample("ddprun_rank_cpu_seconds_total", rank_labels(n, r), r.cpu_seconds);
     }
   }
+  node_check_metrics(nodes, e);
   if (store_requests) {
     e.family("ddprun_store_requests_total", "counter",
              "Requests the job's store, served by this agent, answered over TCP.");

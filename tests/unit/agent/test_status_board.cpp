@@ -50,6 +50,11 @@ TEST_CASE("the board follows an agent through rounds, a restart and its end", "[
   CHECK(board.snapshot().state == "rendezvous");
   board.on_event("rendezvous_completed", {{"world_size", 4}});
   board.on_round(round_of(0, 1, 2, 0));
+  CHECK(board.snapshot().node_check.is_null());
+  const json check = {{"findings", json::array()}, {"seconds", 0.1}};
+  board.on_event("node_check", check);
+  CHECK(board.snapshot().node_check == check);
+  CHECK(board.snapshot().to_json().at("node_check") == check);
   auto line0 = board.line_hook(0);
   auto line1 = board.line_hook(1);
   board.on_event("workers_started", {{"pids", {101, 102}}});

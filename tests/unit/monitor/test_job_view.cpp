@@ -245,6 +245,36 @@ TEST_CASE("the metrics follow Prometheus's text format and naming rules", "[moni
         std::string::npos);
 }
 
+TEST_CASE("the node check's figures are in the record and the metrics of the nodes that ran it",
+          "[monitor][node_check]") {
+  auto a = node("job", 1, "host-b", 10, 1);
+  CHECK(metrics_text({a}, std::nullopt, 1101).find("ddprun_node_check") == std::string::npos);
+  a.node_check = nlohmann::json::parse(R"({
+    "figures": {"has_shm": true, "shm_free_bytes": 67108864},
+    "links": [
+      {"from": 1, "to": 2, "pairing": 0, "rtt_seconds": 5e-05, "bytes_per_second": 1.1e9, "error": ""},
+      {"from": 0, "to": 1, "pairing": 0, "rtt_seconds": 6e-05, "bytes_per_second": 1.0e9, "error": ""},
+      {"from": 1, "to": 3, "pairing": 1, "rtt_seconds": 0, "bytes_per_second": 0, "error": "Connection refused"}],
+    "findings": [{"node": 1, "host": "host-b", "what": "/dev/shm has 64 MiB free"},
+                 {"node": 1, "host": "host-b", "what": "link to node 3 (h3): Connection refused"},
+                 {"node": 2, "host": "host-c", "what": "not this one"}],
+    "seconds": 0.25})");
+  const auto back = NodeStatus::from_json(nlohmann::json::parse(a.to_json().dump()));
+  CHECK(back.node_check == a.node_check);
+  const auto text = metrics_text({a}, std::nullopt, 1101);
+  const std::string labels = "{node=\"1\",host=\"host-b\"";
+  CHECK_THAT(text, Catch::Contains("ddprun_node_check_findings" + labels + "} 2\n"));
+  CHECK_THAT(text, Catch::Contains("ddprun_node_check_seconds" + labels + "} 0.25\n"));
+  CHECK_THAT(text, Catch::Contains("ddprun_node_check_shm_free_bytes" + labels + "} 67108864\n"));
+  // Only the links this node sent on, and only those that carried something.
+  CHECK_THAT(text, Catch::Contains("ddprun_node_check_link_bytes_per_second" + labels +
+                                   ",to=\"2\"} 1100000000\n"));
+  CHECK_THAT(text, Catch::Contains("ddprun_node_check_link_round_trip_seconds" + labels +
+                                   ",to=\"2\"} 5e-05\n"));
+  CHECK(text.find("to=\"1\"") == std::string::npos);
+  CHECK(text.find("to=\"3\"") == std::string::npos);
+}
+
 TEST_CASE("ages read as a person would say them", "[monitor]") {
   CHECK(format_age(0.04) == "0.0s");
   CHECK(format_age(12.34) == "12.3s");

@@ -29,7 +29,7 @@ using namespace ddprun::bench;
 
 namespace {
 
-constexpr int kFigures = 14;
+constexpr int kFigures = 15;
 
 struct FigureText {
   const char* title;
@@ -174,6 +174,17 @@ const std::map<int, FigureText>& figure_texts() {
             "`--fold-output=off`.",
             "`bench_console --ranks 1024 --distinct 100 --stream-lines 90000 --local-ssh "
             "testing/local_ssh.sh`"}},
+      {15, {"The node check",
+            "What `--node-check=warn` adds to a job's start, its links measured at the default "
+            "4 MiB: the slowest node's `node_check` seconds from the events files (the check "
+            "runs between the first rendezvous and the first workers). 64 nodes in network "
+            "namespaces (`scripts/netns-cluster.sh`: an address each, one bridge), and 256 "
+            "agents on loopback, each a process of its own; a static job whose workers are "
+            "`true`, 3 runs each. Then `tests/netns/node_check_links.sh` 20 times: five "
+            "nodes, node 3's veth rate-limited to 100 Mbit/s both ways by `tc tbf`, named "
+            "alone or not; and 20 runs with nothing slowed, anything named or not.",
+            "`bench/node_check_bench.py --netns-nodes 64 --loopback-agents 256 --runs 3 "
+            "--detection-runs 20`"}},
   };
   return texts;
 }

@@ -5,7 +5,7 @@
 #
 #   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up,
 #                                    figures 10 and 12 of 3, figure 13 of 20, its ddp_resnet
-#                                    rows of 5, figure 14's 720,000 lines once; about 65
+#                                    rows of 5, figure 14's 720,000 lines once, figure 15 of 3 and 20; about 70
 #                                    minutes on 2 cores)
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
@@ -25,7 +25,7 @@ quick=0
 output=docs/benchmarks.md
 build=${BUILD_DIR:-build}
 do_build=1
-figures=1,2,3,4,5,6,7,8,9,10,11,12,13,14
+figures=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
 budget=2100
 python=${PYTHON:-/usr/bin/python3}
 keep_results=
@@ -308,6 +308,20 @@ if want 14; then
   step "figure 14: the console of many ranks" "$b/bench_console" --ddprun "$ddprun" \
     --worker "$b/console_worker" --local-ssh "$root/testing/local_ssh.sh" --results "$results" \
     "${runs[@]}" "${console_args[@]}"
+fi
+if want 15; then
+  if [[ $quick = 1 ]]; then
+    not_measured 15 "64 nodes, network namespaces" "time the check adds to the start" \
+      "ddprun --node-check=warn --node-check-mib=4" s true "not run in --quick" "<= 3 s"
+  elif "$root/scripts/netns-cluster.sh" check && command -v tc >/dev/null; then
+    step "figure 15: the node check" "$python" "$root/bench/node_check_bench.py" \
+      --ddprun "$ddprun" --cluster "$root/scripts/netns-cluster.sh" \
+      --links-test "$root/tests/netns/node_check_links.sh" --results "$results" --runs 3 \
+      --netns-nodes 64 --loopback-agents 256 --detection-runs 20
+  else
+    not_measured 15 "64 nodes, network namespaces" "time the check adds to the start" \
+      "ddprun --node-check=warn --node-check-mib=4" s true "not measured: network namespaces or tc need root and iproute2" "<= 3 s"
+  fi
 fi
 # Optional: figure 7 at torchrun's default keep-alive (5 s x 3), when the budget allows it
 # (about 150 s).

@@ -5,8 +5,8 @@
 #
 #   scripts/bench.sh                 the full suite (every series: median of 5 after 1 warm-up,
 #                                    figures 10 and 12 of 3, figure 13 of 20, its ddp_resnet
-#                                    rows of 5, figure 14's 720,000 lines once, figure 15 of 3 and 20; about 70
-#                                    minutes on 2 cores)
+#                                    rows of 5, figure 14's 720,000 lines once, figure 15 of 3
+#                                    and 20; about 70 minutes on 2 cores)
 #   scripts/bench.sh --quick         smoke mode: small sizes, one run each, well under a minute
 #   options: --output FILE  --build DIR (default $BUILD_DIR or build)  --no-build
 #            --figures 1,2,...  (only these)  --budget SECONDS (default 1200: optional parts are

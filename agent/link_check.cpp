@@ -96,6 +96,9 @@ struct LinkCheck::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   tcp::resolver resolver{io};
+  // Host names, once looked up, and those that could not be.
+  std::map<std::string, tcp::resolver::results_type> resolved;
+  std::map<std::string, boost::system::error_code> unresolved;
   std::string listen_error;
   std::vector<char> chunk = std::vector<char>(kChunk);
 
@@ -126,15 +129,34 @@ struct LinkCheck::Impl {
 
   asio::awaitable<void> send(tcp::socket& socket, const std::string& host, std::uint16_t port,
                              Header header, LinkFigures& out) {
-    // An address needs no resolver (whose lookup, on a thread of its own, cannot be cut short).
+    // A coroutine starts when the io_context first runs, which may be after the time is up.
+    go_on();
+    // An address needs no resolver. A name is looked up once per check: the lookup runs on a
+    // thread of its own that cannot be cut short, so only its first pairing waits for it.
     boost::system::error_code not_literal;
     const auto literal = asio::ip::make_address(host, not_literal);
     if (!not_literal) {
       co_await socket.async_connect(tcp::endpoint(literal, port), asio::use_awaitable);
     } else {
-      const auto endpoints =
-          co_await resolver.async_resolve(host, std::to_string(port), asio::use_awaitable);
-      go_on();
+      if (const auto failed = unresolved.find(host); failed != unresolved.end()) {
+        throw boost::system::system_error(failed->second);
+      }
+      auto known = resolved.find(host);
+      if (known == resolved.end()) {
+        tcp::resolver::results_type found;
+        try {
+          found = co_await resolver.async_resolve(host, "0", asio::use_awaitable);
+        } catch (const boost::system::system_error& e) {
+          if (e.code() != asio::error::operation_aborted) unresolved.emplace(host, e.code());
+          throw;
+        }
+        known = resolved.emplace(host, std::move(found)).first;
+        go_on();
+      }
+      std::vector<tcp::endpoint> endpoints;
+      for (const auto& entry : known->second) {
+        endpoints.emplace_back(entry.endpoint().address(), port);
+      }
       co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
     }
     go_on();
@@ -163,6 +185,7 @@ struct LinkCheck::Impl {
   // Takes connections until one of `source` in `round` says who it is: one left in the backlog
   // by a round that ran out of time, or one that closes before its header, is closed unread.
   asio::awaitable<void> receive(tcp::socket& socket, int round, int source, LinkFigures& in) {
+    go_on();
     Header header;
     for (;;) {
       socket = co_await acceptor.async_accept(asio::use_awaitable);
@@ -428,7 +451,8 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
     const double excess = std::chrono::duration<double>(kMinLatencyExcess).count();
     auto slow = [&](double rate) { return rate < kLinkFractionOfMedian * rate_median; };
     auto far = [&](double rtt) {
-      return rtt_median > 0 && rtt > kLatencyFactorOfMedian * rtt_median && rtt - rtt_median >= excess;
+      return rtt_median > 0 && rtt > kLatencyFactorOfMedian * rtt_median &&
+             rtt - rtt_median >= excess;
     };
     // A node named as the node explains its links: a slow one's queues make its round trips
     // long too, so it is named once, as slow.

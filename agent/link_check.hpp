@@ -38,7 +38,7 @@ inline constexpr int kLinkLooks = 3;
 // A node all of whose links run under this fraction of the nodes' median is named; a link
 // under it between two nodes that are not, is named as a link. The median is of every node's
 // fastest link, so that one slow node cannot drag it down (it is on four links of the job's 2n).
-// A fifth leaves room for the spread of a busy machine; a link slowed to a tenth is far past it.
+// A fifth leaves room for the spread of a busy machine; a link slowed to a tenth is past it.
 inline constexpr double kLinkFractionOfMedian = 0.2;
 // Round trips: named when over this many times the nodes' median, and longer by at least
 // kMinLatencyExcess (microseconds of median on a LAN make ten times that still harmless).

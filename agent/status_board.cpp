@@ -96,7 +96,8 @@ NodeStatus NodeStatus::from_json(const json& j) {
     s.updated = j.at("updated").get<double>();
     s.ended = j.at("ended").get<std::string>();
     s.exit_code = j.at("exit_code").get<int>();
-    s.node_check = j.value("node_check", json());
+    // Another agent's: kept only in the shape this ddprun writes, an object.
+    if (const auto it = j.find("node_check"); it != j.end() && it->is_object()) s.node_check = *it;
     for (const auto& row : j.at("ranks")) {
       RankStatus r;
       r.rank = row.at("rank").get<int>();
@@ -161,7 +162,15 @@ void StatusBoard::on_event(const std::string& name, const json& fields) {
     }
     status_.world_size = fields.value("world_size", status_.world_size);
   } else if (name == "node_check") {
+    // This node's own findings: node 0's event has every node's, and the record is republished
+    // as long as the job runs.
     status_.node_check = fields;
+    const int me = fields.value("figures", json::object()).value("node", -1);
+    auto own = json::array();
+    for (const auto& f : fields.value("findings", json::array())) {
+      if (f.is_object() && f.value("node", -2) == me) own.push_back(f);
+    }
+    status_.node_check["findings"] = std::move(own);
   } else if (name == "workers_started") {
     status_.state = "running";
     const auto pids = fields.value("pids", std::vector<int>{});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -277,52 +278,74 @@ std::string node_labels(const NodeStatus& n) {
 }
 
 // --node-check's figures, for the nodes that ran it: a finding is a node out of line, the
-// links' gauges show which.
+// links' gauges show which. Links are by the group rank the check ran as (`figures.node`): an
+// elastic job's later rounds may number the nodes otherwise. A record of another shape (another
+// agent's, another version's) shows no figures rather than failing the scrape.
 void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
   using nlohmann::json;
-  std::vector<const NodeStatus*> checked;
+  struct Link {
+    int to;
+    double bytes_per_second, rtt_seconds;
+  };
+  struct Checked {
+    const NodeStatus* node = nullptr;
+    int findings = 0;  // about this node
+    double seconds = 0;
+    std::optional<double> shm_free;
+    std::vector<Link> links;  // sent on, that carried something
+  };
+  std::vector<Checked> checked;
   for (const auto& n : nodes) {
-    if (n.node_check.is_object()) checked.push_back(&n);
+    if (!n.node_check.is_object()) continue;
+    try {
+      Checked c;
+      c.node = &n;
+      const auto figures = n.node_check.value("figures", json::object());
+      const int checked_as = figures.value("node", n.node);
+      for (const auto& f : n.node_check.value("findings", json::array())) {
+        if (f.value("node", -1) == checked_as) ++c.findings;
+      }
+      c.seconds = n.node_check.value("seconds", 0.0);
+      if (figures.value("has_shm", false)) c.shm_free = figures.value("shm_free_bytes", 0.0);
+      for (const auto& l : n.node_check.value("links", json::array())) {
+        if (l.value("from", -1) != checked_as || !l.value("error", std::string()).empty()) continue;
+        c.links.push_back({l.value("to", -1), l.value("bytes_per_second", 0.0),
+                           l.value("rtt_seconds", 0.0)});
+      }
+      checked.push_back(std::move(c));
+    } catch (const json::exception&) {
+    }
   }
   if (checked.empty()) return;
   e.family("ddprun_node_check_findings", "gauge",
            "What --node-check named about this node before the job's first workers started.");
-  for (const auto* n : checked) {
-    int mine = 0;
-    for (const auto& f : n->node_check.value("findings", json::array())) {
-      if (f.value("node", -1) == n->node) ++mine;
-    }
-    e.sample("ddprun_node_check_findings", node_labels(*n), mine);
+  for (const auto& c : checked) {
+    e.sample("ddprun_node_check_findings", node_labels(*c.node), c.findings);
   }
   e.family("ddprun_node_check_seconds", "gauge", "How long --node-check took on this node.");
-  for (const auto* n : checked) {
-    e.sample("ddprun_node_check_seconds", node_labels(*n), n->node_check.value("seconds", 0.0));
+  for (const auto& c : checked) {
+    e.sample("ddprun_node_check_seconds", node_labels(*c.node), c.seconds);
   }
   e.family("ddprun_node_check_shm_free_bytes", "gauge", "/dev/shm's free space, as checked.");
-  for (const auto* n : checked) {
-    const auto figures = n->node_check.value("figures", json::object());
-    if (figures.value("has_shm", false)) {
-      e.sample("ddprun_node_check_shm_free_bytes", node_labels(*n),
-               figures.value("shm_free_bytes", 0.0));
-    }
+  for (const auto& c : checked) {
+    if (c.shm_free) e.sample("ddprun_node_check_shm_free_bytes", node_labels(*c.node), *c.shm_free);
   }
   // The links this node sent on, by the node at the other end.
-  const auto link_samples = [&](const char* name, const char* field) {
-    for (const auto* n : checked) {
-      for (const auto& l : n->node_check.value("links", json::array())) {
-        if (l.value("from", -1) != n->node || !l.value("error", std::string()).empty()) continue;
-        const double value = l.value(field, 0.0);
-        if (value <= 0) continue;
-        e.sample(name, fmt::format("{},to=\"{}\"", node_labels(*n), l.value("to", -1)), value);
+  const auto link_samples = [&](const char* name, double Link::*field) {
+    for (const auto& c : checked) {
+      for (const auto& l : c.links) {
+        if (l.*field <= 0) continue;
+        e.sample(name, fmt::format("{},to=\"{}\"", node_labels(*c.node), l.to), l.*field);
       }
     }
   };
   e.family("ddprun_node_check_link_bytes_per_second", "gauge",
            "Throughput of the link from this node to another, as --node-check measured it.");
-  link_samples("ddprun_node_check_link_bytes_per_second", "bytes_per_second");
+  link_samples("ddprun_node_check_link_bytes_per_second", &Link::bytes_per_second);
   e.family("ddprun_node_check_link_round_trip_seconds", "gauge",
-           "Shortest round trip on the link from this node to another, as --node-check measured it.");
-  link_samples("ddprun_node_check_link_round_trip_seconds", "rtt_seconds");
+           "Shortest round trip on the link from this node to another, as --node-check "
+           "measured it.");
+  link_samples("ddprun_node_check_link_round_trip_seconds", &Link::rtt_seconds);
 }
 
 }  // namespace

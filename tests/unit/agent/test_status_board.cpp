@@ -51,10 +51,15 @@ TEST_CASE("the board follows an agent through rounds, a restart and its end", "[
   board.on_event("rendezvous_completed", {{"world_size", 4}});
   board.on_round(round_of(0, 1, 2, 0));
   CHECK(board.snapshot().node_check.is_null());
-  const json check = {{"findings", json::array()}, {"seconds", 0.1}};
-  board.on_event("node_check", check);
-  CHECK(board.snapshot().node_check == check);
-  CHECK(board.snapshot().to_json().at("node_check") == check);
+  // The record keeps this node's own findings: node 0's event lists every node's.
+  const json mine = {{"node", 1}, {"host", "host-a"}, {"what", "/dev/shm has 16 MiB free"}};
+  const json theirs = {{"node", 0}, {"host", "host-b"}, {"what", "ulimit -n is 256"}};
+  board.on_event("node_check", {{"figures", {{"node", 1}}},
+                                {"findings", {mine, theirs}},
+                                {"seconds", 0.1}});
+  const json kept = {{"figures", {{"node", 1}}}, {"findings", {mine}}, {"seconds", 0.1}};
+  CHECK(board.snapshot().node_check == kept);
+  CHECK(board.snapshot().to_json().at("node_check") == kept);
   auto line0 = board.line_hook(0);
   auto line1 = board.line_hook(1);
   board.on_event("workers_started", {{"pids", {101, 102}}});

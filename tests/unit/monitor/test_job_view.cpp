@@ -250,11 +250,14 @@ TEST_CASE("the node check's figures are in the record and the metrics of the nod
   auto a = node("job", 1, "host-b", 10, 1);
   CHECK(metrics_text({a}, std::nullopt, 1101).find("ddprun_node_check") == std::string::npos);
   a.node_check = nlohmann::json::parse(R"({
-    "figures": {"has_shm": true, "shm_free_bytes": 67108864},
+    "figures": {"node": 1, "has_shm": true, "shm_free_bytes": 67108864},
     "links": [
-      {"from": 1, "to": 2, "pairing": 0, "rtt_seconds": 5e-05, "bytes_per_second": 1.1e9, "error": ""},
-      {"from": 0, "to": 1, "pairing": 0, "rtt_seconds": 6e-05, "bytes_per_second": 1.0e9, "error": ""},
-      {"from": 1, "to": 3, "pairing": 1, "rtt_seconds": 0, "bytes_per_second": 0, "error": "Connection refused"}],
+      {"from": 1, "to": 2, "pairing": 0, "rtt_seconds": 5e-05, "bytes_per_second": 1.1e9,
+       "error": ""},
+      {"from": 0, "to": 1, "pairing": 0, "rtt_seconds": 6e-05, "bytes_per_second": 1.0e9,
+       "error": ""},
+      {"from": 1, "to": 3, "pairing": 1, "rtt_seconds": 0, "bytes_per_second": 0,
+       "error": "Connection refused"}],
     "findings": [{"node": 1, "host": "host-b", "what": "/dev/shm has 64 MiB free"},
                  {"node": 1, "host": "host-b", "what": "link to node 3 (h3): Connection refused"},
                  {"node": 2, "host": "host-c", "what": "not this one"}],
@@ -273,6 +276,15 @@ TEST_CASE("the node check's figures are in the record and the metrics of the nod
                                    ",to=\"2\"} 5e-05\n"));
   CHECK(text.find("to=\"1\"") == std::string::npos);
   CHECK(text.find("to=\"3\"") == std::string::npos);
+  // A record of another shape shows no figures, and the scrape goes on.
+  auto b = node("job", 0, "host-a", 20, 1);
+  b.node_check = nlohmann::json::parse(R"({"findings": [1, 2], "seconds": "slow"})");
+  const auto both = metrics_text({a, b}, std::nullopt, 1101);
+  CHECK_THAT(both, Catch::Contains("ddprun_node_check_findings" + labels + "} 2\n"));
+  CHECK(both.find("ddprun_node_check_seconds{node=\"0\"") == std::string::npos);
+  auto c = b.to_json();
+  c["node_check"] = "not an object";
+  CHECK(NodeStatus::from_json(c).node_check.is_null());
 }
 
 TEST_CASE("ages read as a person would say them", "[monitor]") {

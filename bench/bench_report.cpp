@@ -181,8 +181,9 @@ const std::map<int, FigureText>& figure_texts() {
             "namespaces (`scripts/netns-cluster.sh`: an address each, one bridge), and 256 "
             "agents on loopback, each a process of its own; a static job whose workers are "
             "`true`, 3 runs each. Then `tests/netns/node_check_links.sh` 20 times: five "
-            "nodes, node 3's veth rate-limited to 100 Mbit/s both ways by `tc tbf`, named "
-            "alone or not; and 20 runs with nothing slowed, anything named or not.",
+            "nodes, the third one's veth (node 2) rate-limited to 100 Mbit/s both ways by "
+            "`tc tbf`, named alone or not; and 20 runs with nothing slowed, anything named "
+            "or not.",
             "`bench/node_check_bench.py --netns-nodes 64 --loopback-agents 256 --runs 3 "
             "--detection-runs 20`"}},
   };

@@ -4,7 +4,6 @@
 
 #include <signal.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <utility>
@@ -245,8 +244,7 @@ std::optional<RunResult> Agent::check_nodes() {
                              Deadline::after(read_timeout + 2 * kLinkLooks * kLinkPairingTime));
     auto on_links = judge_links(measured, nodes);
     findings.insert(findings.end(), on_links.begin(), on_links.end());
-    std::stable_sort(findings.begin(), findings.end(),
-                     [](const Finding& a, const Finding& b) { return a.node < b.node; });
+    order_by_node(findings);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   auto listed = nlohmann::json::array();

@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
-#include "store/prefix_store.hpp"
 
 namespace ddprun {
 namespace {
@@ -67,12 +66,6 @@ double since(Clock::time_point start) {
 
 std::string seconds_text(std::chrono::milliseconds limit) {
   return fmt::format("{:g} s", std::chrono::duration<double>(limit).count());
-}
-
-// The middle value; of two, the upper one.
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace
@@ -314,7 +307,8 @@ std::pair<LinkFigures, LinkFigures> LinkCheck::run(int me, int round, int target
 namespace {
 
 // One look at every link: both pairings, each followed by the exchange of its figures.
-std::vector<LinkFigures> look_at_links(store::PrefixStore& exchange, LinkCheck& check,
+std::vector<LinkFigures> look_at_links(store::Store& store, const std::string& prefix,
+                                       LinkCheck& check,
                                        const std::vector<NodeProbe>& nodes, int me,
                                        std::uint64_t bytes, int look, Deadline deadline) {
   const int n = static_cast<int>(nodes.size());
@@ -325,17 +319,10 @@ std::vector<LinkFigures> look_at_links(store::PrefixStore& exchange, LinkCheck& 
     auto [out, in] = check.run(me, round, target, nodes[target].host, nodes[target].link_port,
                                link_source(me, n, pairing), bytes);
     out.pairing = in.pairing = pairing;
-    exchange.set(fmt::format("{}/{}", round, me),
-                 nlohmann::json{{"out", to_json(out)}, {"in", to_json(in)}}.dump(), deadline);
-    std::vector<std::string> keys;
-    for (int k = 0; k < n; ++k) keys.push_back(fmt::format("{}/{}", round, k));
-    std::vector<std::string> values;
-    try {
-      values = exchange.multi_get(keys, deadline);
-    } catch (const TimeoutError& e) {
-      throw TimeoutError(fmt::format("--node-check: not every node of {} reported its links: {}",
-                                     n, e.what()));
-    }
+    const auto values = exchange_reports(
+        store, fmt::format("{}/node_check/links/{}", prefix, round), me,
+        nlohmann::json{{"out", to_json(out)}, {"in", to_json(in)}}.dump(), n, "its links",
+        deadline);
     // The sender's half (round trip, connection) and the receiver's (bytes) of each link.
     std::map<int, LinkFigures> received;  // by sender
     std::vector<LinkFigures> sent;
@@ -386,10 +373,9 @@ bool may_be_noise(const std::vector<LinkFigures>& links, const std::vector<NodeP
 std::vector<LinkFigures> measure_links(store::Store& store, const std::string& prefix,
                                        LinkCheck& check, const std::vector<NodeProbe>& nodes,
                                        int me, std::uint64_t bytes, Deadline deadline) {
-  store::PrefixStore exchange(prefix + "/node_check/links", store);
   std::vector<LinkFigures> best;
   for (int look = 0; look < kLinkLooks; ++look) {
-    auto links = look_at_links(exchange, check, nodes, me, bytes, look, deadline);
+    auto links = look_at_links(store, prefix, check, nodes, me, bytes, look, deadline);
     if (look == 0) {
       best = std::move(links);
     } else {
@@ -446,8 +432,8 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
       bests.push_back(b.best_rate());
       if (!b.rtts.empty()) rtts.push_back(b.best_rtt());
     }
-    const double rate_median = median(bests);
-    const double rtt_median = rtts.empty() ? 0 : median(rtts);
+    const double rate_median = upper_median(std::move(bests));
+    const double rtt_median = rtts.empty() ? 0 : upper_median(rtts);
     const double excess = std::chrono::duration<double>(kMinLatencyExcess).count();
     auto slow = [&](double rate) { return rate < kLinkFractionOfMedian * rate_median; };
     auto far = [&](double rtt) {
@@ -486,8 +472,7 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
       }
     }
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const Finding& a, const Finding& b) { return a.node < b.node; });
+  order_by_node(out);
   return out;
 }
 
@@ -499,8 +484,8 @@ std::string links_summary(const std::vector<LinkFigures>& links) {
     if (l.rtt_seconds > 0) rtts.push_back(l.rtt_seconds);
   }
   if (rates.empty()) return "";
-  return fmt::format("; links: median {}{}", format_rate(median(rates)),
-                     rtts.empty() ? "" : ", round trip " + ms(median(rtts)));
+  return fmt::format("; links: median {}{}", format_rate(upper_median(rates)),
+                     rtts.empty() ? "" : ", round trip " + ms(upper_median(rtts)));
 }
 
 std::string format_rate(double bytes_per_second) {

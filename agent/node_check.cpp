@@ -70,12 +70,6 @@ DirProbe probe_dir(const std::string& role, const std::string& path, bool needs_
   return d;
 }
 
-// The middle value; of two, the upper one (so that unlimited needs no arithmetic).
-std::uint64_t median(std::vector<std::uint64_t> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 std::string format_limit(std::uint64_t value, bool bytes) {
   if (value == kUnlimited) return "unlimited";
   return bytes ? format_bytes(value) : std::to_string(value);
@@ -88,7 +82,7 @@ void judge_limit(const std::vector<NodeProbe>& nodes, const char* name,
                  bool bytes, std::vector<Finding>& out) {
   std::vector<std::uint64_t> values;
   for (const auto& n : nodes) values.push_back(n.*field);
-  const std::uint64_t job_median = median(values);
+  const std::uint64_t job_median = upper_median(std::move(values));
   for (const auto& n : nodes) {
     const std::uint64_t v = n.*field;
     if (v == kUnlimited) continue;
@@ -232,26 +226,35 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
   judge_limit(nodes, "-n", &NodeProbe::open_files, kMinOpenFiles, kEnoughOpenFiles, false, out);
   judge_limit(nodes, "-l", &NodeProbe::locked_bytes, 0, kUnlimited, true, out);
   judge_limit(nodes, "-u", &NodeProbe::processes, kMinProcesses, kEnoughProcesses, false, out);
-  std::stable_sort(out.begin(), out.end(),
-                   [](const Finding& a, const Finding& b) { return a.node < b.node; });
+  order_by_node(out);
   return out;
+}
+
+void order_by_node(std::vector<Finding>& findings) {
+  std::stable_sort(findings.begin(), findings.end(),
+                   [](const Finding& a, const Finding& b) { return a.node < b.node; });
+}
+
+std::vector<std::string> exchange_reports(store::Store& store, const std::string& prefix, int me,
+                                          const std::string& mine, int nodes,
+                                          const std::string& report, Deadline deadline) {
+  store::PrefixStore exchange(prefix, store);
+  exchange.set(std::to_string(me), mine, deadline);
+  std::vector<std::string> keys;
+  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
+  try {
+    return exchange.multi_get(keys, deadline);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("--node-check: not every node of {} reported {}: {}", nodes,
+                                   report, e.what()));
+  }
 }
 
 std::vector<NodeProbe> exchange_probes(store::Store& store, const std::string& prefix,
                                        const NodeProbe& mine, int nodes, Deadline deadline) {
-  store::PrefixStore round(prefix + "/node_check", store);
-  round.set(std::to_string(mine.node), to_json(mine).dump(), deadline);
-  std::vector<std::string> keys;
-  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
-  std::vector<std::string> values;
-  try {
-    values = round.multi_get(keys, deadline);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("--node-check: not every node of {} reported its check: {}",
-                                   nodes, e.what()));
-  }
   std::vector<NodeProbe> all;
-  for (const auto& value : values) {
+  for (const auto& value : exchange_reports(store, prefix + "/node_check", mine.node,
+                                            to_json(mine).dump(), nodes, "its check", deadline)) {
     const auto j = nlohmann::json::parse(value, nullptr, false);
     if (j.is_discarded()) throw ProtocolError("a node's check report is not JSON");
     all.push_back(probe_from_json(j));

@@ -8,6 +8,7 @@
 // probe_node() makes the system calls; judge() is pure, and the thresholds are here, as
 // documented in docs/reference.md ("Node checks").
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -95,8 +96,25 @@ struct Finding {
 // Every finding about these nodes, node by node, in a fixed order.
 std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
 
+// Findings node by node, each node's in the order found.
+void order_by_node(std::vector<Finding>& findings);
+
+// The middle value; of two, the upper one (so that unlimited needs no arithmetic). Not empty.
+template <class T>
+T upper_median(std::vector<T> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
 // "64 MiB", "1.5 GiB", "1000 MiB", "unlimited".
 std::string format_bytes(std::uint64_t bytes);
+
+// One exchange of the check: publishes `mine` as node `me` under `prefix` and reads every node's
+// value, `nodes` of them in node order, waiting until `deadline` (TimeoutError that says which
+// `report`, "its check" or "its links", not every node gave).
+std::vector<std::string> exchange_reports(store::Store& store, const std::string& prefix, int me,
+                                          const std::string& mine, int nodes,
+                                          const std::string& report, Deadline deadline);
 
 // Publishes `mine` under "<prefix>/node_check/<node>" and reads the `nodes` nodes' probes,
 // waiting for them until `deadline` (TimeoutError, which says the check waited for the other

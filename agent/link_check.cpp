@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -58,6 +60,13 @@ std::optional<Header> decode(const std::array<unsigned char, kHeaderSize>& in) {
   return Header{static_cast<std::uint32_t>(get(in.data() + 4, 4)),
                 static_cast<std::uint32_t>(get(in.data() + 8, 4)),
                 static_cast<std::uint32_t>(get(in.data() + 12, 4)), get(in.data() + 16, 8)};
+}
+
+// A clock's reading in a ping's answer: microseconds since the epoch.
+std::int64_t wall_micros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 double since(Clock::time_point start) {
@@ -156,17 +165,24 @@ struct LinkCheck::Impl {
     socket.set_option(tcp::no_delay(true));
     const auto head = encode(header);
     co_await asio::async_write(socket, asio::buffer(head), asio::use_awaitable);
-    std::vector<double> rtts;
+    // Each answer carries the peer's clock, read between this ping's send and its answer's
+    // arrival: the offset of the shortest round trip is known to within half of it.
     char byte = 0;
+    std::array<unsigned char, 8> answer{};
     for (std::uint32_t i = 0; i < header.pings; ++i) {
       go_on();
       const auto sent = Clock::now();
+      const auto sent_wall = wall_micros();
       co_await asio::async_write(socket, asio::buffer(&byte, 1), asio::use_awaitable);
       go_on();
-      co_await asio::async_read(socket, asio::buffer(&byte, 1), asio::use_awaitable);
-      rtts.push_back(since(sent));
+      co_await asio::async_read(socket, asio::buffer(answer), asio::use_awaitable);
+      const double rtt = since(sent);
+      if (out.rtt_seconds == 0 || rtt < out.rtt_seconds) {
+        const auto peer = static_cast<std::int64_t>(get(answer.data(), 8));
+        out.rtt_seconds = rtt;
+        out.clock_offset_seconds = static_cast<double>(peer - sent_wall) * 1e-6 - rtt / 2;
+      }
     }
-    if (!rtts.empty()) out.rtt_seconds = *std::min_element(rtts.begin(), rtts.end());
     for (std::uint64_t left = header.bytes; left > 0;) {
       go_on();
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
@@ -200,10 +216,12 @@ struct LinkCheck::Impl {
     }
     socket.set_option(tcp::no_delay(true));
     char byte = 0;
+    std::array<unsigned char, 8> answer{};
     for (std::uint32_t i = 0; i < header.pings; ++i) {
       co_await asio::async_read(socket, asio::buffer(&byte, 1), asio::use_awaitable);
       go_on();
-      co_await asio::async_write(socket, asio::buffer(&byte, 1), asio::use_awaitable);
+      put(answer.data(), static_cast<std::uint64_t>(wall_micros()), 8);
+      co_await asio::async_write(socket, asio::buffer(answer), asio::use_awaitable);
       go_on();
     }
     // The sender starts its bytes when the last answer reaches it: half a round trip, nothing
@@ -354,7 +372,11 @@ LinkFigures better(const LinkFigures& a, const LinkFigures& b) {
   if (!a.error.empty()) return b;
   if (!b.error.empty()) return a;
   LinkFigures out = a.bytes_per_second() >= b.bytes_per_second() ? a : b;
-  out.rtt_seconds = std::min(a.rtt_seconds, b.rtt_seconds);
+  // The clock's offset goes with the round trip that bounds its error.
+  const LinkFigures& nearer = a.rtt_seconds > 0 && (b.rtt_seconds == 0 || a.rtt_seconds <=
+                                                    b.rtt_seconds) ? a : b;
+  out.rtt_seconds = nearer.rtt_seconds;
+  out.clock_offset_seconds = nearer.clock_offset_seconds;
   return out;
 }
 
@@ -411,13 +433,35 @@ std::string ms(double seconds) {
 std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
                                  const std::vector<NodeProbe>& nodes) {
   std::vector<Finding> out;
-  auto name = [&](int node, std::string what) {
-    out.push_back({node, host_of(nodes, node), std::move(what)});
+  auto name = [&](int node, std::string what, int link_to = -1) {
+    out.push_back({node, host_of(nodes, node), std::move(what), link_to});
   };
+  // A node none of whose links carried anything is what they have in common: once there are
+  // three nodes to tell it from its peers, it is named as the node, and its links are not.
+  std::map<int, int> on, failed;
+  for (const auto& l : links) {
+    for (int node : {l.from, l.to}) {
+      ++on[node];
+      if (!l.error.empty()) ++failed[node];
+    }
+  }
+  std::map<int, bool> cut_off;
+  if (nodes.size() >= 3) {
+    for (const auto& [node, count] : on) {
+      if (failed[node] != count) continue;
+      cut_off[node] = true;
+      const auto first = std::find_if(links.begin(), links.end(), [node = node](const auto& l) {
+        return l.from == node || l.to == node;
+      });
+      name(node, fmt::format("no link to or from it carried anything: {}", first->error));
+    }
+  }
   std::map<int, NodeBest> by_node;
   for (const auto& l : links) {
     if (!l.error.empty()) {
-      name(l.from, fmt::format("link to node {} ({}): {}", l.to, host_of(nodes, l.to), l.error));
+      if (cut_off[l.from] || cut_off[l.to]) continue;
+      name(l.from, fmt::format("link to node {} ({}): {}", l.to, host_of(nodes, l.to), l.error),
+           l.to);
       continue;
     }
     for (int node : {l.from, l.to}) {
@@ -462,17 +506,65 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
       if (!l.error.empty() || named_node[l.from] || named_node[l.to]) continue;
       const std::string link = fmt::format("link to node {} ({})", l.to, host_of(nodes, l.to));
       if (slow(l.bytes_per_second())) {
-        name(l.from, fmt::format("{}: {}{}, the nodes' median {}", link,
-                                 format_rate(l.bytes_per_second()),
-                                 l.cut_short ? " (cut short)" : "", format_rate(rate_median)));
+        name(l.from,
+             fmt::format("{}: {}{}, the nodes' median {}", link, format_rate(l.bytes_per_second()),
+                         l.cut_short ? " (cut short)" : "", format_rate(rate_median)),
+             l.to);
       }
       if (l.rtt_seconds > 0 && far(l.rtt_seconds)) {
-        name(l.from, fmt::format("{}: round trip {}, the nodes' median {}", link,
-                                 ms(l.rtt_seconds), ms(rtt_median)));
+        name(l.from,
+             fmt::format("{}: round trip {}, the nodes' median {}", link, ms(l.rtt_seconds),
+                         ms(rtt_median)),
+             l.to);
       }
     }
   }
   order_by_node(out);
+  return out;
+}
+
+std::vector<Finding> judge_clocks(const std::vector<LinkFigures>& links,
+                                  const std::vector<NodeProbe>& nodes) {
+  // Every node's clock against node 0's, placed breadth first along the links that carried
+  // pings (either way), so that each is as few links from node 0 as they allow: every link adds
+  // up to half its round trip of error.
+  std::map<int, std::vector<std::pair<int, double>>> peers;  // the peer and its clock minus ours
+  for (const auto& l : links) {
+    if (l.rtt_seconds <= 0) continue;
+    peers[l.from].emplace_back(l.to, l.clock_offset_seconds);
+    peers[l.to].emplace_back(l.from, -l.clock_offset_seconds);
+  }
+  std::map<int, double> clock{{0, 0.0}};
+  for (std::deque<int> next{0}; !next.empty(); next.pop_front()) {
+    for (const auto& [peer, offset] : peers[next.front()]) {
+      if (clock.emplace(peer, clock[next.front()] + offset).second) next.push_back(peer);
+    }
+  }
+  std::vector<Finding> out;
+  if (clock.size() < 2) return out;
+  // Of three clocks or more, the median; of two, node 0's (the store's host, as a rule). A
+  // clock off is pinned on its node only when most clocks agree without it; otherwise (two
+  // nodes, an even split) the finding is about it and the reference's node together.
+  std::vector<double> values;
+  for (const auto& [node, c] : clock) values.push_back(c);
+  const bool median = clock.size() >= 3;
+  const double reference = median ? upper_median(values) : 0.0;
+  const double limit = std::chrono::duration<double>(kMaxClockOffset).count();
+  int reference_node = 0, agree = 0;
+  for (const auto& [node, c] : clock) {
+    if (c == reference) reference_node = node;
+    if (std::abs(c - reference) <= limit) ++agree;
+  }
+  const bool pinned = 2 * agree > static_cast<int>(clock.size());
+  for (const auto& [node, c] : clock) {
+    const double off = c - reference;
+    if (std::abs(off) <= limit) continue;
+    out.push_back({node, host_of(nodes, node),
+                   fmt::format("its clock is {:.1f} s {} {}", std::abs(off),
+                               off > 0 ? "ahead of" : "behind",
+                               median ? "the nodes' median" : "node 0's"),
+                   pinned ? -1 : reference_node});
+  }
   return out;
 }
 
@@ -506,6 +598,7 @@ nlohmann::json to_json(const LinkFigures& l) {
           {"to", l.to},
           {"pairing", l.pairing},
           {"rtt_seconds", l.rtt_seconds},
+          {"clock_offset_seconds", l.clock_offset_seconds},
           {"bytes", l.bytes},
           {"seconds", l.seconds},
           {"bytes_per_second", l.bytes_per_second()},
@@ -520,6 +613,7 @@ LinkFigures link_from_json(const nlohmann::json& j) {
     l.to = j.at("to").get<int>();
     l.pairing = j.at("pairing").get<int>();
     l.rtt_seconds = j.at("rtt_seconds").get<double>();
+    l.clock_offset_seconds = j.at("clock_offset_seconds").get<double>();
     l.bytes = j.at("bytes").get<std::uint64_t>();
     l.seconds = j.at("seconds").get<double>();
     l.cut_short = j.at("cut_short").get<bool>();

@@ -6,7 +6,8 @@
 // every node's is also the barrier that keeps the next pairing's traffic apart from this one's.
 //
 // The sender measures the round trip (a few one-byte pings, the shortest: queues and a busy
-// machine only add to it); the receiver measures the throughput (the bytes, from its last
+// machine only add to it) and, from the clock in each answer, the offset of the receiver's wall
+// clock from its own; the receiver measures the throughput (the bytes, from its last
 // ping's answer to the last byte), so that neither side waits for the other's report over the
 // link it measures. When the figures name something slow or far, the links are looked at again
 // (at most kLinkLooks times in all) and each keeps its best: a moment of a busy machine slows
@@ -44,6 +45,10 @@ inline constexpr double kLinkFractionOfMedian = 0.2;
 // kMinLatencyExcess (microseconds of median on a LAN make ten times that still harmless).
 inline constexpr double kLatencyFactorOfMedian = 10;
 inline constexpr std::chrono::milliseconds kMinLatencyExcess{5};
+// A clock further than this from the nodes' median is named: the agents choose the root cause
+// of a failure by the failures' wall-clock times across nodes, and people line up the nodes'
+// logs by them. NTP keeps machines within milliseconds; a second off is a clock left unset.
+inline constexpr std::chrono::milliseconds kMaxClockOffset{1000};
 
 // One direction between two nodes, in one pairing.
 struct LinkFigures {
@@ -55,6 +60,9 @@ struct LinkFigures {
   double seconds = 0;       // ...and how long that took
   bool cut_short = false;   // kLinkPairingTime ran out before every byte arrived
   std::string error;        // why there is no figure (not connected, ended early)
+  // The receiver's wall clock minus the sender's, measured on the shortest round trip (good to
+  // half of it).
+  double clock_offset_seconds = 0;
   double bytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0; }
 };
 
@@ -100,11 +108,18 @@ std::vector<LinkFigures> measure_links(store::Store& store, const std::string& p
                                        LinkCheck& check, const std::vector<NodeProbe>& nodes,
                                        int me, std::uint64_t bytes, Deadline deadline);
 
-// The findings about these links: a link that carried nothing (on its sender), a node whose
-// every link is slow or far, a link that is slow or far between two nodes that are not. Needs
-// three nodes for the medians; with two, only links that carried nothing are named.
+// The findings about these links: a link that carried nothing (on its sender), a node none of
+// whose links carried anything or whose every link is slow or far, a link that is slow or far
+// between two nodes that are not. Needs three nodes for the medians; with two, only links that
+// carried nothing are named.
 std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
                                  const std::vector<NodeProbe>& nodes);
+
+// The findings about the nodes' wall clocks, placed against node 0's through the pings' offsets:
+// a clock further than kMaxClockOffset from the median of them (of two nodes, from node 0's),
+// pinned on its node only when most clocks agree without it.
+std::vector<Finding> judge_clocks(const std::vector<LinkFigures>& links,
+                                  const std::vector<NodeProbe>& nodes);
 
 // "; links: median 1.1 GB/s, round trip 0.06 ms", or "" when none carried anything.
 std::string links_summary(const std::vector<LinkFigures>& links);

@@ -162,6 +162,7 @@ nlohmann::json to_json(const NodeProbe& p) {
           {"locked_bytes", p.locked_bytes},
           {"processes", p.processes},
           {"link_port", p.link_port},
+          {"serves_store", p.serves_store},
           {"seconds", p.seconds}};
 }
 
@@ -182,6 +183,7 @@ NodeProbe probe_from_json(const nlohmann::json& j) {
     p.locked_bytes = j.at("locked_bytes").get<std::uint64_t>();
     p.processes = j.at("processes").get<std::uint64_t>();
     p.link_port = j.at("link_port").get<std::uint16_t>();
+    p.serves_store = j.at("serves_store").get<bool>();
     p.seconds = j.at("seconds").get<double>();
     return p;
   } catch (const nlohmann::json::exception& e) {
@@ -227,6 +229,33 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
   judge_limit(nodes, "-l", &NodeProbe::locked_bytes, 0, kUnlimited, true, out);
   judge_limit(nodes, "-u", &NodeProbe::processes, kMinProcesses, kEnoughProcesses, false, out);
   order_by_node(out);
+  return out;
+}
+
+Exclusion plan_exclusion(const std::vector<Finding>& findings,
+                         const std::vector<NodeProbe>& nodes, int min_nodes) {
+  Exclusion out;
+  for (const auto& f : findings) {
+    if (f.link_to < 0) out.nodes.push_back(f.node);
+  }
+  std::sort(out.nodes.begin(), out.nodes.end());
+  out.nodes.erase(std::unique(out.nodes.begin(), out.nodes.end()), out.nodes.end());
+  for (int node : out.nodes) {
+    const auto it = std::find_if(nodes.begin(), nodes.end(),
+                                 [&](const NodeProbe& p) { return p.node == node; });
+    if (it != nodes.end() && it->serves_store) {
+      out.refused = fmt::format("node {} ({}) serves the rendezvous store, which the job cannot "
+                                "go on without",
+                                node, it->host);
+      return out;
+    }
+  }
+  const int left = static_cast<int>(nodes.size() - out.nodes.size());
+  if (!out.nodes.empty() && left < min_nodes) {
+    out.refused = fmt::format("without {} node(s) the job would have {}, under --nnodes' "
+                              "minimum of {}",
+                              out.nodes.size(), left, min_nodes);
+  }
   return out;
 }
 

@@ -66,6 +66,7 @@ struct NodeProbe {
   std::uint64_t locked_bytes = 0;  // soft RLIMIT_MEMLOCK (ulimit -l), bytes
   std::uint64_t processes = 0;     // soft RLIMIT_NPROC (ulimit -u)
   std::uint16_t link_port = 0;     // where it takes the links check (agent/link_check.hpp); 0: not
+  bool serves_store = false;       // its agent serves the rendezvous store: it cannot be left out
   double seconds = 0;  // how long the probe took
 };
 
@@ -89,12 +90,25 @@ struct Finding {
   int node = 0;
   std::string host;
   std::string what;  // "/dev/shm has 64 MiB free of 64 MiB (at least 256 MiB needed)"
+  // The other node of a finding about two (a link, named on its sender; two clocks that
+  // disagree with no majority to tell which is off); -1: a finding about `node` itself.
+  int link_to = -1;
   // "node 1 (host-b): /dev/shm has ..."
   std::string line() const;
 };
 
 // Every finding about these nodes, node by node, in a fixed order.
 std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
+
+// What --node-check=exclude does with the findings: the nodes named as nodes, to start without,
+// or, when the job cannot go on without them, why not. A finding about two nodes is not pinned
+// on either (the check cannot tell which is at fault): it excludes neither.
+struct Exclusion {
+  std::vector<int> nodes;  // in order, no node twice
+  std::string refused;     // non-empty: why the job cannot start without `nodes`
+};
+Exclusion plan_exclusion(const std::vector<Finding>& findings,
+                         const std::vector<NodeProbe>& nodes, int min_nodes);
 
 // Findings node by node, each node's in the order found.
 void order_by_node(std::vector<Finding>& findings);

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <future>
 #include <set>
 
@@ -105,6 +106,8 @@ TEST_CASE("link check: a node all of whose links are slow is named once, as the 
               "node {} (h{}): every link to and from it is slow: at most 100 MB/s, the nodes' "
               "median 1.0 GB/s",
               bad, bad)});
+    // About the node itself: --node-check=exclude leaves it out.
+    CHECK(judge_links(links, nodes_of(n)).front().link_to == -1);
   }
 }
 
@@ -117,9 +120,13 @@ TEST_CASE("link check: one slow link between good nodes is named as the link, on
       l.cut_short = true;
     }
   }
-  CHECK(lines(judge_links(links, nodes_of(6))) ==
+  const auto findings = judge_links(links, nodes_of(6));
+  CHECK(lines(findings) ==
         std::vector<std::string>{"node 2 (h2): link to node 3 (h3): 40 MB/s (cut short), the "
                                  "nodes' median 1.0 GB/s"});
+  // A finding about a link, which --node-check=exclude pins on neither of its nodes.
+  REQUIRE(findings.size() == 1);
+  CHECK(findings[0].link_to == 3);
 }
 
 TEST_CASE("link check: the spread of a busy machine is not named", "[node_check][links]") {
@@ -128,6 +135,23 @@ TEST_CASE("link check: the spread of a busy machine is not named", "[node_check]
   const double factors[] = {0.5, 2, 1, 0.7, 1.5, 0.6, 1.2, 0.9};
   for (std::size_t i = 0; i < links.size(); ++i) set_rate(links[i], factors[i % 8] * kGB);
   CHECK(judge_links(links, nodes_of(8)).empty());
+}
+
+TEST_CASE("link check: a node none of whose links carried anything is named as the node",
+          "[node_check][links]") {
+  auto links = links_of(5);
+  for (auto& l : links) {
+    if (l.from == 2 || l.to == 2) {
+      l.error = l.to == 2 ? "Connection refused" : "nothing arrived within 2 s";
+      l.bytes = 0;
+      l.rtt_seconds = 0;
+    }
+  }
+  const auto findings = judge_links(links, nodes_of(5));
+  CHECK(lines(findings) == std::vector<std::string>{"node 2 (h2): no link to or from it carried "
+                                                    "anything: Connection refused"});
+  REQUIRE(findings.size() == 1);
+  CHECK(findings[0].link_to == -1);
 }
 
 TEST_CASE("link check: a link that carried nothing is named on its sender, with two nodes too",
@@ -163,6 +187,58 @@ TEST_CASE("link check: round trips far over the median are named, by node or by 
                                  "nodes' median 0.05 ms"});
 }
 
+TEST_CASE("link check: a clock off from the others is named against their median, or against "
+          "node 0's with two nodes", "[node_check][links]") {
+  // Node `off`'s clock runs `by` seconds ahead: the links into it see it ahead, out of it behind.
+  auto skewed = [](int n, int off, double by) {
+    auto links = links_of(n);
+    for (auto& l : links) {
+      if (l.to == off) l.clock_offset_seconds = by;
+      if (l.from == off) l.clock_offset_seconds = -by;
+    }
+    return links;
+  };
+  CHECK(judge_clocks(links_of(5), nodes_of(5)).empty());
+  CHECK(judge_clocks(skewed(5, 3, 0.9), nodes_of(5)).empty());
+  CHECK(lines(judge_clocks(skewed(5, 3, 60), nodes_of(5))) ==
+        std::vector<std::string>{"node 3 (h3): its clock is 60.0 s ahead of the nodes' median"});
+  // Node 0 off: the median of the others names it, not them.
+  const auto zero = judge_clocks(skewed(4, 0, -7.5), nodes_of(4));
+  CHECK(lines(zero) ==
+        std::vector<std::string>{"node 0 (h0): its clock is 7.5 s behind the nodes' median"});
+  REQUIRE(zero.size() == 1);
+  CHECK(zero[0].link_to == -1);
+  // Of two, and of an even split, the finding is about a pair: exclude pins it on neither.
+  const auto two = judge_clocks(skewed(2, 1, 3), nodes_of(2));
+  CHECK(lines(two) ==
+        std::vector<std::string>{"node 1 (h1): its clock is 3.0 s ahead of node 0's"});
+  REQUIRE(two.size() == 1);
+  CHECK(two[0].link_to == 0);
+  auto split = skewed(4, 1, 30);
+  for (auto& l : split) {
+    if (l.to == 3) l.clock_offset_seconds += 30;
+    if (l.from == 3) l.clock_offset_seconds -= 30;
+  }
+  const auto halves = judge_clocks(split, nodes_of(4));
+  REQUIRE(halves.size() == 2);
+  CHECK(halves[0].link_to >= 0);
+  CHECK(halves[1].link_to >= 0);
+  // Links that carried no ping place no clock; a node whose pings all went out from it is
+  // placed by them, the other way round.
+  auto broken = skewed(3, 2, 5);
+  for (auto& l : broken) {
+    if (l.to == 2) l.rtt_seconds = 0;
+  }
+  CHECK(lines(judge_clocks(broken, nodes_of(3))) ==
+        std::vector<std::string>{"node 2 (h2): its clock is 5.0 s ahead of the nodes' median"});
+  // Node 0 with no ping at all: nothing to place the others against.
+  auto alone = skewed(3, 2, 5);
+  for (auto& l : alone) {
+    if (l.from == 0 || l.to == 0) l.rtt_seconds = 0;
+  }
+  CHECK(judge_clocks(alone, nodes_of(3)).empty());
+}
+
 TEST_CASE("link check: rates read as link rates are quoted", "[node_check][links]") {
   CHECK(format_rate(94e6) == "94 MB/s");
   CHECK(format_rate(1.1e9) == "1.1 GB/s");
@@ -174,8 +250,9 @@ TEST_CASE("link check: rates read as link rates are quoted", "[node_check][links
 
 TEST_CASE("link check: figures survive JSON, and a foreign report is a protocol error",
           "[node_check][links]") {
-  LinkFigures l{3, 7, 1, 1e-4, 1000, 0.5, true, ""};
+  LinkFigures l{3, 7, 1, 1e-4, 1000, 0.5, true, "", -2.5};
   const auto back = link_from_json(to_json(l));
+  CHECK(back.clock_offset_seconds == -2.5);
   CHECK(back.from == 3);
   CHECK(back.to == 7);
   CHECK(back.pairing == 1);
@@ -202,6 +279,9 @@ TEST_CASE("link check: two listeners on loopback measure each other", "[node_che
     CHECK_FALSE(l->cut_short);
   }
   CHECK(to1.rtt_seconds > 0);
+  // One machine, one clock: the offset is within the round trip (a generous bound, for load).
+  CHECK(std::abs(to1.clock_offset_seconds) <= std::max(to1.rtt_seconds, 0.1));
+  CHECK(std::abs(to0.clock_offset_seconds) <= std::max(to0.rtt_seconds, 0.1));
   CHECK(from0.from == 0);
   CHECK(from0.bytes == kBytes);
   CHECK(from0.seconds > 0);

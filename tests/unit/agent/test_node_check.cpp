@@ -143,6 +143,7 @@ TEST_CASE("node check: a report round-trips through JSON, and a foreign one is r
   auto p = healthy(5);
   p.dirs[0].error = "Permission denied";
   p.seconds = 0.25;
+  p.serves_store = true;
   const NodeProbe back = probe_from_json(to_json(p));
   CHECK(to_json(back) == to_json(p));
   CHECK_THROWS_AS(probe_from_json(nlohmann::json{{"node", 1}}), ProtocolError);
@@ -165,6 +166,36 @@ TEST_CASE("node check: every node's report through the store, each node seeing a
   // A node that never reports ends the wait at its deadline, not later.
   CHECK_THROWS_AS(exchange_probes(shared, "round1", healthy(0), 2, Deadline::after(200ms)),
                   TimeoutError);
+}
+
+TEST_CASE("node check: exclude leaves out the nodes named as nodes, within the minimum",
+          "[agent][node_check]") {
+  std::vector<NodeProbe> nodes{healthy(0), healthy(1), healthy(2), healthy(3)};
+  nodes[0].serves_store = true;
+  const Finding shm{2, "host2", "/dev/shm has 16 MiB free of 16 MiB"};
+  const Finding limit{2, "host2", "ulimit -n is 256 (at least 1024 needed)"};
+  const Finding slow{3, "host3", "every link to and from it is slow"};
+  const Finding link{1, "host1", "link to node 2 (host2): 9 MB/s", 2};
+
+  SECTION("each node named once, in order; a finding about one link excludes neither end") {
+    const auto plan = plan_exclusion({slow, shm, limit, link}, nodes, 2);
+    CHECK(plan.nodes == std::vector<int>{2, 3});
+    CHECK(plan.refused.empty());
+  }
+  SECTION("only links named: nobody is left out") {
+    const auto plan = plan_exclusion({link}, nodes, 2);
+    CHECK(plan.nodes.empty());
+    CHECK(plan.refused.empty());
+  }
+  SECTION("fewer than the minimum left: refused, saying how many") {
+    const auto plan = plan_exclusion({shm, slow}, nodes, 3);
+    CHECK(plan.refused == "without 2 node(s) the job would have 2, under --nnodes' minimum of 3");
+  }
+  SECTION("the node that serves the store cannot be left out") {
+    const auto plan = plan_exclusion({Finding{0, "host0", "ulimit -u is 100"}, shm}, nodes, 1);
+    CHECK(plan.refused ==
+          "node 0 (host0) serves the rendezvous store, which the job cannot go on without");
+  }
 }
 
 TEST_CASE("node check: sizes as a person reads them", "[agent][node_check]") {

@@ -135,11 +135,18 @@ RunResult Agent::run_rounds() {
     if (round_->ranks_kept) round_->master_port = carried_port;
     restarts_ = round_->restart_count;
     if (ctx_.status != nullptr) ctx_.status->on_round(*round_);
-    if (config_.node_check != NodeCheck::kOff && attempts_.empty()) {
+    if (config_.node_check != NodeCheck::kOff && !node_checked_) {
+      node_checked_ = true;
       // Every member of the job's first round checks; a node that joins later has nobody to
       // compare with, since the others checked before it came.
       if (round_->id == 0) {
-        if (auto refused = check_nodes()) return std::move(*refused);
+        auto checked = check_nodes();
+        if (checked.end) return std::move(*checked.end);
+        if (checked.reform) {
+          ++membership_changes_;
+          rdzv.round_ended(*round_, RoundEnd{});
+          continue;
+        }
       } else {
         spdlog::info("node check: not run: this node joined the job at round {}, after its first",
                      round_->id);
@@ -211,7 +218,7 @@ std::string program_dir(const LaunchConfig& config) {
 // Every node of the job's first round looks at itself and publishes it; every node judges all
 // of them by the same rules and reaches the same verdict. Group rank 0 names every finding,
 // each other node its own, so that the console of any node says why the job did not start.
-std::optional<RunResult> Agent::check_nodes() {
+Agent::NodeCheckOutcome Agent::check_nodes() {
   const auto started = Clock::now();
   ProbeInputs inputs;
   inputs.node = round_->ranks.group_rank;
@@ -220,6 +227,7 @@ std::optional<RunResult> Agent::check_nodes() {
   inputs.log_dir_is_scratch = ctx_.log_dir_is_scratch;
   inputs.program_dir = program_dir(config_);
   NodeProbe mine = probe_node(inputs);
+  mine.serves_store = ctx_.hosts_store;
   const int me = round_->ranks.group_rank;
   const int group = round_->ranks.group_world_size;
   // The listener is up before this node's report says where it is.
@@ -244,7 +252,13 @@ std::optional<RunResult> Agent::check_nodes() {
                              Deadline::after(read_timeout + 2 * kLinkLooks * kLinkPairingTime));
     auto on_links = judge_links(measured, nodes);
     findings.insert(findings.end(), on_links.begin(), on_links.end());
+    auto on_clocks = judge_clocks(measured, nodes);
+    findings.insert(findings.end(), on_clocks.begin(), on_clocks.end());
     order_by_node(findings);
+  }
+  Exclusion exclusion;
+  if (config_.node_check == NodeCheck::kExclude) {
+    exclusion = plan_exclusion(findings, nodes, config_.min_nodes);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   auto listed = nlohmann::json::array();
@@ -254,27 +268,49 @@ std::optional<RunResult> Agent::check_nodes() {
   for (const auto& l : measured) {
     if (l.from == me || l.to == me) own_links.push_back(to_json(l));
   }
-  emit("node_check", {{"figures", to_json(mine)}, {"links", std::move(own_links)},
-                      {"findings", std::move(listed)}, {"seconds", seconds}});
-  const bool refuse = config_.node_check == NodeCheck::kRefuse && !findings.empty();
+  nlohmann::json event{{"figures", to_json(mine)}, {"links", std::move(own_links)},
+                       {"findings", std::move(listed)}, {"seconds", seconds}};
+  if (exclusion.refused.empty() && !exclusion.nodes.empty()) event["excluded"] = exclusion.nodes;
+  emit("node_check", std::move(event));
   for (const auto& f : findings) {
     if (me == 0 || f.node == me) spdlog::warn("node check: {}", f.line());
   }
   if (findings.empty()) {
     spdlog::info("node check: {} node(s), nothing found{} ({:.0f} ms)", nodes.size(),
                  links_summary(measured), seconds * 1e3);
-    return std::nullopt;
+    return {};
   }
-  if (!refuse) {
-    spdlog::warn("node check: {} finding(s) among {} node(s); starting anyway (--node-check=warn)",
-                 findings.size(), nodes.size());
-    return std::nullopt;
+  switch (config_.node_check) {
+    case NodeCheck::kExclude:
+      if (!exclusion.refused.empty()) {
+        return {false, refuse(fmt::format("--node-check=exclude: {} finding(s), and {}; the "
+                                          "first: {}",
+                                          findings.size(), exclusion.refused,
+                                          findings.front().line()))};
+      }
+      if (!exclusion.nodes.empty()) return exclude(exclusion.nodes, findings, nodes);
+      spdlog::warn("node check: {} finding(s), each about a link between two nodes the check "
+                   "cannot tell apart; starting with every node (--node-check=exclude)",
+                   findings.size());
+      return {};
+    case NodeCheck::kRefuse:
+      return {false, refuse(fmt::format("--node-check=refuse: {} finding(s), the first: {}",
+                                        findings.size(), findings.front().line()))};
+    case NodeCheck::kWarn:
+    case NodeCheck::kOff:
+      break;
   }
-  auto refused = result(RunResult::End::kNodeCheckRefused,
-                        fmt::format("--node-check=refuse: {} finding(s), the first: {}",
-                                    findings.size(), findings.front().line()));
-  // The round's outcome, for the nodes that were not in it (an elastic job's spares, a node
-  // that came late): they end with the same code instead of waiting for a round.
+  spdlog::warn("node check: {} finding(s) among {} node(s); starting anyway (--node-check=warn)",
+               findings.size(), nodes.size());
+  return {};
+}
+
+// Every node ends with kExitNodeCheck. The round's outcome says why, for the nodes that were
+// not in it (an elastic job's spares, a node that came late): they end with the same code
+// instead of waiting for a round.
+RunResult Agent::refuse(std::string reason) {
+  auto refused = result(RunResult::End::kNodeCheckRefused, std::move(reason));
+  const int me = round_->ranks.group_rank;
   try {
     RoundChannel(*ctx_.store, *round_, config_.rdzv_conf.read_timeout)
         .publish_outcome(agent_failure(ctx_.host, me, round_->id, Failure::Kind::kAgent,
@@ -286,6 +322,46 @@ std::optional<RunResult> Agent::check_nodes() {
   ctx_.rendezvous->job_ended();
   say_goodbye(-1);
   return refused;
+}
+
+// The nodes named leave the job, each with kExitNodeCheck; the others end the round as a change
+// of members and form the next one without them (it waits the last call, as any round does,
+// so that a spare may take their place).
+Agent::NodeCheckOutcome Agent::exclude(const std::vector<int>& excluded,
+                                       const std::vector<Finding>& findings,
+                                       const std::vector<NodeProbe>& nodes) {
+  const int me = round_->ranks.group_rank;
+  std::string names;
+  for (int node : excluded) {
+    names += fmt::format("{}node {} ({})", names.empty() ? "" : ", ", node, nodes[node].host);
+  }
+  const auto left = nodes.size() - excluded.size();
+  if (std::find(excluded.begin(), excluded.end(), me) != excluded.end()) {
+    const auto mine = std::find_if(findings.begin(), findings.end(),
+                                   [&](const Finding& f) { return f.node == me && f.link_to < 0; });
+    spdlog::error("node check: this node leaves the job; the other {} node(s) go on without it "
+                  "(--node-check=exclude)",
+                  left);
+    // Nothing of this job watches this node any more; the store's host, not being excluded,
+    // does not wait for its goodbye.
+    ctx_.rendezvous->job_ended();
+    return {false, result(RunResult::End::kNodeCheckExcluded,
+                          fmt::format("--node-check=exclude: this node was left out of the job: "
+                                      "{}",
+                                      mine->what))};
+  }
+  spdlog::warn("node check: going on without {}: {} of {} node(s) (--node-check=exclude)", names,
+               left, nodes.size());
+  try {
+    RoundChannel(*ctx_.store, *round_, config_.rdzv_conf.read_timeout)
+        .publish_outcome(agent_failure(ctx_.host, me, round_->id, Failure::Kind::kMembership, 0,
+                                       "--node-check=exclude left out " + names)
+                             .to_json());
+  } catch (const Error& e) {
+    // Every member re-forms on its own verdict; the outcome is for the spares.
+    spdlog::warn("node check: publishing the exclusion: {}", e.what());
+  }
+  return {true, std::nullopt};
 }
 
 // A spare, or a node that came after the end: the job's outcome was decided without it.

@@ -25,6 +25,9 @@
 
 namespace ddprun {
 
+struct Finding;
+struct NodeProbe;
+
 // One attempt of this node's workers, for the summary at the end.
 struct AttemptRecord {
   int round = 0;          // the round (static: the attempt) it ran in
@@ -42,6 +45,7 @@ struct RunResult {
     kRendezvousFailed,  // the rendezvous or the store failed: reason says how
     kInternalError,     // a bug or an unexpected system error
     kNodeCheckRefused,  // --node-check=refuse found something: reason says what
+    kNodeCheckExcluded,  // --node-check=exclude left this node out; the others go on
   };
   End end = End::kSucceeded;
   int signal = 0;
@@ -73,8 +77,17 @@ class Agent {
 
  private:
   RunResult run_rounds();
-  // --node-check at the job's first round: nullopt to go on, or the refused run's result.
-  std::optional<RunResult> check_nodes();
+  // What --node-check decided for this node: start the round's workers (neither set), form the
+  // next round without the nodes it left out (`reform`), or end the run (`end`).
+  struct NodeCheckOutcome {
+    bool reform = false;
+    std::optional<RunResult> end;
+  };
+  // --node-check at the job's first round.
+  NodeCheckOutcome check_nodes();
+  RunResult refuse(std::string reason);
+  NodeCheckOutcome exclude(const std::vector<int>& excluded, const std::vector<Finding>& findings,
+                           const std::vector<NodeProbe>& nodes);
   void start_file_timer();
   RunResult finished_without_this_node(const std::string& outcome) const;
   static std::string how_it_ended(const AttemptOutcome& outcome);
@@ -93,6 +106,7 @@ class Agent {
   std::optional<Round> round_;  // the round this node is (or last was) a member of
   std::vector<AttemptRecord> attempts_;
   int membership_changes_ = 0;
+  bool node_checked_ = false;  // --node-check ran, or was passed over, in this node's first round
   Clock::time_point start_ = Clock::now();
   int restarts_ = 0;            // worker-failure restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::optional<int> next_master_port_;  // agreed with the last attempt's root cause

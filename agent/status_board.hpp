@@ -37,6 +37,10 @@ struct RankStatus {
   std::int64_t rss_bytes = -1;
 };
 
+// The end state of a node --node-check=exclude left out: the job went on without it, so its
+// exit code is not the job's.
+inline constexpr char kLeftOut[] = "left out";
+
 // One agent's record: the same JSON in the store (monitor/status_publisher.hpp), on its
 // control socket and in `ddprun status --json`.
 struct NodeStatus {

@@ -52,8 +52,24 @@ enum class FoldOutput : std::uint8_t { kAuto, kOff, kOn, kExact };
 
 // --node-check: each node looked at before the job's first workers start (agent/node_check.hpp):
 // off; warn, which names what it finds and goes on; refuse, which ends every node with
-// kExitNodeCheck when anything is found.
-enum class NodeCheck : std::uint8_t { kOff, kWarn, kRefuse };
+// kExitNodeCheck when anything is found; exclude (a range of nodes), which ends only the nodes
+// named and starts without them, or refuses when the rest would be too few.
+enum class NodeCheck : std::uint8_t { kOff, kWarn, kRefuse, kExclude };
+
+// The flag's value: "off", "warn", "refuse", "exclude".
+inline const char* to_string(NodeCheck mode) {
+  switch (mode) {
+    case NodeCheck::kWarn:
+      return "warn";
+    case NodeCheck::kRefuse:
+      return "refuse";
+    case NodeCheck::kExclude:
+      return "exclude";
+    case NodeCheck::kOff:
+      break;
+  }
+  return "off";
+}
 
 // A per-local-rank choice: one value for every rank, or a map with a default of kNone.
 struct StdSpec {

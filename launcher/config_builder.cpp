@@ -369,14 +369,23 @@ void build_workers_and_output(const OptionReader& options,
   }
   if (auto* v = options.find("node-check")) {
     const auto text = trim(v->text);
-    if (text == "warn") {
-      config.node_check = NodeCheck::kWarn;
-    } else if (text == "refuse") {
-      config.node_check = NodeCheck::kRefuse;
-    } else if (text == "off") {
-      config.node_check = NodeCheck::kOff;
-    } else {
-      throw ConfigError(fmt::format("{}={}: expected off, warn or refuse", v->label, v->text));
+    bool known = false;
+    for (auto mode : {NodeCheck::kOff, NodeCheck::kWarn, NodeCheck::kRefuse, NodeCheck::kExclude}) {
+      if (text == to_string(mode)) {
+        config.node_check = mode;
+        known = true;
+      }
+    }
+    if (!known) {
+      throw ConfigError(
+          fmt::format("{}={}: expected off, warn, refuse or exclude", v->label, v->text));
+    }
+    // The range's minimum is what says how many nodes the job may start without.
+    if (config.node_check == NodeCheck::kExclude && config.min_nodes == config.max_nodes) {
+      throw ConfigError(fmt::format(
+          "{}=exclude: the job has a fixed number of nodes ({}); exclude needs a range, "
+          "--nnodes=MIN:MAX, whose minimum says how few the job may start with",
+          v->label, config.max_nodes));
     }
   }
   if (auto* v = options.find("node-check-mib")) {

@@ -27,6 +27,7 @@ int exit_code_of(const RunResult& r) {
     case RunResult::End::kInternalError:
       return kExitInternal;
     case RunResult::End::kNodeCheckRefused:
+    case RunResult::End::kNodeCheckExcluded:
       return kExitNodeCheck;
   }
   return kExitInternal;
@@ -80,6 +81,8 @@ nlohmann::json summary_json(const RunResult& r) {
           {"membership_changes", r.membership_changes},
           {"seconds", r.seconds},
           {"exit_code", exit_code_of(r)},
+          // --node-check=exclude left this node out: the job goes on, or went on, without it.
+          {"left_out", r.end == RunResult::End::kNodeCheckExcluded},
           {"reason", r.reason},
           {"world_size", r.world_size},
           {"root_cause", r.root_cause ? nlohmann::json::parse(r.root_cause->to_json())
@@ -98,6 +101,9 @@ void report(const RunResult& r, const std::string& log_dir) {
   if (code == 0) {
     spdlog::info("job finished: {} ({} restart{})", r.reason, r.restarts,
                  r.restarts == 1 ? "" : "s");
+  } else if (r.end == RunResult::End::kNodeCheckExcluded) {
+    // The job goes on without this node: it is not the job that failed.
+    spdlog::error("this node left the job (exit code {}): {}", code, r.reason);
   } else {
     spdlog::error("job failed (exit code {}): {}", code, r.reason);
   }

@@ -201,9 +201,10 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   }
   const int code = exit_code_of(result);
   if (code != 0) log_dir.job_failed();
-  board.finish(result.end == RunResult::End::kSucceeded ? "succeeded"
-               : result.end == RunResult::End::kStopped ? "stopped"
-                                                        : "failed",
+  board.finish(result.end == RunResult::End::kSucceeded            ? "succeeded"
+               : result.end == RunResult::End::kStopped           ? "stopped"
+               : result.end == RunResult::End::kNodeCheckExcluded ? kLeftOut
+                                                                  : "failed",
                result.reason, code);
   // The last record goes to the store, and the control socket is gone, before the guardian:
   // after it, a kill of this agent would leave the socket behind.

@@ -66,7 +66,7 @@ bool JobView::ended() const {
 }
 int JobView::exit_code() const {
   for (const auto& n : nodes) {
-    if (n.exit_code > 0) return n.exit_code;
+    if (n.exit_code > 0 && n.state != kLeftOut) return n.exit_code;
   }
   return 0;
 }
@@ -76,8 +76,8 @@ std::string JobView::state() const {
     const NodeStatus* first = nullptr;
     for (const auto& n : nodes) {
       if (!n.has_ended()) continue;
-      if (n.exit_code != 0) return n.state;
-      if (first == nullptr) first = &n;
+      if (n.exit_code != 0 && n.state != kLeftOut) return n.state;
+      if (first == nullptr || first->state == kLeftOut) first = &n;
     }
     return first->state;
   }
@@ -285,7 +285,7 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
   using nlohmann::json;
   struct Link {
     int to;
-    double bytes_per_second, rtt_seconds;
+    double bytes_per_second, rtt_seconds, clock_offset_seconds;
   };
   struct Checked {
     const NodeStatus* node = nullptr;
@@ -310,7 +310,7 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
       for (const auto& l : n.node_check.value("links", json::array())) {
         if (l.value("from", -1) != checked_as || !l.value("error", std::string()).empty()) continue;
         c.links.push_back({l.value("to", -1), l.value("bytes_per_second", 0.0),
-                           l.value("rtt_seconds", 0.0)});
+                           l.value("rtt_seconds", 0.0), l.value("clock_offset_seconds", 0.0)});
       }
       checked.push_back(std::move(c));
     } catch (const json::exception&) {
@@ -330,11 +330,13 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
   for (const auto& c : checked) {
     if (c.shm_free) e.sample("ddprun_node_check_shm_free_bytes", node_labels(*c.node), *c.shm_free);
   }
-  // The links this node sent on, by the node at the other end.
+  // The links this node sent on, by the node at the other end; those a ping crossed (a round
+  // trip measured) for the clock's offset, which may be zero or less.
   const auto link_samples = [&](const char* name, double Link::*field) {
+    const bool offset = field == &Link::clock_offset_seconds;
     for (const auto& c : checked) {
       for (const auto& l : c.links) {
-        if (l.*field <= 0) continue;
+        if ((offset ? l.rtt_seconds : l.*field) <= 0) continue;
         e.sample(name, fmt::format("{},to=\"{}\"", node_labels(*c.node), l.to), l.*field);
       }
     }
@@ -346,6 +348,9 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
            "Shortest round trip on the link from this node to another, as --node-check "
            "measured it.");
   link_samples("ddprun_node_check_link_round_trip_seconds", &Link::rtt_seconds);
+  e.family("ddprun_node_check_link_clock_offset_seconds", "gauge",
+           "The other node's wall clock minus this node's, as --node-check measured it.");
+  link_samples("ddprun_node_check_link_clock_offset_seconds", &Link::clock_offset_seconds);
 }
 
 }  // namespace

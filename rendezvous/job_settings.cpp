@@ -47,9 +47,7 @@ JobSettings agreed_settings(const LaunchConfig& c) {
   JobSettings settings{
       {"--max-restarts", std::to_string(c.max_restarts)},
       {"--hang-timeout", format_duration(c.hang_timeout)},
-      {"--node-check", c.node_check == NodeCheck::kRefuse ? "refuse"
-                       : c.node_check == NodeCheck::kWarn ? "warn"
-                                                          : "off"},
+      {"--node-check", to_string(c.node_check)},
       {"--node-check-mib", std::to_string(c.node_check_mib)},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},

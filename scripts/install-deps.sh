@@ -3,9 +3,9 @@
 #
 #   scripts/install-deps.sh          what building and running ddprun needs (the demo's)
 #   scripts/install-deps.sh --tests  that, and the tests' components: OpenSSH, etcd, Slurm,
-#                                    Prometheus and tmux (the tests start their own instances in
-#                                    network namespaces or on loopback), and the optional fuzzing
-#                                    and benchmark tools
+#                                    Prometheus, tmux and libfaketime (the tests start their own
+#                                    instances in network namespaces or on loopback), and the
+#                                    optional fuzzing and benchmark tools
 #
 # Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
 # A server package this run installs is left neither enabled at boot nor running; a service
@@ -41,6 +41,7 @@ test_packages=(
   slurmctld slurmd slurm-client munge   # the Slurm tests: a real Slurm in network namespaces
   prometheus tmux           # ddprun status's tests: a real Prometheus scraping agents, --watch in a terminal
   bash-completion           # the package's completion, tried in a test
+  libfaketime               # --node-check's clock test: one agent whose wall clock runs ahead
 )
 # The services of the test packages that are servers: package:unit.
 test_services=(openssh-server:ssh etcd-server:etcd munge:munge slurmctld:slurmctld slurmd:slurmd

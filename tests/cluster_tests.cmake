@@ -1,6 +1,7 @@
 # Cluster-mode tests (--hosts over ssh), included from tests/CMakeLists.txt.
 
 add_executable(cluster_unit_tests
+  unit/cluster/test_cluster_report.cpp
   unit/cluster/test_host_list.cpp
   unit/cluster/test_session_protocol.cpp
   unit/cluster/test_slurm_hostlist.cpp

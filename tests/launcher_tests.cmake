@@ -64,9 +64,9 @@ set_tests_properties("netns: elastic job grows to 3 nodes and survives a node cu
 
 # --node-check's links across network namespaces, one node's link slowed with tc (root only;
 # reported as skipped elsewhere). scripts/bench.sh runs it 20 times for the record.
-add_test(NAME "netns: --node-check names the node whose link tc slowed, and nothing when none is"
+add_test(NAME "netns: --node-check names the node whose link tc slowed, nothing when none is, and exclude leaves it out"
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netns/node_check_links.sh $<TARGET_FILE:ddprun>)
-set_tests_properties("netns: --node-check names the node whose link tc slowed, and nothing when none is"
+set_tests_properties("netns: --node-check names the node whose link tc slowed, nothing when none is, and exclude leaves it out"
   PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # ddprun --hosts over real OpenSSH servers in network namespaces (root and sshd only; reported as

@@ -1,4 +1,4 @@
-// --node-check with real agents: two nodes on loopback, one of them in a mount namespace of its
+// --node-check with real agents: nodes on loopback, one of them in a mount namespace of its
 // own whose /dev/shm is a 16 MiB tmpfs (a container's small default), or whose program
 // directory is a read-only mount while the other node's is not.
 
@@ -10,6 +10,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "agent/node_check.hpp"
 #include "common/exit_codes.hpp"
@@ -70,7 +72,117 @@ std::string machine_finding() {
   return "";
 }
 
+// Three nodes of an elastic job (--nnodes=2:3) on loopback with --node-check=exclude; the
+// first serves the store, having started before the others. The first round closes when the
+// third node joins: the last call is long so that a node slow to start still makes it, and it
+// is waited out only by the round of two that follows an exclusion.
+struct ElasticJob {
+  TempDir dir;
+  std::string endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port());
+
+  std::vector<std::string> flags(const std::string& name) const {
+    return fake({"--nnodes=2:3", "--rdzv-backend=c10d", endpoint, "--rdzv-id=exclude",
+                 "--local-addr=127.0.0.1", "--node-check=exclude",
+                 "--rdzv-conf=last_call_timeout=10,join_timeout=60", "--events-file",
+                 dir.file(name + ".jsonl")});
+  }
+  std::map<std::string, std::string> env() const { return {{"FAKE_TOUCH_DIR", dir.path()}}; }
+
+  // The node_check event `name` wrote.
+  nlohmann::json check_event(const std::string& name) const {
+    for (const auto& line : read_lines(dir.file(name + ".jsonl"))) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("event", "") == "node_check") return j;
+    }
+    return nullptr;
+  }
+
+  // Starts the node that serves the store, and returns once it waits for the others.
+  std::unique_ptr<DdprunProcess> start_first(const std::vector<std::string>& wrapper = {}) const {
+    auto first = std::make_unique<DdprunProcess>(flags("a"), env(), wrapper);
+    const bool waiting = wait_until(
+        [&] {
+          for (const auto& line : read_lines(dir.file("a.jsonl"))) {
+            if (line.find("\"rendezvous_started\"") != std::string::npos) return true;
+          }
+          return false;
+        },
+        60s);
+    INFO(first->output());
+    REQUIRE(waiting);
+    return first;
+  }
+};
+
 }  // namespace
+
+TEST_CASE("node check: exclude leaves out the node whose /dev/shm is nearly full, and the other "
+          "two run the job", "[launcher][node_check][elastic]") {
+  const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
+  if (!can_mount(small_shm)) {
+    WARN("skipped: cannot mount a tmpfs in a mount namespace here (unshare --mount)");
+    return;
+  }
+  if (const auto why = machine_finding(); !why.empty()) {
+    WARN("skipped: this machine itself would be named: " + why);
+    return;
+  }
+  ElasticJob job;
+  auto a = job.start_first();
+  DdprunProcess b(job.flags("b"), job.env());
+  DdprunProcess c(job.flags("c"), job.env(), in_mount_namespace(small_shm));
+  const int rc = c.wait(120s);
+  INFO(c.output());
+  CHECK(rc == ddprun::kExitNodeCheck);
+  CHECK(c.output().find("this node left the job (exit code 120): --node-check=exclude: this "
+                        "node was left out of the job: /dev/shm has 16 MiB free of 16 MiB") !=
+        std::string::npos);
+  for (DdprunProcess* node : {a.get(), &b}) {
+    const int node_rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(node_rc == 0);
+    CHECK(node->output().find("node check: going on without node ") != std::string::npos);
+    CHECK(node->output().find(": 2 of 3 node(s) (--node-check=exclude)") != std::string::npos);
+  }
+  // Every node's event names the same node, the one whose /dev/shm is small.
+  const auto excluded = job.check_event("c").at("figures").at("node");
+  for (const char* name : {"a", "b", "c"}) {
+    const auto event = job.check_event(name);
+    INFO(name << ": " << event.dump());
+    CHECK(event.at("excluded") == nlohmann::json::array({excluded}));
+  }
+  // The job ran with two workers, and no third.
+  CHECK(std::filesystem::exists(job.dir.file("started_0_0")));
+  CHECK(std::filesystem::exists(job.dir.file("started_1_0")));
+  CHECK_FALSE(std::filesystem::exists(job.dir.file("started_2_0")));
+}
+
+TEST_CASE("node check: exclude refuses the job when the node named serves the store",
+          "[launcher][node_check][elastic]") {
+  const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
+  if (!can_mount(small_shm)) {
+    WARN("skipped: cannot mount a tmpfs in a mount namespace here (unshare --mount)");
+    return;
+  }
+  if (const auto why = machine_finding(); !why.empty()) {
+    WARN("skipped: this machine itself would be named: " + why);
+    return;
+  }
+  ElasticJob job;
+  auto a = job.start_first(in_mount_namespace(small_shm));
+  DdprunProcess b(job.flags("b"), job.env());
+  DdprunProcess c(job.flags("c"), job.env());
+  for (DdprunProcess* node : {a.get(), &b, &c}) {
+    const int rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(rc == ddprun::kExitNodeCheck);
+    CHECK(node->output().find("serves the rendezvous store, which the job cannot go on without") !=
+          std::string::npos);
+  }
+  for (const char* rank : {"started_0_0", "started_1_0", "started_2_0"}) {
+    CHECK_FALSE(std::filesystem::exists(job.dir.file(rank)));
+  }
+}
 
 TEST_CASE("node check: refuse names the node whose /dev/shm is nearly full on every node, and "
           "no worker starts", "[launcher][node_check]") {
@@ -134,6 +246,52 @@ TEST_CASE("node check: warn names a program directory the other nodes can write 
   CHECK(node0.output().find("starting anyway (--node-check=warn)") != std::string::npos);
   CHECK(std::filesystem::exists(dir.file("started_0_0")));
   CHECK(std::filesystem::exists(dir.file("started_1_0")));
+}
+
+TEST_CASE("node check: a node whose wall clock runs a minute ahead is named against node 0's",
+          "[launcher][node_check]") {
+  // libfaketime shifts the agent's wall clock alone: its steady clock, which every deadline
+  // uses, stays the machine's.
+  const std::string faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizer's runtime must come first in a process; a preloaded library ahead of it aborts.
+  WARN("skipped: LD_PRELOAD of libfaketime and AddressSanitizer do not mix");
+  return;
+#endif
+  if (!std::filesystem::exists(faketime)) {
+    WARN("skipped: libfaketime is not installed (scripts/install-deps.sh --tests installs it)");
+    return;
+  }
+  if (const auto why = machine_finding(); !why.empty()) {
+    WARN("skipped: this machine itself would be named: " + why);
+    return;
+  }
+  TempDir dir;
+  const auto port = port_arg(free_port());
+  const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
+  auto ahead = env;
+  ahead.insert({{"LD_PRELOAD", faketime},
+                {"FAKETIME", "+60s"},
+                {"FAKETIME_DONT_FAKE_MONOTONIC", "1"}});
+  DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port, "--node-check=refuse",
+                            "--local-addr=127.0.0.1"}),
+                      env);
+  DdprunProcess node1(fake({"--nnodes=2", "--node-rank=1", port, "--node-check=refuse",
+                            "--local-addr=127.0.0.1"}),
+                      ahead);
+  const std::string finding = "node 1 (127.0.0.1): its clock is ";
+  for (DdprunProcess* node : {&node0, &node1}) {
+    const int rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(rc == ddprun::kExitNodeCheck);
+    const auto at = node->output().find(finding);
+    REQUIRE(at != std::string::npos);
+    // "60.0 s ahead of node 0's", give or take half a round trip.
+    const double seconds = std::stod(node->output().substr(at + finding.size()));
+    CHECK(seconds == Approx(60).margin(1));
+    CHECK(node->output().find(" s ahead of node 0's", at) != std::string::npos);
+  }
+  CHECK(std::filesystem::is_empty(dir.path()));  // no worker ran
 }
 
 TEST_CASE("node check: a job of healthy nodes names nothing", "[launcher][node_check]") {

@@ -2,8 +2,9 @@
 # --node-check's links across network namespaces (separate addresses, a real bridge): five nodes,
 # one of them with its link rate-limited both ways by tc (tbf). Every node's agent must name that
 # node, and nothing else; with the limit lifted, nothing at all; with --node-check=refuse, every
-# node ends with exit code 120 and no worker runs. Skips (exit 77) where namespaces or tc cannot
-# be used.
+# node ends with exit code 120 and no worker runs; with --node-check=exclude in an elastic job
+# (--nnodes=3:5), that node alone exits 120 and the other four run the job. Skips (exit 77) where
+# namespaces or tc cannot be used.
 # Usage: node_check_links.sh DDPRUN_BINARY [RUNS]
 #   RUNS (default 1): how many slowed and how many clean runs; passes when the slowed node is
 #   named alone in all runs but one (all of them, for fewer than 20) and no clean run names
@@ -37,16 +38,22 @@ trap 'rm -rf "$work"' EXIT
 scenario() {
   local nodes=5 slow=3 rate=100mbit
   # One job: every node's agent, at once; NODE's log in $work/node<I>.log; the codes in
-  # $work/rc<I>. The worker only touches a file, so that a worker that ran is seen.
-  job() {  # job MODE
-    local pids=() i
+  # $work/rc<I>. The worker only touches $work/ran<I>, so that a worker that ran is seen; its
+  # command line is the same on every node, as an elastic job requires. The nodes have static
+  # ranks (node I is node rank I-1) unless FLAGS give another rendezvous.
+  job() {  # job MODE [FLAGS...]
+    local mode=$1 pids=() i
+    shift
     rm -f "$work"/node*.log "$work"/rc* "$work"/ran*
     for i in $(seq 1 "$nodes"); do
+      local rendezvous=(--nnodes="$nodes" --node-rank=$((i - 1)) --master-addr="$NODE_1_ADDR"
+                        --master-port=29500)
+      (( $# )) && rendezvous=("$@")
       ( rc=0
-        timeout 120 "$cluster" exec "$NETNS_TAG" "$i" "$ddprun" --nnodes="$nodes" \
-          --node-rank=$((i - 1)) --master-addr="$NODE_1_ADDR" --master-port=29500 \
-          --local-addr="$(eval echo "\$NODE_${i}_ADDR")" --node-check="$1" \
-          --no-python touch "$work/ran$i" >"$work/node$i.log" 2>&1 || rc=$?
+        timeout 120 "$cluster" exec "$NETNS_TAG" "$i" env CHECKED_NODE="$i" "$ddprun" \
+          "${rendezvous[@]}" --local-addr="$(eval echo "\$NODE_${i}_ADDR")" \
+          --node-check="$mode" --no-python sh -c 'touch "$0/ran$CHECKED_NODE"' "$work" \
+          >"$work/node$i.log" 2>&1 || rc=$?
         echo "$rc" >"$work/rc$i" ) &
       pids+=($!)
     done
@@ -97,6 +104,26 @@ scenario() {
     if [[ -e "$work/ran$i" ]]; then echo "FAIL: a worker ran on node $i under refuse"; return 1; fi
   done
   echo "ok: under refuse every node exited 120 and no worker ran"
+
+  # exclude: the slowed node leaves (node 1 serves the store), and the other four run the job.
+  # The first round closes when the fifth node joins; the last call, long so that a node slow
+  # to start still makes it, is waited out by the round of four that follows.
+  job exclude --nnodes=3:5 --rdzv-backend=c10d --rdzv-endpoint="$NODE_1_ADDR:29400" \
+    --rdzv-id=exclude --rdzv-conf=last_call_timeout=10
+  for i in $(seq 1 "$nodes"); do
+    local want=0 ran=yes
+    (( i == slow )) && want=120 ran=no
+    if [[ $(cat "$work/rc$i") != "$want" ]]; then
+      echo "FAIL: under exclude node $i exited $(cat "$work/rc$i"), not $want"; cat "$work/node$i.log"; return 1
+    fi
+    if [[ -e "$work/ran$i" && $ran == no || ! -e "$work/ran$i" && $ran == yes ]]; then
+      echo "FAIL: under exclude a worker ran on node $i: $ran expected"; cat "$work/node$i.log"; return 1
+    fi
+  done
+  if ! grep -q "this node left the job (exit code 120)" "$work/node$slow.log"; then
+    echo "FAIL: node $slow does not say it left the job"; cat "$work/node$slow.log"; return 1
+  fi
+  echo "ok: under exclude node $slow alone exited 120, the other $((nodes - 1)) ran the job"
 }
 export -f scenario
 export cluster ddprun work runs

@@ -106,6 +106,14 @@ TEST_CASE("every value flag takes both spellings and both value forms", "[launch
   }
 }
 
+TEST_CASE("cli: --node-check=exclude is taken within a range of nodes", "[launcher][cli]") {
+  const auto c =
+      parse_ok({"--nnodes=2:4", "--rdzv-backend=c10d", "--node-check=exclude", "x.py"});
+  CHECK(c.node_check == NodeCheck::kExclude);
+  CHECK(c.min_nodes == 2);
+  CHECK(std::string(to_string(c.node_check)) == "exclude");
+}
+
 TEST_CASE("boolean flags take both spellings", "[launcher][cli]") {
   CHECK(parse_ok({"--no-python", "prog"}).no_python);
   CHECK(parse_ok({"--no_python", "prog"}).no_python);

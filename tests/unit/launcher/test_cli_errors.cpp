@@ -54,12 +54,20 @@ TEST_CASE("cli: --nproc-per-node must be a positive int, cpu, gpu or auto",
   expect_usage_error({"x.py"}, {"PET_NPROC_PER_NODE=0"}, {{"PET_NPROC_PER_NODE", "0"}});
 }
 
-TEST_CASE("cli: --node-check takes off, warn or refuse", "[launcher][cli][errors]") {
-  for (const char* bad : {"on", "exclude", "WARN", ""}) {
+TEST_CASE("cli: --node-check takes off, warn, refuse or exclude", "[launcher][cli][errors]") {
+  for (const char* bad : {"on", "WARN", "excluded", ""}) {
     expect_usage_error({std::string("--node-check=") + bad, "x.py"},
-                       {"--node-check=", "expected off, warn or refuse"});
+                       {"--node-check=", "expected off, warn, refuse or exclude"});
   }
   expect_usage_error({"x.py"}, {"PET_NODE_CHECK=yes"}, {{"PET_NODE_CHECK", "yes"}});
+  // exclude needs a minimum below the maximum: with a fixed count no node can be left out.
+  for (const char* nnodes : {"--nnodes=3", "--nnodes=2:2"}) {
+    expect_usage_error({nnodes, "--rdzv-backend=c10d", "--node-check=exclude", "x.py"},
+                       {"--node-check=exclude: the job has a fixed number of nodes (",
+                        "--nnodes=MIN:MAX"});
+  }
+  expect_usage_error({"--standalone", "--node-check=exclude", "x.py"},
+                     {"--node-check=exclude: the job has a fixed number of nodes (1)"});
 }
 
 TEST_CASE("cli: --node-check-mib takes 0 to 1024", "[launcher][cli][errors]") {

@@ -121,6 +121,19 @@ TEST_CASE("jobs are grouped by run id, each agent once (its newest record), node
   CHECK(ended[0].ended());
   CHECK(ended[0].exit_code() == 3);
   CHECK(ended[0].state() == "failed");
+
+  // A node --node-check=exclude left out ended with 120, and the job went on without it.
+  auto out = node("done", 1, "c", 30, 1);
+  out.exit_code = 120;
+  out.state = ddprun::kLeftOut;
+  out.round = 0;
+  for (const auto& order : {std::vector<NodeStatus>{out, a}, std::vector<NodeStatus>{a, out}}) {
+    const auto went_on = group_jobs(order, 1200);
+    CHECK(went_on[0].ended());
+    CHECK(went_on[0].exit_code() == 0);
+    CHECK(went_on[0].state() == "succeeded");
+    CHECK(went_on[0].nodes.size() == 2);
+  }
 }
 
 TEST_CASE("a node that is not a member of the newest round is gone, without its ranks",
@@ -253,7 +266,7 @@ TEST_CASE("the node check's figures are in the record and the metrics of the nod
     "figures": {"node": 1, "has_shm": true, "shm_free_bytes": 67108864},
     "links": [
       {"from": 1, "to": 2, "pairing": 0, "rtt_seconds": 5e-05, "bytes_per_second": 1.1e9,
-       "error": ""},
+       "clock_offset_seconds": -0.5, "error": ""},
       {"from": 0, "to": 1, "pairing": 0, "rtt_seconds": 6e-05, "bytes_per_second": 1.0e9,
        "error": ""},
       {"from": 1, "to": 3, "pairing": 1, "rtt_seconds": 0, "bytes_per_second": 0,
@@ -274,6 +287,8 @@ TEST_CASE("the node check's figures are in the record and the metrics of the nod
                                    ",to=\"2\"} 1100000000\n"));
   CHECK_THAT(text, Catch::Contains("ddprun_node_check_link_round_trip_seconds" + labels +
                                    ",to=\"2\"} 5e-05\n"));
+  CHECK_THAT(text, Catch::Contains("ddprun_node_check_link_clock_offset_seconds" + labels +
+                                   ",to=\"2\"} -0.5\n"));
   CHECK(text.find("to=\"1\"") == std::string::npos);
   CHECK(text.find("to=\"3\"") == std::string::npos);
   // A record of another shape shows no figures, and the scrape goes on.

@@ -1,0 +1,39 @@
+// The one exit code of a job started with --hosts, from the agents' result reports.
+
+#include <catch2/catch.hpp>
+
+#include "cluster/cluster_report.hpp"
+#include "common/exit_codes.hpp"
+
+using namespace ddprun;
+
+namespace {
+
+HostOutcome host(int node, int exit_code, bool left_out = false) {
+  HostOutcome h;
+  h.spec.host = "host" + std::to_string(node);
+  h.node = node;
+  h.ready = true;
+  h.result = nlohmann::json{{"exit_code", exit_code}, {"left_out", left_out}};
+  h.code = exit_code;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: a node --node-check=exclude left out does not fail the job that went on "
+          "without it", "[cluster]") {
+  ClusterResult r;
+  r.elastic = true;
+  r.hosts = {host(0, 0), host(1, kExitNodeCheck, true), host(2, 0)};
+  CHECK(exit_code_of(r) == kExitOk);
+  // The others failing is still the job's failure...
+  r.hosts[2] = host(2, 3);
+  CHECK(exit_code_of(r) == 3);
+  // ...and a refusal, which every node reports without being left out, is the job's code.
+  r.hosts = {host(0, kExitNodeCheck), host(1, kExitNodeCheck), host(2, kExitNodeCheck)};
+  CHECK(exit_code_of(r) == kExitNodeCheck);
+  // Left out, and nobody went on: nothing succeeded.
+  r.hosts = {host(0, kExitNodeCheck, true)};
+  CHECK(exit_code_of(r) == kExitHosts);
+}

@@ -36,6 +36,20 @@ const char* to_string(Binding binding) {
   return "?";
 }
 
+const char* to_string(NodeCheck mode) {
+  switch (mode) {
+    case NodeCheck::kOff:
+      return "off";
+    case NodeCheck::kWarn:
+      return "warn";
+    case NodeCheck::kRefuse:
+      return "refuse";
+    case NodeCheck::kExclude:
+      return "exclude";
+  }
+  return "?";
+}
+
 Std StdSpec::for_rank(int local_rank) const {
   if (per_rank.empty()) return all;
   auto it = per_rank.find(local_rank);

@@ -57,19 +57,7 @@ enum class FoldOutput : std::uint8_t { kAuto, kOff, kOn, kExact };
 enum class NodeCheck : std::uint8_t { kOff, kWarn, kRefuse, kExclude };
 
 // The flag's value: "off", "warn", "refuse", "exclude".
-inline const char* to_string(NodeCheck mode) {
-  switch (mode) {
-    case NodeCheck::kWarn:
-      return "warn";
-    case NodeCheck::kRefuse:
-      return "refuse";
-    case NodeCheck::kExclude:
-      return "exclude";
-    case NodeCheck::kOff:
-      break;
-  }
-  return "off";
-}
+const char* to_string(NodeCheck mode);
 
 // A per-local-rank choice: one value for every rank, or a map with a default of kNone.
 struct StdSpec {

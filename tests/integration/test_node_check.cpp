@@ -72,6 +72,20 @@ std::string machine_finding() {
   return "";
 }
 
+// A /dev/shm of 16 MiB for a node of its own (a container's small default), in a mount namespace.
+const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
+
+// Why a test of a node with a small /dev/shm cannot run here, or "" when it can.
+std::string why_no_small_shm() {
+  if (!can_mount(small_shm)) {
+    return "cannot mount a tmpfs in a mount namespace here (unshare --mount)";
+  }
+  if (const auto why = machine_finding(); !why.empty()) {
+    return "this machine itself would be named: " + why;
+  }
+  return "";
+}
+
 // Three nodes of an elastic job (--nnodes=2:3) on loopback with --node-check=exclude; the
 // first serves the store, having started before the others. The first round closes when the
 // third node joins: the last call is long so that a node slow to start still makes it, and it
@@ -118,13 +132,8 @@ struct ElasticJob {
 
 TEST_CASE("node check: exclude leaves out the node whose /dev/shm is nearly full, and the other "
           "two run the job", "[launcher][node_check][elastic]") {
-  const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
-  if (!can_mount(small_shm)) {
-    WARN("skipped: cannot mount a tmpfs in a mount namespace here (unshare --mount)");
-    return;
-  }
-  if (const auto why = machine_finding(); !why.empty()) {
-    WARN("skipped: this machine itself would be named: " + why);
+  if (const auto why = why_no_small_shm(); !why.empty()) {
+    WARN("skipped: " + why);
     return;
   }
   ElasticJob job;
@@ -159,13 +168,8 @@ TEST_CASE("node check: exclude leaves out the node whose /dev/shm is nearly full
 
 TEST_CASE("node check: exclude refuses the job when the node named serves the store",
           "[launcher][node_check][elastic]") {
-  const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
-  if (!can_mount(small_shm)) {
-    WARN("skipped: cannot mount a tmpfs in a mount namespace here (unshare --mount)");
-    return;
-  }
-  if (const auto why = machine_finding(); !why.empty()) {
-    WARN("skipped: this machine itself would be named: " + why);
+  if (const auto why = why_no_small_shm(); !why.empty()) {
+    WARN("skipped: " + why);
     return;
   }
   ElasticJob job;
@@ -186,16 +190,11 @@ TEST_CASE("node check: exclude refuses the job when the node named serves the st
 
 TEST_CASE("node check: refuse names the node whose /dev/shm is nearly full on every node, and "
           "no worker starts", "[launcher][node_check]") {
-  const std::string small_shm = "mount -t tmpfs -o size=16m tmpfs /dev/shm";
-  if (!can_mount(small_shm)) {
-    WARN("skipped: cannot mount a tmpfs in a mount namespace here (unshare --mount)");
+  if (const auto why = why_no_small_shm(); !why.empty()) {
+    WARN("skipped: " + why);
     return;
   }
   TempDir dir;
-  if (const auto why = machine_finding(); !why.empty()) {
-    WARN("skipped: this machine itself would be named: " + why);
-    return;
-  }
   const auto port = port_arg(free_port());
   const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
   DdprunProcess node0(fake({"--nnodes=2", "--node-rank=0", port, "--node-check=refuse"}), env);

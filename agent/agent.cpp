@@ -228,6 +228,7 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   inputs.program_dir = program_dir(config_);
   NodeProbe mine = probe_node(inputs);
   mine.serves_store = ctx_.hosts_store;
+  mine.min_nodes = config_.min_nodes;
   const int me = round_->ranks.group_rank;
   const int group = round_->ranks.group_world_size;
   // The listener is up before this node's report says where it is.
@@ -258,7 +259,7 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   }
   Exclusion exclusion;
   if (config_.node_check == NodeCheck::kExclude) {
-    exclusion = plan_exclusion(findings, nodes, config_.min_nodes);
+    exclusion = plan_exclusion(findings, nodes);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   auto listed = nlohmann::json::array();

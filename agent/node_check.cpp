@@ -163,6 +163,7 @@ nlohmann::json to_json(const NodeProbe& p) {
           {"processes", p.processes},
           {"link_port", p.link_port},
           {"serves_store", p.serves_store},
+          {"min_nodes", p.min_nodes},
           {"seconds", p.seconds}};
 }
 
@@ -184,6 +185,7 @@ NodeProbe probe_from_json(const nlohmann::json& j) {
     p.processes = j.at("processes").get<std::uint64_t>();
     p.link_port = j.at("link_port").get<std::uint16_t>();
     p.serves_store = j.at("serves_store").get<bool>();
+    p.min_nodes = j.at("min_nodes").get<int>();
     p.seconds = j.at("seconds").get<double>();
     return p;
   } catch (const nlohmann::json::exception& e) {
@@ -233,7 +235,7 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
 }
 
 Exclusion plan_exclusion(const std::vector<Finding>& findings,
-                         const std::vector<NodeProbe>& nodes, int min_nodes) {
+                         const std::vector<NodeProbe>& nodes) {
   Exclusion out;
   for (const auto& f : findings) {
     if (f.link_to < 0) out.nodes.push_back(f.node);
@@ -250,6 +252,8 @@ Exclusion plan_exclusion(const std::vector<Finding>& findings,
       return out;
     }
   }
+  int min_nodes = 1;
+  for (const auto& n : nodes) min_nodes = std::max(min_nodes, n.min_nodes);
   const int left = static_cast<int>(nodes.size() - out.nodes.size());
   if (!out.nodes.empty() && left < min_nodes) {
     out.refused = fmt::format("without {} node(s) the job would have {}, under --nnodes' "

@@ -67,6 +67,7 @@ struct NodeProbe {
   std::uint64_t processes = 0;     // soft RLIMIT_NPROC (ulimit -u)
   std::uint16_t link_port = 0;     // where it takes the links check (agent/link_check.hpp); 0: not
   bool serves_store = false;       // its agent serves the rendezvous store: it cannot be left out
+  int min_nodes = 1;               // its --nnodes minimum (nodes need not all be given the same)
   double seconds = 0;  // how long the probe took
 };
 
@@ -102,13 +103,14 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
 
 // What --node-check=exclude does with the findings: the nodes named as nodes, to start without,
 // or, when the job cannot go on without them, why not. A finding about two nodes is not pinned
-// on either (the check cannot tell which is at fault): it excludes neither.
+// on either (the check cannot tell which is at fault): it excludes neither. The minimum is the
+// largest of the nodes' own, so that every node decides alike whatever it was given.
 struct Exclusion {
   std::vector<int> nodes;  // in order, no node twice
   std::string refused;     // non-empty: why the job cannot start without `nodes`
 };
 Exclusion plan_exclusion(const std::vector<Finding>& findings,
-                         const std::vector<NodeProbe>& nodes, int min_nodes);
+                         const std::vector<NodeProbe>& nodes);
 
 // Findings node by node, each node's in the order found.
 void order_by_node(std::vector<Finding>& findings);

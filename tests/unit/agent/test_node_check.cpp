@@ -144,6 +144,7 @@ TEST_CASE("node check: a report round-trips through JSON, and a foreign one is r
   p.dirs[0].error = "Permission denied";
   p.seconds = 0.25;
   p.serves_store = true;
+  p.min_nodes = 3;
   const NodeProbe back = probe_from_json(to_json(p));
   CHECK(to_json(back) == to_json(p));
   CHECK_THROWS_AS(probe_from_json(nlohmann::json{{"node", 1}}), ProtocolError);
@@ -178,21 +179,25 @@ TEST_CASE("node check: exclude leaves out the nodes named as nodes, within the m
   const Finding link{1, "host1", "link to node 2 (host2): 9 MB/s", 2};
 
   SECTION("each node named once, in order; a finding about one link excludes neither end") {
-    const auto plan = plan_exclusion({slow, shm, limit, link}, nodes, 2);
+    const auto plan = plan_exclusion({slow, shm, limit, link}, nodes);
     CHECK(plan.nodes == std::vector<int>{2, 3});
     CHECK(plan.refused.empty());
   }
   SECTION("only links named: nobody is left out") {
-    const auto plan = plan_exclusion({link}, nodes, 2);
+    const auto plan = plan_exclusion({link}, nodes);
     CHECK(plan.nodes.empty());
     CHECK(plan.refused.empty());
   }
   SECTION("fewer than the minimum left: refused, saying how many") {
-    const auto plan = plan_exclusion({shm, slow}, nodes, 3);
+    // One node given a larger minimum than the others decides for all: the largest counts.
+    nodes[1].min_nodes = 3;
+    const auto plan = plan_exclusion({shm, slow}, nodes);
     CHECK(plan.refused == "without 2 node(s) the job would have 2, under --nnodes' minimum of 3");
+    nodes[1].min_nodes = 2;
+    CHECK(plan_exclusion({shm, slow}, nodes).refused.empty());
   }
   SECTION("the node that serves the store cannot be left out") {
-    const auto plan = plan_exclusion({Finding{0, "host0", "ulimit -u is 100"}, shm}, nodes, 1);
+    const auto plan = plan_exclusion({Finding{0, "host0", "ulimit -u is 100"}, shm}, nodes);
     CHECK(plan.refused ==
           "node 0 (host0) serves the rendezvous store, which the job cannot go on without");
   }

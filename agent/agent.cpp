@@ -311,15 +311,7 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
 // instead of waiting for a round.
 RunResult Agent::refuse(std::string reason) {
   auto refused = result(RunResult::End::kNodeCheckRefused, std::move(reason));
-  const int me = round_->ranks.group_rank;
-  try {
-    RoundChannel(*ctx_.store, *round_, config_.rdzv_conf.read_timeout)
-        .publish_outcome(agent_failure(ctx_.host, me, round_->id, Failure::Kind::kAgent,
-                                       kExitNodeCheck, refused.reason)
-                             .to_json());
-  } catch (const Error& e) {
-    spdlog::warn("node check: publishing the refusal: {}", e.what());
-  }
+  publish_check_outcome(Failure::Kind::kAgent, kExitNodeCheck, refused.reason, "the refusal");
   ctx_.rendezvous->job_ended();
   say_goodbye(-1);
   return refused;
@@ -353,16 +345,24 @@ Agent::NodeCheckOutcome Agent::exclude(const std::vector<int>& excluded,
   }
   spdlog::warn("node check: going on without {}: {} of {} node(s) (--node-check=exclude)", names,
                left, nodes.size());
+  publish_check_outcome(Failure::Kind::kMembership, 0, "--node-check=exclude left out " + names,
+                        "the exclusion");
+  return {true, std::nullopt};
+}
+
+// The first round's outcome, decided by the check before any worker: every member acts on its
+// own verdict, so the outcome is for the nodes outside the round (spares, latecomers), and a
+// store that fails here is only said.
+void Agent::publish_check_outcome(Failure::Kind kind, int exit_code, const std::string& message,
+                                  const char* what) {
   try {
     RoundChannel(*ctx_.store, *round_, config_.rdzv_conf.read_timeout)
-        .publish_outcome(agent_failure(ctx_.host, me, round_->id, Failure::Kind::kMembership, 0,
-                                       "--node-check=exclude left out " + names)
+        .publish_outcome(agent_failure(ctx_.host, round_->ranks.group_rank, round_->id, kind,
+                                       exit_code, message)
                              .to_json());
   } catch (const Error& e) {
-    // Every member re-forms on its own verdict; the outcome is for the spares.
-    spdlog::warn("node check: publishing the exclusion: {}", e.what());
+    spdlog::warn("node check: publishing {}: {}", what, e.what());
   }
-  return {true, std::nullopt};
 }
 
 // A spare, or a node that came after the end: the job's outcome was decided without it.

@@ -86,6 +86,8 @@ class Agent {
   // --node-check at the job's first round.
   NodeCheckOutcome check_nodes();
   RunResult refuse(std::string reason);
+  void publish_check_outcome(Failure::Kind kind, int exit_code, const std::string& message,
+                             const char* what);
   NodeCheckOutcome exclude(const std::vector<int>& excluded, const std::vector<Finding>& findings,
                            const std::vector<NodeProbe>& nodes);
   void start_file_timer();

@@ -330,27 +330,30 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
   for (const auto& c : checked) {
     if (c.shm_free) e.sample("ddprun_node_check_shm_free_bytes", node_labels(*c.node), *c.shm_free);
   }
-  // The links this node sent on, by the node at the other end; those a ping crossed (a round
-  // trip measured) for the clock's offset, which may be zero or less.
-  const auto link_samples = [&](const char* name, double Link::*field) {
-    const bool offset = field == &Link::clock_offset_seconds;
+  // The links this node sent on, by the node at the other end, each that measured `field`:
+  // `measured_by` above zero (the round trip, for the clock's offset, which may be zero or less).
+  const auto link_samples = [&](const char* name, double Link::*field,
+                                double Link::*measured_by) {
     for (const auto& c : checked) {
       for (const auto& l : c.links) {
-        if ((offset ? l.rtt_seconds : l.*field) <= 0) continue;
+        if (l.*measured_by <= 0) continue;
         e.sample(name, fmt::format("{},to=\"{}\"", node_labels(*c.node), l.to), l.*field);
       }
     }
   };
   e.family("ddprun_node_check_link_bytes_per_second", "gauge",
            "Throughput of the link from this node to another, as --node-check measured it.");
-  link_samples("ddprun_node_check_link_bytes_per_second", &Link::bytes_per_second);
+  link_samples("ddprun_node_check_link_bytes_per_second", &Link::bytes_per_second,
+               &Link::bytes_per_second);
   e.family("ddprun_node_check_link_round_trip_seconds", "gauge",
            "Shortest round trip on the link from this node to another, as --node-check "
            "measured it.");
-  link_samples("ddprun_node_check_link_round_trip_seconds", &Link::rtt_seconds);
+  link_samples("ddprun_node_check_link_round_trip_seconds", &Link::rtt_seconds,
+               &Link::rtt_seconds);
   e.family("ddprun_node_check_link_clock_offset_seconds", "gauge",
            "The other node's wall clock minus this node's, as --node-check measured it.");
-  link_samples("ddprun_node_check_link_clock_offset_seconds", &Link::clock_offset_seconds);
+  link_samples("ddprun_node_check_link_clock_offset_seconds", &Link::clock_offset_seconds,
+               &Link::rtt_seconds);
 }
 
 }  // namespace

@@ -58,8 +58,14 @@ class ElasticCluster {
   std::string events(const std::string& name) const { return dir_.file(name + ".jsonl"); }
 
   std::vector<nlohmann::json> read(const std::string& name, const std::string& event) const {
+    return read_events(events(name), event);
+  }
+
+  // The `event` records of an --events-file, in order (lines not yet whole are skipped).
+  static std::vector<nlohmann::json> read_events(const std::string& path,
+                                                 const std::string& event) {
     std::vector<nlohmann::json> out;
-    for (const auto& line : read_lines(events(name))) {
+    for (const auto& line : read_lines(path)) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (!j.is_discarded() && j.value("event", "") == event) out.push_back(j);
     }

@@ -16,6 +16,7 @@
 #include "agent/node_check.hpp"
 #include "common/exit_codes.hpp"
 #include "testing/ddprun_process.hpp"
+#include "testing/elastic_cluster.hpp"
 #include "testing/test_util.hpp"
 
 using namespace ddprun::test;
@@ -104,11 +105,8 @@ struct ElasticJob {
 
   // The node_check event `name` wrote.
   nlohmann::json check_event(const std::string& name) const {
-    for (const auto& line : read_lines(dir.file(name + ".jsonl"))) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("event", "") == "node_check") return j;
-    }
-    return nullptr;
+    const auto events = ElasticCluster::read_events(dir.file(name + ".jsonl"), "node_check");
+    return events.empty() ? nlohmann::json() : events.front();
   }
 
   // Starts the node that serves the store, and returns once it waits for the others.
@@ -116,10 +114,7 @@ struct ElasticJob {
     auto first = std::make_unique<DdprunProcess>(flags("a"), env(), wrapper);
     const bool waiting = wait_until(
         [&] {
-          for (const auto& line : read_lines(dir.file("a.jsonl"))) {
-            if (line.find("\"rendezvous_started\"") != std::string::npos) return true;
-          }
-          return false;
+          return !ElasticCluster::read_events(dir.file("a.jsonl"), "rendezvous_started").empty();
         },
         60s);
     INFO(first->output());

@@ -19,6 +19,8 @@ using nlohmann::json;
 
 // The host whose result carries the job's root cause: the earliest failure in time.
 const HostOutcome* root_cause_host(const ClusterResult& r) {
+  // The others' root cause after this command stopped them for a host that left is the stop.
+  if (r.stopped_for >= 0) return nullptr;
   const HostOutcome* best = nullptr;
   double best_time = 0;
   for (const auto& h : r.hosts) {
@@ -63,6 +65,11 @@ int exit_code_of(const ClusterResult& r) {
   if (const auto* h = root_cause_host(r)) {
     const int code = (*h->result)["root_cause"].value("exit_code", 0);
     return code != 0 ? code : kExitInternal;
+  }
+  if (r.stopped_for >= 0) {
+    // The host that left is the job's end, not the others this command stopped after it.
+    const int code = result_code(r.hosts.at(static_cast<std::size_t>(r.stopped_for)));
+    return code > 0 ? code : kExitHosts;
   }
   bool lost = false;
   bool succeeded = false;
@@ -167,6 +174,11 @@ void report_cluster(const ClusterResult& r) {
     reason = fmt::format("stopped by {}", signal_name(r.signal));
   } else if (cause != nullptr) {
     reason = cause->result->value("reason", std::string());
+  } else if (r.stopped_for >= 0) {
+    const auto& h = r.hosts.at(static_cast<std::size_t>(r.stopped_for));
+    reason = fmt::format("host {} (node {}) left the job, which could not go on without it: {}",
+                         h.spec.host, h.node,
+                         h.result ? h.result->value("reason", std::string()) : h.problem);
   } else {
     for (const auto& h : r.hosts) {
       if (!h.problem.empty()) {

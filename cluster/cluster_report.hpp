@@ -12,7 +12,8 @@
 namespace ddprun {
 
 // 123 when a check failed or a host was lost without a failure to blame; 128+N when this command
-// was stopped by signal N; else the job's: the root cause's exit code, 0 when every agent
+// was stopped by signal N; else the job's: the root cause's exit code, the code of the host
+// that left an elastic job under its minimum (123 if it ended without one), 0 when every agent
 // succeeded, or the first agent's non-zero code.
 int exit_code_of(const ClusterResult& result);
 

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
@@ -174,6 +175,7 @@ struct ClusterHead::Impl {
       answered(node, report.body.value("reason", std::string("refused to start")));
     } else if (report.kind == Report::Kind::kResult) {
       h.result = report.body;
+      gone(node);
     } else if (report.kind == Report::Kind::kEnded) {
       h.stderr_tail = report.body.value("stderr_tail", std::vector<std::string>());
       ended(node, report.body.value("code", 255),
@@ -204,8 +206,41 @@ struct ClusterHead::Impl {
                                               code);
       spdlog::error("host {} (node {}): {}; its agent stops its workers", h.spec.host, h.node,
                     h.problem);
+      gone(node);
     }
     maybe_finish();
+  }
+
+  // A host's agent ended while the job runs. When it ended on its own (a kill, a lost
+  // connection, its own error: not the job's failure, which every agent ends with, carrying its
+  // root cause), the others of an elastic job go on without it while they are at least the
+  // job's minimum. Below it they would wait out the rendezvous' join timeout for a node that no
+  // --hosts job can bring: they are stopped now.
+  void gone(int node) {
+    if (!result.elastic || phase != Phase::kRunning) return;
+    const auto& h = host(node);
+    if (h.result && (h.result->value("exit_code", 0) == 0 || h.result->value("left_out", false) ||
+                     !h.result->value("root_cause", nlohmann::json()).is_null())) {
+      return;
+    }
+    int running = 0;
+    for (const auto& other : result.hosts) {
+      if (other.ready && !other.result && !host_ended[static_cast<std::size_t>(other.node)]) {
+        ++running;
+      }
+    }
+    if (running == 0) return;
+    const auto why = h.result ? h.result->value("reason", std::string()) : h.problem;
+    if (running >= config.min_nodes) {
+      spdlog::warn("host {} (node {}) left the job: {}; it goes on with {} host(s)", h.spec.host,
+                   h.node, why, running);
+      return;
+    }
+    result.stopped_for = node;
+    spdlog::error("host {} (node {}) left the job: {}; the job needs at least {} host(s) "
+                  "(--nnodes) and no other can join a --hosts job: stopping the {} left",
+                  h.spec.host, h.node, why, config.min_nodes, running);
+    stop_agents(SIGTERM);
   }
 
   // Hosts below a relay whose connection ended: nobody can tell them anything any more (their
@@ -354,16 +389,19 @@ struct ClusterHead::Impl {
       abort_start();
       return;
     }
-    phase = Phase::kStopping;
     spdlog::info("{}: forwarding it to the agents on {} hosts", signal_name(signal),
                  result.hosts.size());
+    stop_agents(signal);
+  }
+
+  // Every agent still running stops as on `signal`. Each gives its workers the shutdown grace;
+  // beyond it (and the time to hear of it) the connections are ended, which makes every agent
+  // stop at once.
+  void stop_agents(int signal) {
+    phase = Phase::kStopping;
     for (std::size_t t = 0; t < sessions.size(); ++t) {
-      if (!session_ended[t]) {
-        sessions[t]->send(encode_control({Control::Kind::kSignal, signal}));
-      }
+      if (!session_ended[t]) sessions[t]->send(encode_control({Control::Kind::kSignal, signal}));
     }
-    // Each agent gives its workers the shutdown grace; beyond it (and the time to hear of it)
-    // the connections are ended, which makes every agent stop at once.
     arm_stop_timer(config.shutdown_timeout + cluster.hangup_timeout + std::chrono::seconds(10));
   }
 

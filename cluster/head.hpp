@@ -36,6 +36,9 @@ struct ClusterResult {
   bool elastic = false;
   std::string run_id;
   std::vector<HostOutcome> hosts;
+  // The node whose agent ended on its own, leaving an elastic job under its --nnodes minimum,
+  // after which this command stopped the others; -1: none.
+  int stopped_for = -1;
   double seconds = 0;
 };
 

@@ -176,8 +176,8 @@ RendezvousBackend::RendezvousBackend(const LaunchConfig& config, const std::stri
       serve(client_options_.host, client_options_.port);
     } catch (const ConnectionError& e) {
       if (config.rdzv_conf.is_host.value_or(false)) throw;
-      spdlog::info("store at {} is served by another process; joining it as a client",
-                   format_host_port(client_options_.host, client_options_.port));
+      spdlog::info("store at {} is served by another process ({}); joining it as a client",
+                   format_host_port(client_options_.host, client_options_.port), e.what());
     }
   }
   // The agent that serves the store uses it in-process; everyone else connects over TCP.

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -103,17 +104,31 @@ namespace {
 
 // The state letter of a /proc stat file, 0 when it cannot be read. "pid (comm) S ...": the
 // command may contain spaces and parentheses, the state follows the last ')'.
-char stat_state(const std::string& path) {
+// What follows "(comm) " in a /proc stat file ("S 1234 ..."), empty when it cannot be read.
+std::string stat_fields(const std::string& path) {
   std::ifstream stat(path);
   std::string content;
-  if (!std::getline(stat, content)) return 0;
+  if (!std::getline(stat, content)) return {};
   const auto close = content.rfind(')');
-  return close != std::string::npos && close + 2 < content.size() ? content[close + 2] : 0;
+  return close != std::string::npos && close + 2 < content.size() ? content.substr(close + 2)
+                                                                  : std::string();
+}
+
+char stat_state(const std::string& path) {
+  const auto fields = stat_fields(path);
+  return fields.empty() ? 0 : fields[0];
 }
 
 }  // namespace
 
 char process_state(pid_t pid) { return stat_state("/proc/" + std::to_string(pid) + "/stat"); }
+
+pid_t parent_of(pid_t pid) {
+  std::istringstream fields(stat_fields("/proc/" + std::to_string(pid) + "/stat"));
+  char state = 0;
+  pid_t parent = 0;
+  return fields >> state >> parent ? parent : 0;
+}
 
 bool process_alive(pid_t pid) {
   const char state = process_state(pid);

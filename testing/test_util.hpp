@@ -37,6 +37,8 @@ int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 // The state letter of /proc/PID/stat ('R', 'S', 'Z' for exited but not reaped, ...); 0 when
 // there is no such process.
 char process_state(pid_t pid);
+// The parent's pid from /proc/PID/stat; 0 when there is no such process.
+pid_t parent_of(pid_t pid);
 // True when a process with this pid exists (and is not a zombie).
 bool process_alive(pid_t pid);
 // True when every thread of the process is stopped (state T). kill(pid, SIGSTOP) returns

@@ -18,7 +18,8 @@ add_executable(hosts_tests
 target_link_libraries(hosts_tests PRIVATE ddprun_test_main ddprun_test_support)
 target_compile_definitions(hosts_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
+  DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>"
   FAKE_WORKER_BINARY="$<TARGET_FILE:fake_worker>"
   LOCAL_SSH="${PROJECT_SOURCE_DIR}/testing/local_ssh.sh")
-add_dependencies(hosts_tests ddprun fake_worker)
+add_dependencies(hosts_tests ddprun ddprun-store fake_worker)
 catch_discover_tests(hosts_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "hosts: " PROPERTIES TIMEOUT 300)

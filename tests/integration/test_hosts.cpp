@@ -13,6 +13,7 @@
 #include <sstream>
 #include <set>
 
+#include "testing/child.hpp"
 #include "testing/ddprun_process.hpp"
 #include "testing/rank_gate.hpp"
 #include "testing/test_util.hpp"
@@ -200,7 +201,9 @@ TEST_CASE("a hostfile, and an elastic job over the hosts", "[hosts]") {
                                 "-x", "FAKE_MODE=env", "-x", "FAKE_ENV_DIR=" + dir.path(),
                                 "--no-python", FAKE_WORKER_BINARY};
   DdprunProcess p(args);
-  REQUIRE(p.wait(kHang) == 0);
+  const int code = p.wait(kHang);
+  INFO("output:\n" << p.output());
+  REQUIRE(code == 0);
   std::set<std::string> ranks;
   for (int rank = 0; rank < 3; ++rank) {
     auto env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
@@ -208,6 +211,42 @@ TEST_CASE("a hostfile, and an elastic job over the hosts", "[hosts]") {
     ranks.insert(env["RANK"]);
   }
   CHECK(ranks.size() == 3);
+}
+
+TEST_CASE("a host that leaves an elastic job under its minimum: the others are stopped at once",
+          "[hosts]") {
+  TempDir dir;
+  {
+    std::ofstream(dir.file("token")) << "the-store-secret\n";
+  }
+  // A store of its own, so that the agent killed below is not the one serving it.
+  const auto port = std::to_string(free_port());
+  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", port,
+                         "--token-file", dir.file("token"), "--log-level", "warn"}, {}, {}});
+  const auto pid_file = dir.file("pids");
+  DdprunProcess p({"--hosts=127.0.0.1:2,127.0.0.2:1", "--ssh-command=" LOCAL_SSH,
+                   "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + port,
+                   "--rdzv-conf=is_host=0", "--token-file=" + dir.file("token"),
+                   "--shutdown-timeout=2", "-x", "FAKE_MODE=grandchild", "-x",
+                   "FAKE_PID_FILE=" + pid_file, "--no-python", FAKE_WORKER_BINARY});
+  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 6; }, kHang));
+  const auto pids = read_lines(pid_file);
+  // A worker's parent is its agent. Without the command's stop, the other agent would wait
+  // out the join timeout (600 s) for a second node.
+  const pid_t agent = parent_of(std::stoi(pids[0]));
+  REQUIRE(agent > 1);
+  kill(agent, SIGKILL);
+  const int code = p.wait(kHang);
+  INFO("output:\n" << p.output());
+  CHECK(code == 123);  // the host left without a result of its own
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("left the job: its agent ended without a result"));
+  CHECK_THAT(out, Contains("the job needs at least 2 host(s) (--nnodes) and no other can join a "
+                           "--hosts job: stopping the 1 left"));
+  CHECK_THAT(out, Contains("which could not go on without it"));
+  CHECK(wait_until_dead(pids, kHang));
+  store.signal(SIGTERM);
+  CHECK(store.wait_for(10s).has_value());
 }
 
 TEST_CASE("tree fan-out: ranks across 10 hosts reached through relays", "[hosts][tree]") {

@@ -37,3 +37,23 @@ TEST_CASE("cluster: a node --node-check=exclude left out does not fail the job t
   r.hosts = {host(0, kExitNodeCheck, true)};
   CHECK(exit_code_of(r) == kExitHosts);
 }
+
+TEST_CASE("cluster: the host that left an elastic job under its minimum is the job's exit "
+          "code, not the others stopped after it", "[cluster]") {
+  ClusterResult r;
+  r.elastic = true;
+  r.hosts = {host(0, 128 + 15), host(1, 7), host(2, 128 + 15)};
+  // The stopped agents name their signal as the root cause.
+  (*r.hosts[0].result)["root_cause"] = {{"exit_code", 128 + 15}, {"unix_time", 1.0}};
+  r.stopped_for = 1;
+  CHECK(exit_code_of(r) == 7);
+  // Without a result of its own (killed, its connection lost): a lost host.
+  r.hosts[1].result.reset();
+  r.hosts[1].problem = "its agent ended without a result (exit code 137)";
+  CHECK(exit_code_of(r) == kExitHosts);
+  // Without the stop, the first non-zero code in node order would have been a stopped one.
+  r.stopped_for = -1;
+  CHECK(exit_code_of(r) == 128 + 15);
+  (*r.hosts[0].result)["root_cause"] = nullptr;
+  CHECK(exit_code_of(r) == 128 + 15);
+}

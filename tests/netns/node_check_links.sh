@@ -8,7 +8,7 @@
 # Usage: node_check_links.sh DDPRUN_BINARY [RUNS]
 #   RUNS (default 1): how many slowed and how many clean runs; passes when the slowed node is
 #   named alone in all runs but one (all of them, for fewer than 20) and no clean run names
-#   anything.
+#   anything (for fewer than 20, a clean run that does is run once more and judged by that).
 set -euo pipefail
 # The caller's ddprun settings must not change what runs here: every flag it needs is given.
 unset PYTHON_EXEC DDPRUN_TOKEN $(compgen -v | grep -E '^(PET|TORCHELASTIC)_' || true)
@@ -81,6 +81,15 @@ scenario() {
     done
     "$cluster" unslow "$NETNS_TAG" "$slow"
     job warn
+    if ! grep -q "node check: $nodes node(s), nothing found" "$work/node1.log" &&
+       (( runs < 20 )); then
+      # Under ctest the suite's other tests share this machine's cores with these five nodes'
+      # traffic, and a descheduled sender can slow every look at one link. Such a moment does
+      # not last a second job; a link that is slow does.
+      echo "run $run, no link slowed: something was named, looking again; node 0 found:"
+      findings
+      job warn
+    fi
     if grep -q "node check: $nodes node(s), nothing found" "$work/node1.log"; then
       clean=$((clean + 1))
     else

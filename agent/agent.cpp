@@ -14,6 +14,7 @@
 #include "agent/failure.hpp"
 #include "agent/link_check.hpp"
 #include "agent/node_check.hpp"
+#include "agent/node_check_table.hpp"
 #include "agent/round_channel.hpp"
 #include "agent/status_board.hpp"
 #include "agent/worker_launch.hpp"
@@ -273,14 +274,24 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
                        {"findings", std::move(listed)}, {"seconds", seconds}};
   if (exclusion.refused.empty() && !exclusion.nodes.empty()) event["excluded"] = exclusion.nodes;
   emit("node_check", std::move(event));
+  const bool to_command = static_cast<bool>(ctx_.report_node_check);
+  if (to_command && me == 0) {
+    ctx_.report_node_check(format_node_check_table(nodes, findings, measured, seconds));
+  }
   for (const auto& f : findings) {
-    if (me == 0 || f.node == me) spdlog::warn("node check: {}", f.line());
+    if (me == 0 || f.node == me) {
+      spdlog::log(to_command ? spdlog::level::debug : spdlog::level::warn, "node check: {}",
+                  f.line());
+    }
   }
   if (findings.empty()) {
-    spdlog::info("node check: {} node(s), nothing found{} ({:.0f} ms)", nodes.size(),
-                 links_summary(measured), seconds * 1e3);
+    spdlog::log(to_command ? spdlog::level::debug : spdlog::level::info,
+                "node check: {} node(s), nothing found{} ({:.0f} ms)", nodes.size(),
+                links_summary(measured), seconds * 1e3);
     return {};
   }
+  // What every node decides alike, said once on the command's console.
+  const auto once = to_command && me != 0 ? spdlog::level::debug : spdlog::level::warn;
   switch (config_.node_check) {
     case NodeCheck::kExclude:
       if (!exclusion.refused.empty()) {
@@ -290,9 +301,9 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
                                           findings.front().line()))};
       }
       if (!exclusion.nodes.empty()) return exclude(exclusion.nodes, findings, nodes);
-      spdlog::warn("node check: {} finding(s), each about a link between two nodes the check "
-                   "cannot tell apart; starting with every node (--node-check=exclude)",
-                   findings.size());
+      spdlog::log(once, "node check: {} finding(s), each about a link between two nodes the "
+                  "check cannot tell apart; starting with every node (--node-check=exclude)",
+                  findings.size());
       return {};
     case NodeCheck::kRefuse:
       return {false, refuse(fmt::format("--node-check=refuse: {} finding(s), the first: {}",
@@ -301,8 +312,9 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
     case NodeCheck::kOff:
       break;
   }
-  spdlog::warn("node check: {} finding(s) among {} node(s); starting anyway (--node-check=warn)",
-               findings.size(), nodes.size());
+  spdlog::log(once, "node check: {} finding(s) among {} node(s); starting anyway "
+              "(--node-check=warn)",
+              findings.size(), nodes.size());
   return {};
 }
 

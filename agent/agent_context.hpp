@@ -39,6 +39,10 @@ struct AgentContext {
   // connection per node). See agent/settlement.hpp.
   std::unique_ptr<store::Store> spare_watch_store;
   bool hosts_store = false;    // this agent's process serves the store: it leaves last
+  // --hosts: the node check's table goes to the command, which prints it once for every host
+  // (group rank 0 sends it; the agents keep their finding lines to their debug log). Null:
+  // each agent prints its findings.
+  std::function<void(const std::string& table)> report_node_check;
   // --numa-binding / --cpu-bind: each local rank's placement, planned at start; empty: none.
   std::vector<Placement> placements;
 };

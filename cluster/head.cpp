@@ -100,6 +100,7 @@ struct ClusterHead::Impl {
   // work. (A timer whose expiry is already queued when it is cancelled still runs its handler
   // with success.)
   bool finished = false;
+  bool node_check_shown = false;
   ClusterResult result;
   Clock::time_point started_at;
 
@@ -176,6 +177,10 @@ struct ClusterHead::Impl {
     } else if (report.kind == Report::Kind::kResult) {
       h.result = report.body;
       gone(node);
+    } else if (report.kind == Report::Kind::kNodeCheck && !node_check_shown) {
+      // The first round's group rank 0 sends it once; a node of a later round checks nothing.
+      node_check_shown = true;
+      write_all(STDERR_FILENO, report.body.value("table", std::string()));
     } else if (report.kind == Report::Kind::kEnded) {
       h.stderr_tail = report.body.value("stderr_tail", std::vector<std::string>());
       ended(node, report.body.value("code", 255),

@@ -122,6 +122,8 @@ const char* to_string(Report::Kind kind) {
       return "result";
     case Report::Kind::kEnded:
       return "ended";
+    case Report::Kind::kNodeCheck:
+      return "node_check";
   }
   return "?";
 }
@@ -144,7 +146,7 @@ std::optional<Report> decode_report(std::string_view token, std::string_view lin
   Report r;
   bool known = false;
   for (auto kind : {Report::Kind::kReady, Report::Kind::kRefused, Report::Kind::kResult,
-                    Report::Kind::kEnded}) {
+                    Report::Kind::kEnded, Report::Kind::kNodeCheck}) {
     if (word == to_string(kind)) {
       r.kind = kind;
       known = true;

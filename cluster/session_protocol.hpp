@@ -10,7 +10,8 @@
 //     argument on the remote shell's command line could not exceed 128 KiB).
 //   agent -> head, on the agent's stdout among its workers' lines:
 //     "<marker><token> <kind> <JSON>": kind "ready" (checks passed), "refused" (a check failed:
-//     reason), "result" (the agent's end: summary, root cause, exit code).
+//     reason), "node_check" (--node-check's table, from the job's group rank 0), "result" (the
+//     agent's end: summary, root cause, exit code).
 // The token is random per job and known only to the head and its agents (workers do not get
 // it), so a worker cannot forge a report by printing one.
 
@@ -26,7 +27,7 @@
 
 namespace ddprun {
 
-inline constexpr int kSessionProtocol = 2;
+inline constexpr int kSessionProtocol = 3;
 // The remote command's first argument: the agent reads a hello from stdin before parsing the
 // rest of its arguments as usual.
 inline constexpr std::string_view kSessionFlag = "--ddprun-session";
@@ -75,11 +76,12 @@ struct Report {
     kResult,   // the agent's end (body: its summary, root cause and exit code)
     kEnded,    // from a relay (tree fan-out): a subtree host's remote shell exited (body: code,
                // stderr_tail, lost)
+    kNodeCheck,  // --node-check's verdict for every host, as a table (body: table)
   };
   Kind kind = Kind::kReady;
   nlohmann::json body;  // every body has the host's "node"
 };
-// The kind as it is written on the line: "ready", "refused", "result", "ended".
+// The kind as it is written on the line: "ready", "refused", "result", "ended", "node_check".
 const char* to_string(Report::Kind kind);
 std::string encode_report(std::string_view token, const Report& report);  // without '\n'
 // nullopt when the line is not a report of a known kind carrying this token (an ordinary

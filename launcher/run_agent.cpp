@@ -188,6 +188,13 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     ctx.base_env.erase(store::kTokenEnv);  // the store's secret is the agents', not the workers'
     ctx.events = &events;
     ctx.status = &board;
+    if (session != nullptr) {
+      ctx.report_node_check = [session](const std::string& table) {
+        session->link->report({Report::Kind::kNodeCheck,
+                               {{"node", session->hello.node}, {"table", table}}},
+                              session->hello.token);
+      };
+    }
     for (const auto& rank : placement.ranks) ctx.placements.push_back(rank.placement);
     Agent agent(config, std::move(ctx));
     signals.attach([&agent](int signo) { agent.on_signal(signo); });

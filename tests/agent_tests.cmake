@@ -6,6 +6,7 @@ add_executable(agent_unit_tests
   unit/agent/test_file_timer.cpp
   unit/agent/test_link_check.cpp
   unit/agent/test_node_check.cpp
+  unit/agent/test_node_check_table.cpp
   unit/agent/test_rank_stacks.cpp
   unit/agent/test_stack_report.cpp
   unit/agent/test_status_board.cpp

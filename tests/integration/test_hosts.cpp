@@ -249,6 +249,29 @@ TEST_CASE("a host that leaves an elastic job under its minimum: the others are s
   CHECK(store.wait_for(10s).has_value());
 }
 
+TEST_CASE("node check: the command prints one table for every host, each finding once",
+          "[hosts][node_check]") {
+  // Every agent inherits the remote shell's limits: under 1024 open files, each host is named.
+  auto args = on_hosts(kThreeHosts, {"--node-check=warn"});
+  args[1] = "--ssh-command=prlimit --nofile=512: " LOCAL_SSH;
+  DdprunProcess p(args);
+  const int code = p.wait(kHang);
+  const auto out = p.output();
+  INFO("output:\n" << out);
+  REQUIRE(code == 0);  // warn: the job runs
+  CHECK(count_of(out, "Node check: 3 nodes, 3 findings (") == 1);
+  CHECK(count_of(out, "/dev/shm free") == 1);
+  for (int node = 0; node < 3; ++node) {
+    const auto finding = "\n  node " + std::to_string(node) + " (" + fmt_host(node + 1) +
+                         "): ulimit -n is 512 (at least 1024 needed)\n";
+    CHECK(count_of(out, finding) == 1);
+  }
+  CHECK(count_of(out, "  1 finding\n") == 3);  // a row for each host
+  // The agents keep their own lines of it to their debug log: nothing twice.
+  CHECK(count_of(out, "node check: node ") == 0);
+  CHECK(count_of(out, "starting anyway (--node-check=warn)") == 1);
+}
+
 TEST_CASE("tree fan-out: ranks across 10 hosts reached through relays", "[hosts][tree]") {
   TempDir dir;
   std::string hosts;

@@ -19,12 +19,15 @@ using nlohmann::json;
 
 // The host whose result carries the job's root cause: the earliest failure in time.
 const HostOutcome* root_cause_host(const ClusterResult& r) {
-  // The others' root cause after this command stopped them for a host that left is the stop.
-  if (r.stopped_for >= 0) return nullptr;
   const HostOutcome* best = nullptr;
   double best_time = 0;
   for (const auto& h : r.hosts) {
     if (!h.result || !h.result->contains("root_cause") || (*h.result)["root_cause"].is_null()) {
+      continue;
+    }
+    // Once this command stopped the others for a host that left, their signal is not a cause.
+    if (r.stopped_for >= 0 && (*h.result)["root_cause"].value("kind", 0) ==
+                                  static_cast<int>(Failure::Kind::kSignal)) {
       continue;
     }
     const double t = (*h.result)["root_cause"].value("unix_time", 0.0);

@@ -101,6 +101,7 @@ struct ClusterHead::Impl {
   // with success.)
   bool finished = false;
   bool node_check_shown = false;
+  bool losing_subtree = false;  // a relay's connection ended: its hosts are being counted out
   ClusterResult result;
   Clock::time_point started_at;
 
@@ -179,8 +180,12 @@ struct ClusterHead::Impl {
       gone(node);
     } else if (report.kind == Report::Kind::kNodeCheck && !node_check_shown) {
       // The first round's group rank 0 sends it once; a node of a later round checks nothing.
+      // A quiet log (--log-level warn) shows it only when it found something.
       node_check_shown = true;
-      write_all(STDERR_FILENO, report.body.value("table", std::string()));
+      if (report.body.value("findings", 0) > 0 ||
+          spdlog::default_logger()->should_log(spdlog::level::info)) {
+        write_all(STDERR_FILENO, report.body.value("table", std::string()));
+      }
     } else if (report.kind == Report::Kind::kEnded) {
       h.stderr_tail = report.body.value("stderr_tail", std::vector<std::string>());
       ended(node, report.body.value("code", 255),
@@ -216,18 +221,21 @@ struct ClusterHead::Impl {
     maybe_finish();
   }
 
-  // A host's agent ended while the job runs. When it ended on its own (a kill, a lost
-  // connection, its own error: not the job's failure, which every agent ends with, carrying its
-  // root cause), the others of an elastic job go on without it while they are at least the
-  // job's minimum. Below it they would wait out the rendezvous' join timeout for a node that no
-  // --hosts job can bring: they are stopped now.
+  // Whether a host left the job on its own: its agent ended without a result (killed, its
+  // connection lost) or with an end of its own (a signal to it, its store, its own error), not
+  // one every agent of the job reaches (a failure, a refusal, the job's success).
+  bool left_on_its_own(const HostOutcome& h) const {
+    if (h.result) return h.result->value("own_end", false);
+    return h.ready && host_ended[static_cast<std::size_t>(h.node)] && !h.problem.empty();
+  }
+
+  // A host left while the job runs. The others of an elastic job go on without it while they
+  // are at least the job's minimum; below it they would wait out the rendezvous' join timeout
+  // for a node that no --hosts job can bring: they are stopped now.
   void gone(int node) {
-    if (!result.elastic || phase != Phase::kRunning) return;
+    if (!result.elastic || phase != Phase::kRunning || losing_subtree) return;
     const auto& h = host(node);
-    if (h.result && (h.result->value("exit_code", 0) == 0 || h.result->value("left_out", false) ||
-                     !h.result->value("root_cause", nlohmann::json()).is_null())) {
-      return;
-    }
+    if (!left_on_its_own(h)) return;
     int running = 0;
     for (const auto& other : result.hosts) {
       if (other.ready && !other.result && !host_ended[static_cast<std::size_t>(other.node)]) {
@@ -260,6 +268,9 @@ struct ClusterHead::Impl {
     const auto& tail = sessions[t]->stderr_tail();
     h.stderr_tail.assign(tail.begin(), tail.end());
     const bool was_ready = h.ready;
+    // The host and those it relayed leave at once: they are counted out together, then judged
+    // once, by the first of them that left on its own.
+    losing_subtree = true;
     ended(top[t].node, code, "");
     lose_subtree(top[t], was_ready ? fmt::format("lost with the connection to {} (node {}), "
                                                  "which relayed it",
@@ -267,6 +278,13 @@ struct ClusterHead::Impl {
                                    : fmt::format("not reached: {} (node {}), which starts it, "
                                                  "failed",
                                                  h.spec.host, h.node));
+    losing_subtree = false;
+    std::optional<int> first;
+    if (left_on_its_own(h)) first = h.node;
+    for_each_below(top[t], [&](const TreeEntry& below) {
+      if (!first && left_on_its_own(host(below.node))) first = below.node;
+    });
+    if (first) gone(*first);
   }
 
   bool all_answered() const {
@@ -381,9 +399,12 @@ struct ClusterHead::Impl {
   }
 
   void on_signal(int signal) {
-    if (result.signal != 0 || phase == Phase::kAborting) {
-      spdlog::warn("{} again: ending every host's connection (their agents stop their workers)",
-                   signal_name(signal));
+    // After a first signal, or once the hosts are being stopped for one that left: at once.
+    if (result.signal != 0 || phase == Phase::kAborting || result.stopped_for >= 0) {
+      spdlog::warn("{}{}: ending every host's connection (their agents stop their workers)",
+                   signal_name(signal),
+                   result.signal != 0 || phase == Phase::kAborting ? " again"
+                                                                   : " while the hosts stop");
       for (auto& s : sessions) s->kill();
       return;
     }

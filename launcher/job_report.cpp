@@ -83,6 +83,11 @@ nlohmann::json summary_json(const RunResult& r) {
           {"exit_code", exit_code_of(r)},
           // --node-check=exclude left this node out: the job goes on, or went on, without it.
           {"left_out", r.end == RunResult::End::kNodeCheckExcluded},
+          // The end was this agent's own (a signal to it, its store or rendezvous, an error),
+          // not one every agent of the job reaches (a failure, a refusal, the job's success).
+          {"own_end", r.end == RunResult::End::kStopped ||
+                          r.end == RunResult::End::kRendezvousFailed ||
+                          r.end == RunResult::End::kInternalError},
           {"reason", r.reason},
           {"world_size", r.world_size},
           {"root_cause", r.root_cause ? nlohmann::json::parse(r.root_cause->to_json())

@@ -102,9 +102,8 @@ int wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
 
 namespace {
 
-// The state letter of a /proc stat file, 0 when it cannot be read. "pid (comm) S ...": the
-// command may contain spaces and parentheses, the state follows the last ')'.
-// What follows "(comm) " in a /proc stat file ("S 1234 ..."), empty when it cannot be read.
+// What follows "pid (comm) " in a /proc stat file ("S 1234 ..."), empty when it cannot be
+// read: the command may contain spaces and parentheses, the fields follow the last ')'.
 std::string stat_fields(const std::string& path) {
   std::ifstream stat(path);
   std::string content;
@@ -114,6 +113,7 @@ std::string stat_fields(const std::string& path) {
                                                                   : std::string();
 }
 
+// The state letter of a /proc stat file, 0 when it cannot be read.
 char stat_state(const std::string& path) {
   const auto fields = stat_fields(path);
   return fields.empty() ? 0 : fields[0];

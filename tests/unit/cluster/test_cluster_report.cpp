@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "cluster/cluster_report.hpp"
+#include "common/failure_record.hpp"
 #include "common/exit_codes.hpp"
 
 using namespace ddprun;
@@ -44,9 +45,15 @@ TEST_CASE("cluster: the host that left an elastic job under its minimum is the j
   r.elastic = true;
   r.hosts = {host(0, 128 + 15), host(1, 7), host(2, 128 + 15)};
   // The stopped agents name their signal as the root cause.
-  (*r.hosts[0].result)["root_cause"] = {{"exit_code", 128 + 15}, {"unix_time", 1.0}};
+  (*r.hosts[0].result)["root_cause"] = {{"exit_code", 128 + 15}, {"unix_time", 1.0},
+                                        {"kind", static_cast<int>(Failure::Kind::kSignal)}};
   r.stopped_for = 1;
   CHECK(exit_code_of(r) == 7);
+  // A worker's failure at the same moment is still the job's root cause.
+  (*r.hosts[2].result)["root_cause"] = {{"exit_code", 3}, {"unix_time", 2.0},
+                                        {"kind", static_cast<int>(Failure::Kind::kWorker)}};
+  CHECK(exit_code_of(r) == 3);
+  (*r.hosts[2].result)["root_cause"] = nullptr;
   // Without a result of its own (killed, its connection lost): a lost host.
   r.hosts[1].result.reset();
   r.hosts[1].problem = "its agent ended without a result (exit code 137)";

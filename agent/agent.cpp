@@ -25,8 +25,24 @@ namespace ddprun {
 
 using namespace std::chrono_literals;
 
+namespace {
+
+// The directory of the program as given (a script or a binary by path); the working
+// directory for a module, a program found on PATH, or one that is not a file here.
+std::string program_dir(const LaunchConfig& config) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!config.module && fs::is_regular_file(config.program, ec)) {
+    return fs::absolute(config.program, ec).parent_path().string();
+  }
+  return fs::current_path(ec).string();
+}
+
+}  // namespace
+
 Agent::Agent(const LaunchConfig& config, AgentContext context)
     : config_(config), ctx_(std::move(context)) {
+  if (config_.node_check != NodeCheck::kOff) program_dir_ = program_dir(config_);
   ctx_.rendezvous->set_event_sink(
       [this](const std::string& name, nlohmann::json fields) { emit(name, std::move(fields)); });
 }
@@ -201,21 +217,6 @@ std::string Agent::how_it_ended(const AttemptOutcome& outcome) {
   return "ended";
 }
 
-namespace {
-
-// The directory of the program as given (a script or a binary by path); the working
-// directory for a module, a program found on PATH, or one that is not a file here.
-std::string program_dir(const LaunchConfig& config) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!config.module && fs::is_regular_file(config.program, ec)) {
-    return fs::absolute(config.program, ec).parent_path().string();
-  }
-  return fs::current_path(ec).string();
-}
-
-}  // namespace
-
 // Every node of the job's first round looks at itself and publishes it; every node judges all
 // of them by the same rules and reaches the same verdict. Group rank 0 names every finding,
 // each other node its own, so that the console of any node says why the job did not start.
@@ -226,7 +227,7 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   inputs.host = ctx_.host;
   inputs.log_dir = ctx_.log_dir;
   inputs.log_dir_is_scratch = ctx_.log_dir_is_scratch;
-  inputs.program_dir = program_dir(config_);
+  inputs.program_dir = program_dir_;
   NodeProbe mine = probe_node(inputs);
   mine.serves_store = ctx_.hosts_store;
   mine.min_nodes = config_.min_nodes;
@@ -276,7 +277,8 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   emit("node_check", std::move(event));
   const bool to_command = static_cast<bool>(ctx_.report_node_check);
   if (to_command && me == 0) {
-    ctx_.report_node_check(format_node_check_table(nodes, findings, measured, seconds));
+    ctx_.report_node_check(format_node_check_table(nodes, findings, measured, seconds),
+                           findings.size());
   }
   for (const auto& f : findings) {
     if (me == 0 || f.node == me) {
@@ -355,8 +357,13 @@ Agent::NodeCheckOutcome Agent::exclude(const std::vector<int>& excluded,
                                       "{}",
                                       mine->what))};
   }
-  spdlog::warn("node check: going on without {}: {} of {} node(s) (--node-check=exclude)", names,
-               left, nodes.size());
+  // Said once on the command's console: by the first node that goes on.
+  int first_left = 0;
+  while (std::find(excluded.begin(), excluded.end(), first_left) != excluded.end()) ++first_left;
+  spdlog::log(ctx_.report_node_check && me != first_left ? spdlog::level::debug
+                                                         : spdlog::level::warn,
+              "node check: going on without {}: {} of {} node(s) (--node-check=exclude)", names,
+              left, nodes.size());
   publish_check_outcome(Failure::Kind::kMembership, 0, "--node-check=exclude left out " + names,
                         "the exclusion");
   return {true, std::nullopt};

@@ -42,7 +42,7 @@ struct AgentContext {
   // --hosts: the node check's table goes to the command, which prints it once for every host
   // (group rank 0 sends it; the agents keep their finding lines to their debug log). Null:
   // each agent prints its findings.
-  std::function<void(const std::string& table)> report_node_check;
+  std::function<void(const std::string& table, std::size_t findings)> report_node_check;
   // --numa-binding / --cpu-bind: each local rank's placement, planned at start; empty: none.
   std::vector<Placement> placements;
 };

@@ -11,10 +11,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <memory>
+#include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/limits.hpp"
 #include "store/prefix_store.hpp"
@@ -70,6 +75,37 @@ DirProbe probe_dir(const std::string& role, const std::string& path, bool needs_
   return d;
 }
 
+// Each directory's look on a thread of its own, all waited for until `timeout`: where no
+// signal ends a look blocked in the kernel, one that does not come back in time is left to
+// finish on its own (its thread holds only what it shares with the promise) and reported as
+// not answering.
+std::vector<DirProbe> probe_dirs(const std::vector<DirProbe>& wanted,
+                                 std::chrono::milliseconds timeout) {
+  std::vector<std::future<DirProbe>> looks;
+  for (const auto& w : wanted) {
+    auto look = std::make_shared<std::promise<DirProbe>>();
+    looks.push_back(look->get_future());
+    try {
+      std::thread([look, w] { look->set_value(probe_dir(w.role, w.path, w.needs_room)); })
+          .detach();
+    } catch (const std::system_error&) {
+      look->set_value(probe_dir(w.role, w.path, w.needs_room));  // no thread to spare: here
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<DirProbe> out;
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    if (looks[i].wait_until(deadline) == std::future_status::ready) {
+      out.push_back(looks[i].get());
+    } else {
+      out.push_back(wanted[i]);
+      out.back().timed_out = true;
+      out.back().error = fmt::format("did not answer within {}", format_duration(timeout));
+    }
+  }
+  return out;
+}
+
 std::string format_limit(std::uint64_t value, bool bytes) {
   if (value == kUnlimited) return "unlimited";
   return bytes ? format_bytes(value) : std::to_string(value);
@@ -122,12 +158,14 @@ NodeProbe probe_node(const ProbeInputs& in) {
   NodeProbe p;
   p.node = in.node;
   p.host = in.host;
+  std::vector<DirProbe> dirs;
   if (!in.log_dir.empty()) {
-    p.dirs.push_back(probe_dir(kLogDirectory, in.log_dir, !in.log_dir_is_scratch));
+    dirs.push_back({kLogDirectory, in.log_dir, "", 0, !in.log_dir_is_scratch});
   }
   if (!in.program_dir.empty() && in.program_dir != in.log_dir) {
-    p.dirs.push_back(probe_dir(kProgramDirectory, in.program_dir, true));
+    dirs.push_back({kProgramDirectory, in.program_dir, "", 0, true});
   }
+  p.dirs = probe_dirs(dirs, in.dir_timeout);
   struct statvfs s {};
   if (!in.shm_dir.empty() && ::statvfs(in.shm_dir.c_str(), &s) == 0) {
     p.has_shm = true;
@@ -150,7 +188,8 @@ nlohmann::json to_json(const NodeProbe& p) {
                     {"path", d.path},
                     {"error", d.error},
                     {"free_bytes", d.free_bytes},
-                    {"needs_room", d.needs_room}});
+                    {"needs_room", d.needs_room},
+                    {"timed_out", d.timed_out}});
   }
   return {{"node", p.node},
           {"host", p.host},
@@ -175,7 +214,7 @@ NodeProbe probe_from_json(const nlohmann::json& j) {
     for (const auto& d : j.at("dirs")) {
       p.dirs.push_back({d.at("role").get<std::string>(), d.at("path").get<std::string>(),
                         d.at("error").get<std::string>(), d.at("free_bytes").get<std::uint64_t>(),
-                        d.at("needs_room").get<bool>()});
+                        d.at("needs_room").get<bool>(), d.at("timed_out").get<bool>()});
     }
     p.has_shm = j.at("has_shm").get<bool>();
     p.shm_size_bytes = j.at("shm_size_bytes").get<std::uint64_t>();
@@ -209,6 +248,13 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
   for (const auto& n : nodes) {
     for (const auto& d : n.dirs) {
       const bool expected_writable = d.role != kProgramDirectory || a_program_dir_is_writable;
+      if (d.timed_out) {
+        // Read-only or not, a directory that does not answer stalls whoever touches it.
+        out.push_back({n.node, n.host,
+                       fmt::format("{} {} {} (a hung network mount?)", d.role, d.path,
+                                   d.error)});
+        continue;
+      }
       if (!d.error.empty() && !expected_writable) continue;
       if (!d.error.empty()) {
         out.push_back({n.node, n.host,

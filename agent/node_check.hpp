@@ -9,6 +9,7 @@
 // documented in docs/reference.md ("Node checks").
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,6 +42,11 @@ inline constexpr std::uint64_t kEnoughProcesses = 65536;
 // getrlimit's RLIM_INFINITY, as reported.
 inline constexpr std::uint64_t kUnlimited = ~std::uint64_t{0};
 
+// How long the look at one directory may take: a hung network mount blocks open() and
+// statvfs() in the kernel for as long as its server is away, and a look that takes this long
+// is a mount in trouble either way.
+inline constexpr std::chrono::milliseconds kDirProbeTimeout{10'000};
+
 inline constexpr char kLogDirectory[] = "log directory";
 // Where the program lives, or the working directory for a module or a program on PATH. Many
 // jobs run code from a read-only image: it is named only when another node can write its own.
@@ -52,6 +58,7 @@ struct DirProbe {
   std::string error;  // why a file could not be created there; empty: writable
   std::uint64_t free_bytes = 0;  // for an unprivileged user (statvfs f_bavail)
   bool needs_room = true;  // false: judged writable only (a scratch log directory)
+  bool timed_out = false;  // the look did not come back within the ProbeInputs' dir_timeout
 };
 
 // One node as it saw itself.
@@ -79,6 +86,7 @@ struct ProbeInputs {
   bool log_dir_is_scratch = false;
   std::string program_dir;
   std::string shm_dir = "/dev/shm";
+  std::chrono::milliseconds dir_timeout = kDirProbeTimeout;
 };
 
 NodeProbe probe_node(const ProbeInputs& inputs);

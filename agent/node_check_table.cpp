@@ -22,12 +22,16 @@ std::string millis(double seconds) {
   return ms < 10 ? fmt::format("{:.2f} ms", ms) : fmt::format("{:.0f} ms", ms);
 }
 
-// The least room among the directories the job writes to, or the first that is not writable.
+// The least room among the directories the job writes to, or the first that does not answer,
+// or the log directory when it is not writable (a read-only program directory is how some jobs
+// are set up: the findings say when it is not).
 std::string room_text(const NodeProbe& n) {
   std::string room = "-";
   std::uint64_t least = kUnlimited;
   for (const auto& d : n.dirs) {
-    if (!d.error.empty()) return "not writable";
+    if (d.timed_out) return "no answer";
+    if (!d.error.empty() && d.role == kLogDirectory) return "not writable";
+    if (!d.error.empty()) continue;
     if (d.needs_room && d.free_bytes < least) {
       least = d.free_bytes;
       room = format_bytes(least);
@@ -98,9 +102,10 @@ std::string format_node_check_table(const std::vector<NodeProbe>& nodes,
   std::vector<std::vector<std::string>> rows{{"node", "host", "/dev/shm free", "room",
                                               "ulimit -n", "-l", "-u", "link out", "in",
                                               "round trip", ""}};
+  std::size_t named_rows = 0;
   for (const auto& n : nodes) {
     const auto found = named.find(n.node);
-    if (!every_row && found == named.end()) continue;
+    if (!every_row && (found == named.end() || ++named_rows > kTableAllRowsUpTo)) continue;
     const auto l = measured.find(n.node);
     auto rate = [&](double NodeLinks::*field) {
       return l != measured.end() && l->second.*field > 0 ? format_rate(l->second.*field)
@@ -115,6 +120,9 @@ std::string format_node_check_table(const std::vector<NodeProbe>& nodes,
   }
   if (rows.size() > 1) out += align(rows);
   if (!every_row) {
+    if (named.size() > kTableAllRowsUpTo) {
+      out += fmt::format("  and {} more node(s) named\n", named.size() - kTableAllRowsUpTo);
+    }
     out += fmt::format("  {} other node(s): nothing found\n", nodes.size() - named.size());
   }
   if (auto summary = links_summary(links); !summary.empty()) {

@@ -3,7 +3,8 @@
 // (the job's group rank 0 sends it; docs/reference.md, "Node checks"): a row per node with
 // what it saw of itself and its links, then the findings. Bounded whatever the job's size, so
 // that it travels as one report line: every node's row up to kTableAllRowsUpTo nodes, beyond
-// that only the named nodes' rows, and at most kTableFindings findings.
+// that only the named nodes' rows (at most kTableAllRowsUpTo of them), and at most
+// kTableFindings findings.
 
 #include <cstddef>
 #include <string>

@@ -76,7 +76,7 @@ struct Report {
     kResult,   // the agent's end (body: its summary, root cause and exit code)
     kEnded,    // from a relay (tree fan-out): a subtree host's remote shell exited (body: code,
                // stderr_tail, lost)
-    kNodeCheck,  // --node-check's verdict for every host, as a table (body: table)
+    kNodeCheck,  // --node-check's verdict for every host, as a table (body: table, findings)
   };
   Kind kind = Kind::kReady;
   nlohmann::json body;  // every body has the host's "node"

@@ -189,10 +189,11 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
     ctx.events = &events;
     ctx.status = &board;
     if (session != nullptr) {
-      ctx.report_node_check = [session](const std::string& table) {
-        session->link->report({Report::Kind::kNodeCheck,
-                               {{"node", session->hello.node}, {"table", table}}},
-                              session->hello.token);
+      ctx.report_node_check = [session](const std::string& table, std::size_t findings) {
+        session->link->report(
+            {Report::Kind::kNodeCheck,
+             {{"node", session->hello.node}, {"table", table}, {"findings", findings}}},
+            session->hello.token);
       };
     }
     for (const auto& rank : placement.ranks) ctx.placements.push_back(rank.placement);

@@ -259,14 +259,18 @@ TEST_CASE("node check: the command prints one table for every host, each finding
   const auto out = p.output();
   INFO("output:\n" << out);
   REQUIRE(code == 0);  // warn: the job runs
-  CHECK(count_of(out, "Node check: 3 nodes, 3 findings (") == 1);
+  // This machine may add findings of its own (a container's small /dev/shm, a link slowed by
+  // the suite's other tests): each is in the table once, whatever their number.
+  CHECK(count_of(out, "Node check: 3 nodes, ") == 1);
   CHECK(count_of(out, "/dev/shm free") == 1);
   for (int node = 0; node < 3; ++node) {
     const auto finding = "\n  node " + std::to_string(node) + " (" + fmt_host(node + 1) +
                          "): ulimit -n is 512 (at least 1024 needed)\n";
     CHECK(count_of(out, finding) == 1);
+    const auto row = std::regex("\n  " + std::to_string(node) + R"( +127\.0\.0\.)" +
+                                std::to_string(node + 1) + R"( .* 512 .* findings?\n)");
+    CHECK(std::regex_search(out, row));
   }
-  CHECK(count_of(out, "  1 finding\n") == 3);  // a row for each host
   // The agents keep their own lines of it to their debug log: nothing twice.
   CHECK(count_of(out, "node check: node ") == 0);
   CHECK(count_of(out, "starting anyway (--node-check=warn)") == 1);

@@ -1,14 +1,20 @@
 // --node-check with real agents: nodes on loopback, one of them in a mount namespace of its
 // own whose /dev/shm is a 16 MiB tmpfs (a container's small default), or whose program
-// directory is a read-only mount while the other node's is not.
+// directory is a read-only mount, or a FUSE mount that never answers, while the other node's
+// is not.
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -284,6 +290,89 @@ TEST_CASE("node check: a node whose wall clock runs a minute ahead is named agai
     const double seconds = std::stod(node->output().substr(at + finding.size()));
     CHECK(seconds == Approx(60).margin(1));
     CHECK(node->output().find(" s ahead of node 0's", at) != std::string::npos);
+  }
+  CHECK(std::filesystem::is_empty(dir.path()));  // no worker ran
+}
+
+namespace {
+
+// A FUSE mount that never answers (the connection is opened, and nothing reads it): whatever
+// touches it waits in the kernel, as under a network mount whose server went away. Ending the
+// connection makes those waits fail at once; the mount is then detached.
+class HungMount {
+ public:
+  // In this test process's own mount namespace (the agents it starts share it), so that nothing
+  // of it is seen outside, even if the test dies. Empty: why it cannot be made here.
+  static std::string private_namespace() {
+    if (::unshare(CLONE_NEWNS) != 0) return std::string("unshare: ") + std::strerror(errno);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      return std::string("mount --make-rprivate /: ") + std::strerror(errno);
+    }
+    return "";
+  }
+
+  explicit HungMount(std::string dir) : dir_(std::move(dir)) {
+    fd_ = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) {
+      error_ = std::string("/dev/fuse: ") + std::strerror(errno);
+      return;
+    }
+    const auto options = "fd=" + std::to_string(fd_) + ",rootmode=40000,user_id=0,group_id=0";
+    if (::mount("hung", dir_.c_str(), "fuse", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+      error_ = std::string("mount -t fuse: ") + std::strerror(errno);
+    }
+  }
+  ~HungMount() {
+    if (fd_ >= 0) ::close(fd_);
+    if (error_.empty()) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  HungMount(const HungMount&) = delete;
+  HungMount& operator=(const HungMount&) = delete;
+
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+  std::string error_;
+};
+
+}  // namespace
+
+TEST_CASE("node check: a program directory on a mount that does not answer is named within the "
+          "probe's deadline, and refuse ends the job", "[launcher][node_check]") {
+  if (const auto why = HungMount::private_namespace(); !why.empty()) {
+    WARN("skipped: no mount namespace of its own here: " + why);
+    return;
+  }
+  TempDir dir, hung, fine;
+  // The nodes run one program from two directories: node 0's stops answering once it has
+  // started, node 1's stays healthy, so that a writable program directory is expected.
+  for (const auto* program : {&hung, &fine}) {
+    std::filesystem::copy_file(FAKE_WORKER_BINARY, program->file("worker"));
+    std::filesystem::permissions(program->file("worker"), std::filesystem::perms::owner_all);
+  }
+  const auto port = port_arg(free_port());
+  const std::map<std::string, std::string> env{{"FAKE_TOUCH_DIR", dir.path()}};
+  const std::vector<std::string> flags{"--nnodes=2", port, "--node-check=refuse", "--no-python"};
+  DdprunProcess node0(flags + std::vector<std::string>{"--node-rank=0", hung.file("worker")}, env);
+  REQUIRE(wait_until([&] { return node0.output().find("waiting for the others") !=
+                                  std::string::npos; }, 60s));
+  HungMount mount(hung.path());
+  if (!mount.error().empty()) {
+    WARN("skipped: cannot mount a FUSE file system here: " + mount.error());
+    return;
+  }
+  DdprunProcess node1(flags + std::vector<std::string>{"--node-rank=1", fine.file("worker")}, env);
+  const std::string finding = "node 0 (" + host_name() + "): program directory " + hung.path() +
+                              " did not answer within " +
+                              std::to_string(ddprun::kDirProbeTimeout.count() / 1000) +
+                              "s (a hung network mount?)";
+  for (DdprunProcess* node : {&node0, &node1}) {
+    const int rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(rc == ddprun::kExitNodeCheck);
+    CHECK(node->output().find(finding) != std::string::npos);
   }
   CHECK(std::filesystem::is_empty(dir.path()));  // no worker ran
 }

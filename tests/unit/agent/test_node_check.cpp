@@ -72,6 +72,17 @@ TEST_CASE("node check: a program directory no node can write is how the job is s
                                  "Read-only file system"});
 }
 
+TEST_CASE("node check: a directory that does not answer is named, read-only image or not",
+          "[agent][node_check]") {
+  auto nodes = std::vector{healthy(0), healthy(1)};
+  nodes[0].dirs[1].error = nodes[1].dirs[1].error = "Read-only file system";
+  nodes[1].dirs[1].timed_out = true;
+  nodes[1].dirs[1].error = "did not answer within 10s";
+  CHECK(lines(judge(nodes)) ==
+        std::vector<std::string>{"node 1 (host1): program directory /job did not answer within "
+                                 "10s (a hung network mount?)"});
+}
+
 TEST_CASE("node check: /dev/shm with little room is named, a node without one is not",
           "[agent][node_check]") {
   auto nodes = std::vector{healthy(0), healthy(1), healthy(2)};
@@ -142,6 +153,7 @@ TEST_CASE("node check: a report round-trips through JSON, and a foreign one is r
           "[agent][node_check]") {
   auto p = healthy(5);
   p.dirs[0].error = "Permission denied";
+  p.dirs[1].timed_out = true;
   p.seconds = 0.25;
   p.serves_store = true;
   p.min_nodes = 3;

@@ -49,7 +49,8 @@ std::string row_of(const std::string& table, int n) {
 TEST_CASE("node check table: a row per node with its figures, and the findings under it",
           "[node_check]") {
   std::vector<NodeProbe> nodes{node(0), node(1), node(2)};
-  nodes[2].dirs[1].error = "Read-only file system";
+  nodes[2].dirs[0].error = "Read-only file system";
+  nodes[1].dirs[1].error = "Read-only file system";  // a read-only image: its room is the log's
   nodes[1].open_files = 512;
   const std::vector<LinkFigures> links{link(0, 1, 600, 0.05), link(1, 2, 500, 0.04),
                                        link(2, 0, 12, 2.5)};
@@ -71,6 +72,7 @@ TEST_CASE("node check table: a row per node with its figures, and the findings u
   CHECK_FALSE(zero.ends_with("finding"));
   CHECK_THAT(row_of(table, 1), Contains(" 512 "));
   CHECK(row_of(table, 1).ends_with("1 finding"));
+  CHECK_THAT(row_of(table, 1), Contains("50 GiB"));
   CHECK_THAT(row_of(table, 2), Contains("not writable"));
   CHECK_THAT(table, Contains("  links: median 500 MB/s, round trip 0.05 ms\n"));
   CHECK_THAT(table, Contains("\n  node 1 (host1): ulimit -n is 512 (at least 1024 needed)\n"));
@@ -104,6 +106,15 @@ TEST_CASE("node check table: many nodes show only those named, and the findings 
   CHECK_THAT(table, Contains("\n  998 other node(s): nothing found\n"));
   CHECK(count_of(table, " (host") == kTableFindings);  // "node 7 (host7): ..."
   CHECK_THAT(table, Contains("and 6 more (every node's events file has them: node_check)"));
-  // One report line carries it: far under the command's 64 KiB line.
+  // One report line carries it, far under the longest line the command reads (1 MiB).
   CHECK(table.size() < 8 * 1024);
+  // A setting wrong on every node names every node: still one row each for the first 32.
+  findings.clear();
+  for (int n = 0; n < 1000; ++n) findings.push_back({n, nodes[n].host, "ulimit -u is 100"});
+  const auto all_named = format_node_check_table(nodes, findings, {}, 3);
+  INFO(all_named);
+  CHECK(count_of(all_named, "  1 finding\n") == kTableAllRowsUpTo);
+  CHECK_THAT(all_named, Contains("\n  and 968 more node(s) named\n  0 other node(s): nothing "
+                                 "found\n"));
+  CHECK(all_named.size() < 8 * 1024);
 }

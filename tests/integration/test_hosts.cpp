@@ -276,6 +276,25 @@ TEST_CASE("node check: the command prints one table for every host, each finding
   CHECK(count_of(out, "starting anyway (--node-check=warn)") == 1);
 }
 
+TEST_CASE("node check: refuse in an elastic job ends every host with 120, none said to have left",
+          "[hosts][node_check]") {
+  TempDir dir;
+  DdprunProcess p({"--hosts=" + kThreeHosts, "--ssh-command=prlimit --nofile=512: " LOCAL_SSH,
+                   "--rdzv-backend=c10d",
+                   "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port()),
+                   "--node-check=refuse", "-x", "FAKE_TOUCH_DIR=" + dir.path(), "--no-python",
+                   FAKE_WORKER_BINARY});
+  const int code = p.wait(kHang);
+  const auto out = p.output();
+  INFO("output:\n" << out);
+  CHECK(code == 120);
+  CHECK(count_of(out, "Node check: 3 nodes, ") == 1);
+  // The refusal is every agent's, not one host's leaving: nobody is stopped for it.
+  CHECK(count_of(out, "left the job") == 0);
+  CHECK(count_of(out, "SIGTERM") == 0);
+  CHECK(std::filesystem::is_empty(dir.path()));  // no worker ran
+}
+
 TEST_CASE("tree fan-out: ranks across 10 hosts reached through relays", "[hosts][tree]") {
   TempDir dir;
   std::string hosts;

@@ -12,27 +12,15 @@
 #include "common/error.hpp"
 #include "store/memory_store.hpp"
 #include "testing/test_util.hpp"
+#include "unit/agent/healthy_probe.hpp"
 
 using namespace ddprun;
+using ddprun::test::healthy;
+using ddprun::test::kGiB;
+using ddprun::test::kMiB;
 using namespace std::chrono_literals;
 
 namespace {
-
-constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
-constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-
-NodeProbe healthy(int node) {
-  NodeProbe p;
-  p.node = node;
-  p.host = "host" + std::to_string(node);
-  p.dirs = {{"log directory", "/logs", "", 50 * kGiB}, {"program directory", "/job", "", 50 * kGiB}};
-  p.has_shm = true;
-  p.shm_size_bytes = p.shm_free_bytes = 16 * kGiB;
-  p.open_files = 65536;
-  p.locked_bytes = kUnlimited;
-  p.processes = 100000;
-  return p;
-}
 
 std::vector<std::string> lines(const std::vector<Finding>& findings) {
   std::vector<std::string> out;

@@ -5,6 +5,7 @@
 
 #include "agent/node_check_table.hpp"
 #include "testing/test_util.hpp"
+#include "unit/agent/healthy_probe.hpp"
 
 using namespace ddprun;
 using namespace ddprun::test;
@@ -12,18 +13,10 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
-
+// A healthy node whose program directory has less room than its log directory.
 NodeProbe node(int n) {
-  NodeProbe p;
-  p.node = n;
-  p.host = "host" + std::to_string(n);
-  p.dirs = {{kLogDirectory, "/logs", "", 50 * kGiB}, {kProgramDirectory, "/job", "", 20 * kGiB}};
-  p.has_shm = true;
-  p.shm_size_bytes = p.shm_free_bytes = 16 * kGiB;
-  p.open_files = 65536;
-  p.locked_bytes = kUnlimited;
-  p.processes = 100000;
+  auto p = healthy(n);
+  p.dirs[1].free_bytes = 20 * kGiB;
   return p;
 }
 

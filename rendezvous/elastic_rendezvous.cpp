@@ -156,7 +156,15 @@ class RoundJoin {
   // left out instead of stalling everyone.
   void close(int joined) {
     if (rs_.compare_set("closing", "", self_.id, op()) != self_.id) return;
-    const auto records = descriptors(std::min(joined, o_.max_nodes));
+    auto records = descriptors(std::min(joined, o_.max_nodes));
+    if (!await_minimum(records)) {
+      // Nobody is left out below the minimum: the claim goes back, for a later closer to try.
+      spdlog::warn("rendezvous: round {}: {} of {} slot(s) published a node by the join timeout, "
+                   "at least {} needed; not closing it",
+                   round_, published(records), records.size(), o_.min_nodes);
+      rs_.compare_set("closing", self_.id, "", op());
+      return;
+    }
     std::vector<RoundCandidate> candidates;
     ClosedRound closed;
     for (std::size_t i = 0; i < records.size(); ++i) {
@@ -185,6 +193,27 @@ class RoundJoin {
       closed.master_host = members.front().host;
     }
     store_.set(news_key(round_, "closed"), encode_closed(closed), op());
+  }
+
+  static int published(const std::vector<std::optional<std::string>>& records) {
+    return static_cast<int>(std::count_if(records.begin(), records.end(),
+                                          [](const auto& r) { return r.has_value(); }));
+  }
+
+  // A slot without a descriptor is a joiner that died half-way, or one between taking its slot
+  // and publishing its node on a busy machine. Leaving it out must not take the round under its
+  // minimum: then each missing slot is waited for, until this node's join timeout. Whether the
+  // round now has its minimum.
+  bool await_minimum(std::vector<std::optional<std::string>>& records) {
+    for (std::size_t i = 0; i < records.size() && published(records) < o_.min_nodes; ++i) {
+      if (records[i]) continue;
+      try {
+        records[i] = rs_.get(fmt::format("node/{}", i), Deadline::at(start_ + o_.join_timeout));
+      } catch (const TimeoutError&) {
+        return false;
+      }
+    }
+    return published(records) >= o_.min_nodes;
   }
 
   // The descriptors of slots 0..slots-1, nullopt for a slot that published none. One multi_get;

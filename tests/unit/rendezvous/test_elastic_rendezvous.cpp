@@ -10,6 +10,7 @@
 #include "rendezvous/elastic_rendezvous.hpp"
 #include "rendezvous/round_records.hpp"
 #include "store/memory_store.hpp"
+#include "testing/test_util.hpp"
 
 using namespace ddprun;
 
@@ -285,4 +286,49 @@ TEST_CASE("join_round: a round closed ahead but never published is published by 
   CHECK(r.ranks.group_rank == 1);
   CHECK(s->get("round", op()) == "1");
   CHECK(decode_closed(s->get("news/r/1/closed", op())).members == 2);
+}
+
+TEST_CASE("join_round: a round never closes under its minimum: a slot taken without its node "
+          "published yet is waited for", "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  // Slot 0 is taken by a joiner that has not published its node yet (a busy machine).
+  s->add(round_key(0, "join"), 1, op());
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 2;
+  o.join_timeout = std::chrono::seconds(60);
+  o.read_timeout = std::chrono::milliseconds(200);  // the closer's first look at the slots
+  ElasticNode b{"b:1", "b", 1};
+  auto joined = std::async(std::launch::async, [&] { return join_round(*shared.connect(), 0, b, o); });
+  // b takes the last slot and claims the closing; well past its first look at the slots, the
+  // round is still open, waiting for slot 0...
+  REQUIRE(ddprun::test::wait_until([&] { return s->check({round_key(0, "closing")}, op()); },
+                                   std::chrono::seconds(30)));
+  CHECK_FALSE(ddprun::test::wait_until(
+      [&] { return s->check({news_key(0, "closed")}, op()); }, std::chrono::seconds(2)));
+  // ...which comes: the round closes with both.
+  s->set(round_key(0, "node/0"), encode_node(ElasticNode{"a:1", "a", 2}), op());
+  const auto r = joined.get();
+  REQUIRE(r.member);
+  CHECK(r.members == 2);
+  CHECK(r.ranks.world_size == 3);
+}
+
+TEST_CASE("join_round: a slot whose node never comes leaves the round unclosed at the join "
+          "timeout, not closed under its minimum", "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  s->add(round_key(0, "join"), 1, op());  // a joiner that died after taking slot 0
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 2;
+  o.join_timeout = std::chrono::seconds(1);
+  o.read_timeout = std::chrono::milliseconds(200);
+  ElasticNode b{"b:1", "b", 1};
+  CHECK_THROWS_AS(join_round(*shared.connect(), 0, b, o), TimeoutError);
+  CHECK_FALSE(s->check({news_key(0, "closed")}, op()));
+  CHECK(s->get(round_key(0, "closing"), op()).empty());  // the claim went back
 }

@@ -27,13 +27,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The directory of the program as given (a script or a binary by path); the working
-// directory for a module, a program found on PATH, or one that is not a file here.
+// The directory of the program given by path (a script or a binary); the working directory
+// for a module or a program found on PATH. Worked out from the names alone: the check must not
+// block on a file system that does not answer before its look, which has a deadline.
 std::string program_dir(const LaunchConfig& config) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!config.module && fs::is_regular_file(config.program, ec)) {
-    return fs::absolute(config.program, ec).parent_path().string();
+  const fs::path program(config.program);
+  if (!config.module && program.has_parent_path()) {
+    return fs::absolute(program, ec).lexically_normal().parent_path().string();
   }
   return fs::current_path(ec).string();
 }
@@ -42,7 +44,6 @@ std::string program_dir(const LaunchConfig& config) {
 
 Agent::Agent(const LaunchConfig& config, AgentContext context)
     : config_(config), ctx_(std::move(context)) {
-  if (config_.node_check != NodeCheck::kOff) program_dir_ = program_dir(config_);
   ctx_.rendezvous->set_event_sink(
       [this](const std::string& name, nlohmann::json fields) { emit(name, std::move(fields)); });
 }
@@ -227,7 +228,7 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   inputs.host = ctx_.host;
   inputs.log_dir = ctx_.log_dir;
   inputs.log_dir_is_scratch = ctx_.log_dir_is_scratch;
-  inputs.program_dir = program_dir_;
+  inputs.program_dir = program_dir(config_);
   NodeProbe mine = probe_node(inputs);
   mine.serves_store = ctx_.hosts_store;
   mine.min_nodes = config_.min_nodes;
@@ -243,8 +244,9 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
     }
   }
   const auto read_timeout = config_.rdzv_conf.read_timeout;
+  // Another node's report may wait for its directories' deadline.
   const auto nodes = exchange_probes(*ctx_.store, round_->prefix, mine, group,
-                                     Deadline::after(read_timeout));
+                                     Deadline::after(read_timeout + kDirProbeTimeout));
   auto findings = judge(nodes);
   std::vector<LinkFigures> measured;
   if (links) {

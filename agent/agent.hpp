@@ -109,9 +109,6 @@ class Agent {
   std::vector<AttemptRecord> attempts_;
   int membership_changes_ = 0;
   bool node_checked_ = false;  // --node-check ran, or was passed over, in this node's first round
-  // Where --node-check looks for the program, found at the start: by the check, its file
-  // system may no longer answer.
-  std::string program_dir_;
   Clock::time_point start_ = Clock::now();
   int restarts_ = 0;            // worker-failure restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::optional<int> next_master_port_;  // agreed with the last attempt's root cause

@@ -37,7 +37,7 @@ struct ClusterHead::Impl {
       : config(c), cluster(*c.cluster), env(std::move(e)), cwd(std::move(dir)),
         self(std::move(self_path)),
         remote_ddprun(remote_ddprun_path(cluster, self)), token(random_token()),
-        connect_timer(io), ping_timer(io), stop_timer(io),
+        connect_timer(io), ping_timer(io), stop_timer(io), left_timer(io),
         fold(io.get_executor(), write_all) {
     // The console's own: a pipe gets every line (auto), a terminal the folded view.
     fold_stdout = fold_mode_for(config.fold_output, config.raw_output, STDOUT_FILENO);
@@ -81,6 +81,7 @@ struct ClusterHead::Impl {
   asio::steady_timer connect_timer;
   asio::steady_timer ping_timer;
   asio::steady_timer stop_timer;
+  asio::steady_timer left_timer;
   // --fold-output over every host's lines, which the agents send tagged.
   ConsoleFold fold;
   FoldMode fold_stdout = FoldMode::kOff;
@@ -102,6 +103,9 @@ struct ClusterHead::Impl {
   bool finished = false;
   bool node_check_shown = false;
   bool losing_subtree = false;  // a relay's connection ended: its hosts are being counted out
+  // The first host that left the job under its minimum; the others are stopped when
+  // left_timer expires and they still run.
+  int left_first = -1;
   ClusterResult result;
   Clock::time_point started_at;
 
@@ -236,12 +240,7 @@ struct ClusterHead::Impl {
     if (!result.elastic || phase != Phase::kRunning || losing_subtree) return;
     const auto& h = host(node);
     if (!left_on_its_own(h)) return;
-    int running = 0;
-    for (const auto& other : result.hosts) {
-      if (other.ready && !other.result && !host_ended[static_cast<std::size_t>(other.node)]) {
-        ++running;
-      }
-    }
+    const int running = running_hosts();
     if (running == 0) return;
     const auto why = h.result ? h.result->value("reason", std::string()) : h.problem;
     if (running >= config.min_nodes) {
@@ -249,11 +248,30 @@ struct ClusterHead::Impl {
                    h.node, why, running);
       return;
     }
-    result.stopped_for = node;
-    spdlog::error("host {} (node {}) left the job: {}; the job needs at least {} host(s) "
-                  "(--nnodes) and no other can join a --hosts job: stopping the {} left",
-                  h.spec.host, h.node, why, config.min_nodes, running);
-    stop_agents(SIGTERM);
+    if (left_first >= 0 || finished) return;
+    // An end every agent reaches on its own at about the same time (their store gone, the
+    // rendezvous timed out) leaves nobody to stop: the others get the time their own end takes.
+    left_first = node;
+    left_timer.expires_after(config.shutdown_timeout + std::chrono::seconds(2));
+    left_timer.async_wait([this, why](boost::system::error_code ec) {
+      if (ec || finished || phase != Phase::kRunning) return;
+      const int still = running_hosts();
+      if (still == 0 || still >= config.min_nodes) return;
+      const auto& first = host(left_first);
+      result.stopped_for = left_first;
+      spdlog::error("host {} (node {}) left the job: {}; the job needs at least {} host(s) "
+                    "(--nnodes) and no other can join a --hosts job: stopping the {} left",
+                    first.spec.host, first.node, why, config.min_nodes, still);
+      stop_agents(SIGTERM);
+    });
+  }
+
+  int running_hosts() const {
+    int running = 0;
+    for (const auto& h : result.hosts) {
+      if (h.ready && !h.result && !host_ended[static_cast<std::size_t>(h.node)]) ++running;
+    }
+    return running;
   }
 
   // Hosts below a relay whose connection ended: nobody can tell them anything any more (their
@@ -459,6 +477,7 @@ struct ClusterHead::Impl {
     connect_timer.cancel();
     ping_timer.cancel();
     stop_timer.cancel();
+    left_timer.cancel();
     if (broadcast) broadcast->cancel();
   }
 

@@ -60,6 +60,25 @@ std::string format_summary(const RunResult& r) {
   return out;
 }
 
+namespace {
+
+bool own_end(const RunResult& r) {
+  switch (r.end) {
+    case RunResult::End::kStopped:
+    case RunResult::End::kRendezvousFailed:
+    case RunResult::End::kInternalError:
+      return true;
+    case RunResult::End::kFailed:
+      // A signal to this agent while its workers ran ends it as a failure of its own.
+      return r.root_cause && r.root_cause->kind == Failure::Kind::kSignal &&
+             r.root_cause->host == r.host;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 nlohmann::json summary_json(const RunResult& r) {
   auto attempts = nlohmann::json::array();
   for (const auto& a : r.attempts) {
@@ -85,9 +104,7 @@ nlohmann::json summary_json(const RunResult& r) {
           {"left_out", r.end == RunResult::End::kNodeCheckExcluded},
           // The end was this agent's own (a signal to it, its store or rendezvous, an error),
           // not one every agent of the job reaches (a failure, a refusal, the job's success).
-          {"own_end", r.end == RunResult::End::kStopped ||
-                          r.end == RunResult::End::kRendezvousFailed ||
-                          r.end == RunResult::End::kInternalError},
+          {"own_end", own_end(r)},
           {"reason", r.reason},
           {"world_size", r.world_size},
           {"root_cause", r.root_cause ? nlohmann::json::parse(r.root_cause->to_json())

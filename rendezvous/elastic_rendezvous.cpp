@@ -90,6 +90,10 @@ int kept_ring(const std::vector<RoundCandidate>& candidates) {
 
 namespace {
 
+// How soon a closer that found too few nodes published tries again (its look at the slots
+// waits for the missing ones too, up to the read timeout or 5 s).
+constexpr std::chrono::milliseconds kCloseAgain{100};
+
 // A member's result in a closed round, from its assignment.
 RoundResult member_place(int round, int slot, const ClosedRound& closed, const RoundAssignment& a,
                          int nproc) {
@@ -129,12 +133,20 @@ class RoundJoin {
     rs_.set(fmt::format("node/{}", slot), encode_node(self_), op());
     spdlog::info("rendezvous: joined round {} as node slot {} (need {}..{} nodes)", round_, slot,
                  o_.min_nodes, o_.max_nodes);
+    // Whether this node is to close the round again: it claimed the closing, but too few slots
+    // had published their nodes.
+    bool closing = false;
     if (slot + 1 == o_.max_nodes) {
-      close(o_.max_nodes);  // full: no reason to wait for anyone
+      closing = !close(o_.max_nodes);  // full: no reason to wait for anyone
     } else if (slot + 1 >= o_.min_nodes && slot + 1 < o_.max_nodes) {
-      if (!await_closed(Deadline::after(o_.last_call_timeout), true)) close(joined());
+      if (!await_closed(Deadline::after(o_.last_call_timeout), true)) closing = !close(joined());
     }
-    auto closed = await_closed(Deadline::at(start_ + o_.join_timeout), false);
+    const auto deadline = Deadline::at(start_ + o_.join_timeout);
+    auto closed = await_closed(closing ? earlier(deadline, kCloseAgain) : deadline, false);
+    while (!closed && closing && !deadline.expired()) {
+      closing = !close(joined());
+      closed = await_closed(closing ? earlier(deadline, kCloseAgain) : deadline, false);
+    }
     if (!closed) {
       throw TimeoutError(fmt::format(
           "rendezvous timed out after {}: {} node(s) joined round {}, at least {} needed "
@@ -149,21 +161,41 @@ class RoundJoin {
   Deadline op() const { return Deadline::after(o_.read_timeout); }
   int joined() { return static_cast<int>(rs_.add("join", 0, op())); }
 
+  static Deadline earlier(Deadline deadline, std::chrono::milliseconds after) {
+    const auto soon = Deadline::after(after);
+    return soon.remaining() < deadline.remaining() ? soon : deadline;
+  }
+
   // The closer (one node, chosen by compare_set on "closing") reads every descriptor once,
   // computes the order and the ranks, writes each member its own assignment, and only then
   // publishes "closed". Every other node reads two small keys: O(n) traffic in all, not O(n^2).
   // Members are the slots that had published a descriptor, so a joiner that died half-way is
-  // left out instead of stalling everyone.
-  void close(int joined) {
-    if (rs_.compare_set("closing", "", self_.id, op()) != self_.id) return;
-    auto records = descriptors(std::min(joined, o_.max_nodes));
-    if (!await_minimum(records)) {
-      // Nobody is left out below the minimum: the claim goes back, for a later closer to try.
-      spdlog::warn("rendezvous: round {}: {} of {} slot(s) published a node by the join timeout, "
-                   "at least {} needed; not closing it",
-                   round_, published(records), records.size(), o_.min_nodes);
-      rs_.compare_set("closing", self_.id, "", op());
-      return;
+  // left out instead of stalling everyone; but never below the round's minimum, since a joiner
+  // between its slot and its descriptor on a busy machine is alive: then the claim goes back
+  // and false says to try again (run() does, with the slots joined by then). True: closed here
+  // or by another node.
+  bool close(int joined) {
+    if (rs_.compare_set("closing", "", self_.id, op()) != self_.id) return true;
+    std::vector<std::optional<std::string>> records;
+    try {
+      records = descriptors(std::min(joined, o_.max_nodes));
+      if (published(records) < o_.min_nodes) {
+        if (!said_short_) {
+          spdlog::info("rendezvous: round {}: {} of {} slot(s) have published their node, at "
+                       "least {} needed; waiting for them to close it",
+                       round_, published(records), records.size(), o_.min_nodes);
+          said_short_ = true;
+        }
+        rs_.compare_set("closing", self_.id, "", op());
+        return false;
+      }
+    } catch (...) {
+      // Interrupted or failed holding the claim: it goes back for the others.
+      try {
+        rs_.compare_set("closing", self_.id, "", op());
+      } catch (const Error&) {
+      }
+      throw;
     }
     std::vector<RoundCandidate> candidates;
     ClosedRound closed;
@@ -193,27 +225,12 @@ class RoundJoin {
       closed.master_host = members.front().host;
     }
     store_.set(news_key(round_, "closed"), encode_closed(closed), op());
+    return true;
   }
 
   static int published(const std::vector<std::optional<std::string>>& records) {
     return static_cast<int>(std::count_if(records.begin(), records.end(),
                                           [](const auto& r) { return r.has_value(); }));
-  }
-
-  // A slot without a descriptor is a joiner that died half-way, or one between taking its slot
-  // and publishing its node on a busy machine. Leaving it out must not take the round under its
-  // minimum: then each missing slot is waited for, until this node's join timeout. Whether the
-  // round now has its minimum.
-  bool await_minimum(std::vector<std::optional<std::string>>& records) {
-    for (std::size_t i = 0; i < records.size() && published(records) < o_.min_nodes; ++i) {
-      if (records[i]) continue;
-      try {
-        records[i] = rs_.get(fmt::format("node/{}", i), Deadline::at(start_ + o_.join_timeout));
-      } catch (const TimeoutError&) {
-        return false;
-      }
-    }
-    return published(records) >= o_.min_nodes;
   }
 
   // The descriptors of slots 0..slots-1, nullopt for a slot that published none. One multi_get;
@@ -312,6 +329,7 @@ class RoundJoin {
   const std::optional<RoundAssignment>& previous_;
   const Clock::time_point start_ = Clock::now();
   ProgressClock progress_;
+  bool said_short_ = false;  // close() said once that it waits for slots to publish their node
 };
 
 }  // namespace

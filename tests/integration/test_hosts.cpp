@@ -213,40 +213,46 @@ TEST_CASE("a hostfile, and an elastic job over the hosts", "[hosts]") {
   CHECK(ranks.size() == 3);
 }
 
-TEST_CASE("a host that leaves an elastic job under its minimum: the others are stopped at once",
+TEST_CASE("a host that leaves an elastic job under its minimum: the others are stopped",
           "[hosts]") {
-  TempDir dir;
-  {
-    std::ofstream(dir.file("token")) << "the-store-secret\n";
+  // SIGKILL: the agent ends without a result; SIGTERM: with one of its own, its workers stopped.
+  for (const int signal : {SIGKILL, SIGTERM}) {
+    INFO("the agent gets signal " << signal);
+    TempDir dir;
+    {
+      std::ofstream(dir.file("token")) << "the-store-secret\n";
+    }
+    // A store of its own, so that the agent signalled below is not the one serving it.
+    const auto port = std::to_string(free_port());
+    Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", port,
+                           "--token-file", dir.file("token"), "--log-level", "warn"}, {}, {}});
+    const auto pid_file = dir.file("pids");
+    DdprunProcess p({"--hosts=127.0.0.1:2,127.0.0.2:1", "--ssh-command=" LOCAL_SSH,
+                     "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + port,
+                     "--rdzv-conf=is_host=0", "--token-file=" + dir.file("token"),
+                     "--shutdown-timeout=2", "-x", "FAKE_MODE=grandchild", "-x",
+                     "FAKE_PID_FILE=" + pid_file, "--no-python", FAKE_WORKER_BINARY});
+    REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 6; }, kHang));
+    const auto pids = read_lines(pid_file);
+    // A worker's parent is its agent. Without the command's stop, the other agent would wait
+    // out the join timeout (600 s) for a second node.
+    const pid_t agent = parent_of(std::stoi(pids[0]));
+    REQUIRE(agent > 1);
+    kill(agent, signal);
+    const int code = p.wait(kHang);
+    const auto out = p.output();
+    INFO("output:\n" << out);
+    // The code of the host that left: 123 without a result of its own.
+    CHECK(code == (signal == SIGKILL ? 123 : 128 + SIGTERM));
+    CHECK_THAT(out, Contains(signal == SIGKILL ? "left the job: its agent ended without a result"
+                                               : "left the job: the agent on 127.0.0."));
+    CHECK_THAT(out, Contains("the job needs at least 2 host(s) (--nnodes) and no other can join "
+                             "a --hosts job: stopping the 1 left"));
+    CHECK_THAT(out, Contains("which could not go on without it"));
+    CHECK(wait_until_dead(pids, kHang));
+    store.signal(SIGTERM);
+    CHECK(store.wait_for(10s).has_value());
   }
-  // A store of its own, so that the agent killed below is not the one serving it.
-  const auto port = std::to_string(free_port());
-  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port", port,
-                         "--token-file", dir.file("token"), "--log-level", "warn"}, {}, {}});
-  const auto pid_file = dir.file("pids");
-  DdprunProcess p({"--hosts=127.0.0.1:2,127.0.0.2:1", "--ssh-command=" LOCAL_SSH,
-                   "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + port,
-                   "--rdzv-conf=is_host=0", "--token-file=" + dir.file("token"),
-                   "--shutdown-timeout=2", "-x", "FAKE_MODE=grandchild", "-x",
-                   "FAKE_PID_FILE=" + pid_file, "--no-python", FAKE_WORKER_BINARY});
-  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 6; }, kHang));
-  const auto pids = read_lines(pid_file);
-  // A worker's parent is its agent. Without the command's stop, the other agent would wait
-  // out the join timeout (600 s) for a second node.
-  const pid_t agent = parent_of(std::stoi(pids[0]));
-  REQUIRE(agent > 1);
-  kill(agent, SIGKILL);
-  const int code = p.wait(kHang);
-  INFO("output:\n" << p.output());
-  CHECK(code == 123);  // the host left without a result of its own
-  const auto out = p.output();
-  CHECK_THAT(out, Contains("left the job: its agent ended without a result"));
-  CHECK_THAT(out, Contains("the job needs at least 2 host(s) (--nnodes) and no other can join a "
-                           "--hosts job: stopping the 1 left"));
-  CHECK_THAT(out, Contains("which could not go on without it"));
-  CHECK(wait_until_dead(pids, kHang));
-  store.signal(SIGTERM);
-  CHECK(store.wait_for(10s).has_value());
 }
 
 TEST_CASE("node check: the command prints one table for every host, each finding once",

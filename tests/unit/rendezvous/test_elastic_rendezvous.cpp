@@ -301,7 +301,8 @@ TEST_CASE("join_round: a round never closes under its minimum: a slot taken with
   o.join_timeout = std::chrono::seconds(60);
   o.read_timeout = std::chrono::milliseconds(200);  // the closer's first look at the slots
   ElasticNode b{"b:1", "b", 1};
-  auto joined = std::async(std::launch::async, [&] { return join_round(*shared.connect(), 0, b, o); });
+  auto joined =
+      std::async(std::launch::async, [&] { return join_round(*shared.connect(), 0, b, o); });
   // b takes the last slot and claims the closing; well past its first look at the slots, the
   // round is still open, waiting for slot 0...
   REQUIRE(ddprun::test::wait_until([&] { return s->check({round_key(0, "closing")}, op()); },
@@ -314,6 +315,32 @@ TEST_CASE("join_round: a round never closes under its minimum: a slot taken with
   REQUIRE(r.member);
   CHECK(r.members == 2);
   CHECK(r.ranks.world_size == 3);
+}
+
+TEST_CASE("join_round: a dead slot is left out once enough others have published their nodes",
+          "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  s->add(round_key(0, "join"), 1, op());  // slot 0: a joiner that died before its node
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 3;
+  o.join_timeout = std::chrono::seconds(60);
+  o.last_call_timeout = std::chrono::milliseconds(100);
+  o.read_timeout = std::chrono::milliseconds(200);
+  // b (slot 1) closes after the last call, finds one node, and tries again as c joins.
+  ElasticNode b{"b:1", "b", 1};
+  auto jb = std::async(std::launch::async, [&] { return join_round(*shared.connect(), 0, b, o); });
+  REQUIRE(ddprun::test::wait_until([&] { return s->check({round_key(0, "closing")}, op()); },
+                                   std::chrono::seconds(30)));
+  ElasticNode c{"c:1", "c", 1};
+  const auto rc = join_round(*shared.connect(), 0, c, o);
+  const auto rb = jb.get();
+  REQUIRE(rb.member);
+  REQUIRE(rc.member);
+  CHECK(rb.members == 2);
+  CHECK(rb.ranks.world_size == 2);
 }
 
 TEST_CASE("join_round: a slot whose node never comes leaves the round unclosed at the join "

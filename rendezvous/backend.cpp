@@ -204,6 +204,8 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
     o.join_timeout = config.rdzv_conf.join_timeout;
     o.progress_interval = config.progress_interval;
     o.settings = agreed_settings(config);
+    // As RendezvousBackend decides: node 0 serves a static job's store unless told otherwise.
+    o.serves_store = config.node_rank == 0 && config.rdzv_conf.is_host.value_or(true);
     return std::make_unique<StaticRendezvous>(store, std::move(open_store), o, config.master_addr,
                                               timing);
   }

@@ -33,6 +33,10 @@ constexpr const char* kRingPrefix = "static";
 // each would hold N^2 waiters in the store's host: 1M at 1,024 nodes). The key only wakes the
 // nodes; what they do is decided from the records, where a marker never replaces a real one.
 constexpr const char* kJoinedKey = "static/joined";
+// How many nodes learnt that the rendezvous was ended for all: the store's host waits for the
+// nodes that joined before it goes, and its store with it.
+constexpr const char* kAbortSeenKey = "static/abort_seen";
+constexpr std::chrono::seconds kAbortSeenWait{5};
 constexpr const char* kAllJoinedKey = "static/all_joined";
 
 std::string counted_key(int g) { return fmt::format("static/node/{}/counted", g); }
@@ -335,6 +339,9 @@ void StaticRendezvous::join() {
   emit("rendezvous_started", {{"node_rank", options_.node_rank}, {"nnodes", options_.nnodes}});
   try {
     joined_ = static_rendezvous(store_, options_);
+  } catch (const RendezvousError&) {
+    wait_for_abort_seen();
+    throw;
   } catch (const InterruptedError&) {
     // Give the node rank back, so that this node can be started again without a new store.
     try {
@@ -349,6 +356,28 @@ void StaticRendezvous::join() {
   emit("rendezvous_completed", {{"world_size", joined_->ranks.world_size},
                                 {"base_rank", joined_->ranks.base_rank},
                                 {"local_world_size", joined_->ranks.local_world_size}});
+}
+
+// A rendezvous ended for every node (a duplicate node rank, settings that differ) is learnt by
+// each from the store. The node whose agent serves it waits, briefly, until the nodes that had
+// joined have read why: its store closing first would tell them only that it was gone.
+void StaticRendezvous::wait_for_abort_seen() {
+  try {
+    const auto deadline = Deadline::after(kAbortSeenWait);
+    if (!store_.try_get(kAbortKey, deadline)) return;  // not an abort: nothing to wait for
+    // Only the holders of node ranks count (a duplicate's second agent holds none).
+    if (store_.try_get(owner_key(options_.node_rank), deadline) != options_.token) return;
+    const auto seen = store_.add(kAbortSeenKey, 1, deadline);
+    store_.set(fmt::format("{}/{}", kAbortSeenKey, seen), "", deadline);  // wakes the waiter
+    if (!options_.serves_store) return;
+    const auto joined = store_.add(kJoinedKey, 0, deadline);
+    for (auto now = seen; now < joined; now = store_.add(kAbortSeenKey, 0, deadline)) {
+      store_.wait({fmt::format("{}/{}", kAbortSeenKey, now + 1)}, deadline);
+    }
+  } catch (const Error& e) {
+    // A node that never reads it costs kAbortSeenWait, and this node goes on ending.
+    spdlog::debug("rendezvous: waiting for the other nodes to learn of the end: {}", e.what());
+  }
 }
 
 // Every node arrives; the last one to arrive opens the gate. After a restart that every node

@@ -45,6 +45,9 @@ struct StaticRendezvousOptions {
   // What every node of the job must have been started with (see agreed_settings): the first
   // node's stand, and a node that differs ends the rendezvous for all.
   JobSettings settings;
+  // This node's agent serves the store: when the rendezvous ends for all, it waits (briefly)
+  // for the others to learn why before it goes.
+  bool serves_store = false;
 };
 
 // A token unique to this agent, for claiming its node rank.
@@ -75,6 +78,7 @@ class StaticRendezvous final : public RendezvousHandler {
 
  private:
   void join();
+  void wait_for_abort_seen();
   void start_barrier(const std::string& prefix, int attempt);
 
   store::Store& store_;

@@ -374,12 +374,17 @@ TEST_CASE("ddprun: a duplicate node rank is reported, not a hang", "[launcher]")
   // The second one starts once the first holds node rank 1 (it says so when it has joined).
   REQUIRE(first.wait_for_output("node 1 of 3 joined"));
   DdprunProcess second(with("--node-rank=1"), {{"FAKE_MODE", "hang"}});
-  CHECK(second.wait(30s) == 124);
+  const int second_code = second.wait(30s);
+  INFO("the second node with rank 1:\n" << second.output());
+  CHECK(second_code == 124);
   CHECK_THAT(second.output(), Catch::Contains("node rank 1 is already taken"));
   CHECK_THAT(second.output(), Catch::Contains("which is alive"));
-  // The job cannot form: the others learn it at once, not at their join timeout (60 s).
+  // The job cannot form: the others learn it at once, not at their join timeout (60 s), and
+  // from the store, which node 0's agent keeps until they have read it.
   for (auto* node : {&node0, &first}) {
-    CHECK(node->wait(30s) == 124);
+    const int code = node->wait(30s);
+    INFO((node == &first ? "the first node with rank 1" : "node 0") << ":\n" << node->output());
+    CHECK(code == 124);
     CHECK_THAT(node->output(), Catch::Contains("node rank 1 is already taken"));
   }
 }

@@ -423,10 +423,6 @@ const std::string& host_of(const std::vector<NodeProbe>& nodes, int node) {
   return node >= 0 && node < static_cast<int>(nodes.size()) ? nodes[node].host : unknown;
 }
 
-std::string ms(double seconds) {
-  const double millis = seconds * 1e3;
-  return millis < 10 ? fmt::format("{:.2f} ms", millis) : fmt::format("{:.0f} ms", millis);
-}
 
 }  // namespace
 
@@ -499,7 +495,7 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
       if (far_node) {
         name(node, fmt::format("every link to and from it is far: round trips of {} or more, "
                                "the nodes' median {}",
-                               ms(b.best_rtt()), ms(rtt_median)));
+                               format_millis(b.best_rtt()), format_millis(rtt_median)));
       }
     }
     for (const auto& l : links) {
@@ -513,8 +509,8 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
       }
       if (l.rtt_seconds > 0 && far(l.rtt_seconds)) {
         name(l.from,
-             fmt::format("{}: round trip {}, the nodes' median {}", link, ms(l.rtt_seconds),
-                         ms(rtt_median)),
+             fmt::format("{}: round trip {}, the nodes' median {}", link,
+                         format_millis(l.rtt_seconds), format_millis(rtt_median)),
              l.to);
       }
     }
@@ -576,8 +572,13 @@ std::string links_summary(const std::vector<LinkFigures>& links) {
     if (l.rtt_seconds > 0) rtts.push_back(l.rtt_seconds);
   }
   if (rates.empty()) return "";
-  return fmt::format("; links: median {}{}", format_rate(upper_median(rates)),
-                     rtts.empty() ? "" : ", round trip " + ms(upper_median(rtts)));
+  const auto rtt = rtts.empty() ? "" : ", round trip " + format_millis(upper_median(rtts));
+  return fmt::format("; links: median {}{}", format_rate(upper_median(rates)), rtt);
+}
+
+std::string format_millis(double seconds) {
+  const double millis = seconds * 1e3;
+  return millis < 10 ? fmt::format("{:.2f} ms", millis) : fmt::format("{:.0f} ms", millis);
 }
 
 std::string format_rate(double bytes_per_second) {

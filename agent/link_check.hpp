@@ -126,6 +126,8 @@ std::string links_summary(const std::vector<LinkFigures>& links);
 
 // "94 MB/s", "1.1 GB/s" (decimal, as link rates are quoted).
 std::string format_rate(double bytes_per_second);
+// "0.06 ms", "12 ms": two decimals under 10 ms.
+std::string format_millis(double seconds);
 
 nlohmann::json to_json(const LinkFigures& link);
 // Throws ProtocolError when `j` is not a link's figures.

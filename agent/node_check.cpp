@@ -106,10 +106,6 @@ std::vector<DirProbe> probe_dirs(const std::vector<DirProbe>& wanted,
   return out;
 }
 
-std::string format_limit(std::uint64_t value, bool bytes) {
-  if (value == kUnlimited) return "unlimited";
-  return bytes ? format_bytes(value) : std::to_string(value);
-}
 
 // A limit under its floor, or under half the job's median (unlimited counts as the largest)
 // while also under `enough`.
@@ -137,6 +133,11 @@ void judge_limit(const std::vector<NodeProbe>& nodes, const char* name,
 }
 
 }  // namespace
+
+std::string format_limit(std::uint64_t value, bool bytes) {
+  if (value == kUnlimited) return "unlimited";
+  return bytes ? format_bytes(value) : std::to_string(value);
+}
 
 std::string format_bytes(std::uint64_t bytes) {
   if (bytes == kUnlimited) return "unlimited";

@@ -132,6 +132,8 @@ T upper_median(std::vector<T> values) {
 
 // "64 MiB", "1.5 GiB", "1000 MiB", "unlimited".
 std::string format_bytes(std::uint64_t bytes);
+// A limit as ulimit shows it: a count, or bytes (format_bytes); "unlimited".
+std::string format_limit(std::uint64_t value, bool bytes);
 
 // One exchange of the check: publishes `mine` as node `me` under `prefix` and reads every node's
 // value, `nodes` of them in node order, waiting until `deadline` (TimeoutError that says which

@@ -13,15 +13,6 @@ std::string count_of(std::size_t n, const char* one) {
   return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
 }
 
-std::string limit_text(std::uint64_t value) {
-  return value == kUnlimited ? "unlimited" : std::to_string(value);
-}
-
-std::string millis(double seconds) {
-  const double ms = seconds * 1e3;
-  return ms < 10 ? fmt::format("{:.2f} ms", ms) : fmt::format("{:.0f} ms", ms);
-}
-
 // The least room among the directories the job writes to, or the first that does not answer,
 // or the log directory when it is not writable (a read-only program directory is how some jobs
 // are set up: the findings say when it is not).
@@ -113,9 +104,9 @@ std::string format_node_check_table(const std::vector<NodeProbe>& nodes,
     };
     rows.push_back({std::to_string(n.node), n.host,
                     n.has_shm ? format_bytes(n.shm_free_bytes) : "-", room_text(n),
-                    limit_text(n.open_files), format_bytes(n.locked_bytes),
-                    limit_text(n.processes), rate(&NodeLinks::out), rate(&NodeLinks::in),
-                    l != measured.end() && l->second.rtt > 0 ? millis(l->second.rtt) : "-",
+                    format_limit(n.open_files, false), format_limit(n.locked_bytes, true),
+                    format_limit(n.processes, false), rate(&NodeLinks::out), rate(&NodeLinks::in),
+                    l != measured.end() && l->second.rtt > 0 ? format_millis(l->second.rtt) : "-",
                     found == named.end() ? "" : count_of(found->second, "finding")});
   }
   if (rows.size() > 1) out += align(rows);

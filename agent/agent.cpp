@@ -229,6 +229,11 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   inputs.log_dir = ctx_.log_dir;
   inputs.log_dir_is_scratch = ctx_.log_dir_is_scratch;
   inputs.program_dir = program_dir(config_);
+  inputs.workers = round_->ranks.local_world_size;
+  if (const auto visible = ctx_.base_env.find("CUDA_VISIBLE_DEVICES");
+      visible != ctx_.base_env.end()) {
+    inputs.cuda_visible_devices = visible->second;
+  }
   NodeProbe mine = probe_node(inputs);
   mine.serves_store = ctx_.hosts_store;
   mine.min_nodes = config_.min_nodes;
@@ -244,9 +249,9 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
     }
   }
   const auto read_timeout = config_.rdzv_conf.read_timeout;
-  // Another node's report may wait for its directories' deadline.
+  // Another node's report may wait for its look's deadline.
   const auto nodes = exchange_probes(*ctx_.store, round_->prefix, mine, group,
-                                     Deadline::after(read_timeout + kDirProbeTimeout));
+                                     Deadline::after(read_timeout + kNodeProbeTimeout));
   auto findings = judge(nodes);
   std::vector<LinkFigures> measured;
   if (links) {

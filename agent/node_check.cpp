@@ -75,22 +75,37 @@ DirProbe probe_dir(const std::string& role, const std::string& path, bool needs_
   return d;
 }
 
-// Each directory's look on a thread of its own, all waited for until `timeout`: where no
-// signal ends a look blocked in the kernel, one that does not come back in time is left to
-// finish on its own (its thread holds only what it shares with the promise) and reported as
-// not answering.
+// Runs `look` on a thread of its own, so that its caller can stop waiting for it: where no
+// signal ends a call blocked in the kernel (a hung mount, a GPU that fell off the bus), a look
+// that does not come back in time is left to finish on its own (its thread holds only what it
+// shares with the promise). With no thread to spare, it runs here.
+template <class Look>
+auto look_aside(Look look) -> std::future<decltype(look())> {
+  using Seen = decltype(look());
+  auto seen = std::make_shared<std::promise<Seen>>();
+  auto future = seen->get_future();
+  auto run = [seen, look] {
+    try {
+      seen->set_value(look());
+    } catch (...) {
+      seen->set_exception(std::current_exception());
+    }
+  };
+  try {
+    std::thread(run).detach();
+  } catch (const std::system_error&) {
+    run();
+  }
+  return future;
+}
+
+// Each directory looked at aside, all waited for until `timeout`; one that does not answer is
+// reported so.
 std::vector<DirProbe> probe_dirs(const std::vector<DirProbe>& wanted,
                                  std::chrono::milliseconds timeout) {
   std::vector<std::future<DirProbe>> looks;
   for (const auto& w : wanted) {
-    auto look = std::make_shared<std::promise<DirProbe>>();
-    looks.push_back(look->get_future());
-    try {
-      std::thread([look, w] { look->set_value(probe_dir(w.role, w.path, w.needs_room)); })
-          .detach();
-    } catch (const std::system_error&) {
-      look->set_value(probe_dir(w.role, w.path, w.needs_room));  // no thread to spare: here
-    }
+    looks.push_back(look_aside([w] { return probe_dir(w.role, w.path, w.needs_room); }));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<DirProbe> out;
@@ -105,7 +120,6 @@ std::vector<DirProbe> probe_dirs(const std::vector<DirProbe>& wanted,
   }
   return out;
 }
-
 
 // A limit under its floor, or under half the job's median (unlimited counts as the largest)
 // while also under `enough`.
@@ -159,6 +173,9 @@ NodeProbe probe_node(const ProbeInputs& in) {
   NodeProbe p;
   p.node = in.node;
   p.host = in.host;
+  p.workers = in.workers;
+  auto gpus = look_aside([visible = in.cuda_visible_devices] { return survey_gpus(visible); });
+  const auto gpus_deadline = start + in.gpu_timeout;
   std::vector<DirProbe> dirs;
   if (!in.log_dir.empty()) {
     dirs.push_back({kLogDirectory, in.log_dir, "", 0, !in.log_dir_is_scratch});
@@ -178,6 +195,13 @@ NodeProbe probe_node(const ProbeInputs& in) {
   p.open_files = inherited == nullptr ? soft_limit(RLIMIT_NOFILE) : soft_of(*inherited);
   p.locked_bytes = soft_limit(RLIMIT_MEMLOCK);
   p.processes = soft_limit(RLIMIT_NPROC);
+  if (gpus.wait_until(gpus_deadline) == std::future_status::ready) {
+    p.gpus = gpus.get();
+  } else {
+    p.gpus.skipped.clear();
+    p.gpus.timed_out = true;
+    p.gpus.error = fmt::format("NVML did not answer within {}", format_duration(in.gpu_timeout));
+  }
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return p;
 }
@@ -201,6 +225,8 @@ nlohmann::json to_json(const NodeProbe& p) {
           {"open_files", p.open_files},
           {"locked_bytes", p.locked_bytes},
           {"processes", p.processes},
+          {"workers", p.workers},
+          {"gpus", to_json(p.gpus)},
           {"link_port", p.link_port},
           {"serves_store", p.serves_store},
           {"min_nodes", p.min_nodes},
@@ -223,6 +249,8 @@ NodeProbe probe_from_json(const nlohmann::json& j) {
     p.open_files = j.at("open_files").get<std::uint64_t>();
     p.locked_bytes = j.at("locked_bytes").get<std::uint64_t>();
     p.processes = j.at("processes").get<std::uint64_t>();
+    p.workers = j.at("workers").get<int>();
+    p.gpus = gpu_survey_from_json(j.at("gpus"));
     p.link_port = j.at("link_port").get<std::uint16_t>();
     p.serves_store = j.at("serves_store").get<bool>();
     p.min_nodes = j.at("min_nodes").get<int>();
@@ -273,6 +301,7 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
                                  format_bytes(n.shm_free_bytes), format_bytes(n.shm_size_bytes),
                                  format_bytes(kMinShmFreeBytes))});
     }
+    for (auto& what : gpu_troubles(n.gpus, n.workers)) out.push_back({n.node, n.host, what});
   }
   judge_limit(nodes, "-n", &NodeProbe::open_files, kMinOpenFiles, kEnoughOpenFiles, false, out);
   judge_limit(nodes, "-l", &NodeProbe::locked_bytes, 0, kUnlimited, true, out);

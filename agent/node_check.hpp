@@ -1,6 +1,7 @@
 #pragma once
 // --node-check: before the job's first workers start, each node looks at itself (room in the
-// directories the job writes to, /dev/shm, the limits its workers inherit), publishes what it
+// directories the job writes to, /dev/shm, the limits its workers inherit, its GPUs: see
+// agent/gpu_check.hpp), publishes what it
 // saw under the round's prefix, and reads every other node's. Each node then judges the same
 // reports by the same rules, so every node reaches the same verdict without another exchange:
 // a finding is a node under an absolute floor, or far under the job's median.
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "agent/gpu_check.hpp"
 #include "common/deadline.hpp"
 #include "store/store.hpp"
 
@@ -46,6 +48,10 @@ inline constexpr std::uint64_t kUnlimited = ~std::uint64_t{0};
 // statvfs() in the kernel for as long as its server is away, and a look that takes this long
 // is a mount in trouble either way.
 inline constexpr std::chrono::milliseconds kDirProbeTimeout{10'000};
+// The longest a node's look at itself may take: its directories and its GPUs are looked at
+// side by side.
+inline constexpr std::chrono::milliseconds kNodeProbeTimeout =
+    std::max(kDirProbeTimeout, kGpuProbeTimeout);
 
 inline constexpr char kLogDirectory[] = "log directory";
 // Where the program lives, or the working directory for a module or a program on PATH. Many
@@ -72,6 +78,8 @@ struct NodeProbe {
   std::uint64_t open_files = 0;    // soft RLIMIT_NOFILE (ulimit -n) the workers get
   std::uint64_t locked_bytes = 0;  // soft RLIMIT_MEMLOCK (ulimit -l), bytes
   std::uint64_t processes = 0;     // soft RLIMIT_NPROC (ulimit -u)
+  int workers = 0;                 // this node's workers (LOCAL_WORLD_SIZE)
+  GpuSurvey gpus;                  // the GPUs its workers will see
   std::uint16_t link_port = 0;     // where it takes the links check (agent/link_check.hpp); 0: not
   bool serves_store = false;       // its agent serves the rendezvous store: it cannot be left out
   int min_nodes = 1;               // its --nnodes minimum (nodes need not all be given the same)
@@ -87,6 +95,10 @@ struct ProbeInputs {
   std::string program_dir;
   std::string shm_dir = "/dev/shm";
   std::chrono::milliseconds dir_timeout = kDirProbeTimeout;
+  int workers = 0;
+  // The workers' CUDA_VISIBLE_DEVICES (nullopt: unset), which says which GPUs are theirs.
+  std::optional<std::string> cuda_visible_devices;
+  std::chrono::milliseconds gpu_timeout = kGpuProbeTimeout;
 };
 
 NodeProbe probe_node(const ProbeInputs& inputs);

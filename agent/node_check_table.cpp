@@ -90,9 +90,13 @@ std::string format_node_check_table(const std::vector<NodeProbe>& nodes,
                                 seconds);
   const bool every_row = nodes.size() <= kTableAllRowsUpTo;
   const auto measured = links_by_node(links);
+  // A column for the GPUs where a node has a driver to ask: a CPU cluster's table has none.
+  const bool gpu_column = std::any_of(nodes.begin(), nodes.end(),
+                                      [](const NodeProbe& n) { return n.gpus.skipped.empty(); });
   std::vector<std::vector<std::string>> rows{{"node", "host", "/dev/shm free", "room",
                                               "ulimit -n", "-l", "-u", "link out", "in",
                                               "round trip", ""}};
+  if (gpu_column) rows.front().insert(rows.front().begin() + 7, "GPUs");
   std::size_t named_rows = 0;
   for (const auto& n : nodes) {
     const auto found = named.find(n.node);
@@ -108,6 +112,7 @@ std::string format_node_check_table(const std::vector<NodeProbe>& nodes,
                     format_limit(n.processes, false), rate(&NodeLinks::out), rate(&NodeLinks::in),
                     l != measured.end() && l->second.rtt > 0 ? format_millis(l->second.rtt) : "-",
                     found == named.end() ? "" : count_of(found->second, "finding")});
+    if (gpu_column) rows.back().insert(rows.back().begin() + 7, gpu_summary(n.gpus));
   }
   if (rows.size() > 1) out += align(rows);
   if (!every_row) {

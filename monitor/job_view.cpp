@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -287,12 +288,17 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
     int to;
     double bytes_per_second, rtt_seconds, clock_offset_seconds;
   };
+  struct Gpu {
+    int index;
+    double memory_used_bytes, processes, ecc_uncorrected;  // ecc: -1 where not supported
+  };
   struct Checked {
     const NodeStatus* node = nullptr;
     int findings = 0;  // about this node
     double seconds = 0;
     std::optional<double> shm_free;
     std::vector<Link> links;  // sent on, that carried something
+    std::vector<Gpu> gpus;    // that NVML answered for
   };
   std::vector<Checked> checked;
   for (const auto& n : nodes) {
@@ -311,6 +317,12 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
         if (l.value("from", -1) != checked_as || !l.value("error", std::string()).empty()) continue;
         c.links.push_back({l.value("to", -1), l.value("bytes_per_second", 0.0),
                            l.value("rtt_seconds", 0.0), l.value("clock_offset_seconds", 0.0)});
+      }
+      for (const auto& g : figures.value("gpus", json::object()).value("gpus", json::array())) {
+        if (!g.value("error", std::string()).empty()) continue;
+        c.gpus.push_back({g.value("index", -1), g.value("memory_used_bytes", 0.0),
+                          static_cast<double>(g.value("processes", json::array()).size()),
+                          g.value("ecc_uncorrected_volatile", -1.0)});
       }
       checked.push_back(std::move(c));
     } catch (const json::exception&) {
@@ -354,6 +366,26 @@ void node_check_metrics(const std::vector<NodeStatus>& nodes, Exposition& e) {
            "The other node's wall clock minus this node's, as --node-check measured it.");
   link_samples("ddprun_node_check_link_clock_offset_seconds", &Link::clock_offset_seconds,
                &Link::rtt_seconds);
+  // Each visible GPU's figures, by its nvidia-smi index, where any node has GPUs.
+  const auto gpu_samples = [&](const char* name, const char* help, double Gpu::*field) {
+    bool any = false;
+    for (const auto& c : checked) {
+      for (const auto& g : c.gpus) {
+        if (g.*field < 0) continue;
+        if (!std::exchange(any, true)) e.family(name, "gauge", help);
+        e.sample(name, fmt::format("{},gpu=\"{}\"", node_labels(*c.node), g.index), g.*field);
+      }
+    }
+  };
+  gpu_samples("ddprun_node_check_gpu_memory_used_bytes",
+              "Memory in use on a GPU of this node's workers, as --node-check read it.",
+              &Gpu::memory_used_bytes);
+  gpu_samples("ddprun_node_check_gpu_processes",
+              "Processes holding memory on a GPU of this node's workers before they started.",
+              &Gpu::processes);
+  gpu_samples("ddprun_node_check_gpu_ecc_uncorrected_errors",
+              "Uncorrectable ECC errors of a GPU since its driver loaded, where ECC is on.",
+              &Gpu::ecc_uncorrected);
 }
 
 }  // namespace

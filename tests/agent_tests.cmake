@@ -4,6 +4,7 @@
 add_executable(agent_unit_tests
   unit/agent/test_agent.cpp
   unit/agent/test_file_timer.cpp
+  unit/agent/test_gpu_check.cpp
   unit/agent/test_link_check.cpp
   unit/agent/test_node_check.cpp
   unit/agent/test_node_check_table.cpp

@@ -291,6 +291,25 @@ TEST_CASE("the node check's figures are in the record and the metrics of the nod
                                    ",to=\"2\"} -0.5\n"));
   CHECK(text.find("to=\"1\"") == std::string::npos);
   CHECK(text.find("to=\"3\"") == std::string::npos);
+  CHECK(text.find("ddprun_node_check_gpu") == std::string::npos);  // no GPU: no GPU families
+  // A GPU node's GPUs, by nvidia-smi's index; a lost GPU has no figures, ECC off none for ECC.
+  a.node_check["figures"]["gpus"] = nlohmann::json::parse(R"({"skipped": "", "gpus": [
+    {"index": 0, "error": "", "memory_used_bytes": 3.2e10, "processes": [{"pid": 4242}],
+     "ecc_uncorrected_volatile": 2},
+    {"index": 1, "error": "", "memory_used_bytes": 5e8, "processes": [],
+     "ecc_uncorrected_volatile": -1},
+    {"index": 2, "error": "GPU is lost"}]})");
+  const auto with_gpus = metrics_text({a}, std::nullopt, 1101);
+  CHECK_THAT(with_gpus, Catch::Contains("ddprun_node_check_gpu_memory_used_bytes" + labels +
+                                        ",gpu=\"0\"} 32000000000\n"));
+  CHECK_THAT(with_gpus, Catch::Contains("ddprun_node_check_gpu_processes" + labels +
+                                        ",gpu=\"0\"} 1\n"));
+  CHECK_THAT(with_gpus, Catch::Contains("ddprun_node_check_gpu_processes" + labels +
+                                        ",gpu=\"1\"} 0\n"));
+  CHECK_THAT(with_gpus, Catch::Contains("ddprun_node_check_gpu_ecc_uncorrected_errors" + labels +
+                                        ",gpu=\"0\"} 2\n"));
+  CHECK(with_gpus.find("_errors" + labels + ",gpu=\"1\"") == std::string::npos);
+  CHECK(with_gpus.find("gpu=\"2\"") == std::string::npos);
   // A record of another shape shows no figures, and the scrape goes on.
   auto b = node("job", 0, "host-a", 20, 1);
   b.node_check = nlohmann::json::parse(R"({"findings": [1, 2], "seconds": "slow"})");

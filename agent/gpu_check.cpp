@@ -1,0 +1,389 @@
+#include "agent/gpu_check.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/node_check.hpp"
+#include "common/strings.hpp"
+
+namespace ddprun {
+namespace {
+
+// NVML's types and values that ddprun uses, declared here so that no nvml.h is needed to build
+// it (nvmlReturn_t and the enums are ints; nvmlDevice_t is a pointer).
+using NvmlReturn = int;
+using NvmlDevice = void*;
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr NvmlReturn kNvmlNotSupported = 3;
+constexpr NvmlReturn kNvmlInsufficientSize = 7;
+constexpr NvmlReturn kNvmlDriverNotLoaded = 9;
+constexpr NvmlReturn kNvmlLibraryNotFound = 12;
+constexpr int kNvmlUncorrected = 1;      // nvmlMemoryErrorType_t
+constexpr int kNvmlVolatileEcc = 0;      // nvmlEccCounterType_t
+constexpr int kNvmlAggregateEcc = 1;
+constexpr int kNvmlRetiredMultipleSbe = 0;  // nvmlPageRetirementCause_t
+constexpr int kNvmlRetiredDbe = 1;
+constexpr unsigned kNvmlTextSize = 96;   // NVML_DEVICE_UUID_V2_BUFFER_SIZE, _NAME_V2_
+
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+// nvmlProcessInfo_t of the _v2 and _v3 calls, and of the unversioned one.
+struct NvmlProcessV2 {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id, compute_instance_id;
+};
+struct NvmlProcessV1 {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+};
+
+template <class F>
+F symbol(void* lib, const char* name) {
+  return reinterpret_cast<F>(dlsym(lib, name));
+}
+
+struct Nvml {
+  NvmlReturn (*init)() = nullptr;
+  NvmlReturn (*shutdown)() = nullptr;
+  const char* (*error_string)(NvmlReturn) = nullptr;
+  NvmlReturn (*count)(unsigned*) = nullptr;
+  NvmlReturn (*handle)(unsigned, NvmlDevice*) = nullptr;
+  NvmlReturn (*uuid)(NvmlDevice, char*, unsigned) = nullptr;
+  NvmlReturn (*name)(NvmlDevice, char*, unsigned) = nullptr;
+  NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
+  NvmlReturn (*processes_v2)(NvmlDevice, unsigned*, NvmlProcessV2*) = nullptr;  // _v3 or _v2
+  NvmlReturn (*processes_v1)(NvmlDevice, unsigned*, NvmlProcessV1*) = nullptr;
+  NvmlReturn (*ecc)(NvmlDevice, int, int, unsigned long long*) = nullptr;
+  NvmlReturn (*retired)(NvmlDevice, int, unsigned*, unsigned long long*) = nullptr;
+  NvmlReturn (*retired_pending)(NvmlDevice, int*) = nullptr;
+  NvmlReturn (*remapped)(NvmlDevice, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
+
+  std::string text(NvmlReturn r) const {
+    const char* s = error_string == nullptr ? nullptr : error_string(r);
+    return s == nullptr ? fmt::format("NVML error {}", r) : std::string(s);
+  }
+};
+
+// The library and its entry points; nullopt when it is absent or lacks the ones every driver
+// has. Never closed: NVML may have started threads that live in it.
+std::optional<Nvml> load_nvml() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (lib == nullptr) return std::nullopt;
+  Nvml n;
+  n.init = symbol<decltype(n.init)>(lib, "nvmlInit_v2");
+  n.shutdown = symbol<decltype(n.shutdown)>(lib, "nvmlShutdown");
+  n.error_string = symbol<decltype(n.error_string)>(lib, "nvmlErrorString");
+  n.count = symbol<decltype(n.count)>(lib, "nvmlDeviceGetCount_v2");
+  n.handle = symbol<decltype(n.handle)>(lib, "nvmlDeviceGetHandleByIndex_v2");
+  n.uuid = symbol<decltype(n.uuid)>(lib, "nvmlDeviceGetUUID");
+  n.name = symbol<decltype(n.name)>(lib, "nvmlDeviceGetName");
+  n.memory = symbol<decltype(n.memory)>(lib, "nvmlDeviceGetMemoryInfo");
+  n.processes_v2 =
+      symbol<decltype(n.processes_v2)>(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (n.processes_v2 == nullptr) {
+    n.processes_v2 =
+        symbol<decltype(n.processes_v2)>(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
+  }
+  n.processes_v1 = symbol<decltype(n.processes_v1)>(lib, "nvmlDeviceGetComputeRunningProcesses");
+  n.ecc = symbol<decltype(n.ecc)>(lib, "nvmlDeviceGetTotalEccErrors");
+  n.retired = symbol<decltype(n.retired)>(lib, "nvmlDeviceGetRetiredPages");
+  n.retired_pending =
+      symbol<decltype(n.retired_pending)>(lib, "nvmlDeviceGetRetiredPagesPendingStatus");
+  n.remapped = symbol<decltype(n.remapped)>(lib, "nvmlDeviceGetRemappedRows");
+  if (n.init == nullptr || n.count == nullptr || n.handle == nullptr || n.uuid == nullptr) {
+    return std::nullopt;
+  }
+  return n;
+}
+
+// The compute processes on `device`: asked for their number, then for them, with room for a
+// few that start in between.
+template <class Info>
+NvmlReturn list_processes(NvmlReturn (*call)(NvmlDevice, unsigned*, Info*), NvmlDevice device,
+                          std::vector<GpuProcess>& out) {
+  unsigned count = 0;
+  NvmlReturn r = call(device, &count, nullptr);
+  if (r == kNvmlSuccess) return r;  // none
+  if (r != kNvmlInsufficientSize) return r;
+  std::vector<Info> infos(count + 8);
+  count = static_cast<unsigned>(infos.size());
+  r = call(device, &count, infos.data());
+  if (r != kNvmlSuccess) return r;
+  for (unsigned i = 0; i < count && i < infos.size(); ++i) {
+    out.push_back({infos[i].pid, infos[i].used_gpu_memory});
+  }
+  return r;
+}
+
+std::int64_t retired_pages(const Nvml& nvml, NvmlDevice device) {
+  std::int64_t total = 0;
+  for (int cause : {kNvmlRetiredMultipleSbe, kNvmlRetiredDbe}) {
+    unsigned count = 0;
+    const NvmlReturn r = nvml.retired(device, cause, &count, nullptr);
+    if (r != kNvmlSuccess && r != kNvmlInsufficientSize) return -1;
+    total += count;
+  }
+  return total;
+}
+
+std::int64_t ecc_count(const Nvml& nvml, NvmlDevice device, int counter) {
+  unsigned long long count = 0;
+  if (nvml.ecc == nullptr || nvml.ecc(device, kNvmlUncorrected, counter, &count) != kNvmlSuccess) {
+    return -1;
+  }
+  return static_cast<std::int64_t>(count);
+}
+
+// One GPU's figures. What NVML does not support on it stays at "not supported"; a call that
+// fails otherwise is the GPU's error.
+GpuProbe probe_gpu(const Nvml& nvml, int index, NvmlDevice device, const std::string& uuid) {
+  GpuProbe g;
+  g.index = index;
+  g.uuid = uuid;
+  char text[kNvmlTextSize] = "";
+  if (nvml.name != nullptr && nvml.name(device, text, sizeof(text)) == kNvmlSuccess) g.name = text;
+  NvmlMemory memory{};
+  if (nvml.memory != nullptr) {
+    if (const NvmlReturn r = nvml.memory(device, &memory); r != kNvmlSuccess) {
+      g.error = "reading its memory: " + nvml.text(r);
+      return g;
+    }
+    g.memory_total_bytes = memory.total;
+    g.memory_used_bytes = memory.used;
+  }
+  NvmlReturn listed = kNvmlNotSupported;
+  if (nvml.processes_v2 != nullptr) {
+    listed = list_processes(nvml.processes_v2, device, g.processes);
+  } else if (nvml.processes_v1 != nullptr) {
+    listed = list_processes(nvml.processes_v1, device, g.processes);
+  }
+  if (listed != kNvmlSuccess && listed != kNvmlNotSupported) {
+    g.error = "listing its processes: " + nvml.text(listed);
+    return g;
+  }
+  g.ecc_uncorrected_volatile = ecc_count(nvml, device, kNvmlVolatileEcc);
+  g.ecc_uncorrected_aggregate = ecc_count(nvml, device, kNvmlAggregateEcc);
+  if (nvml.retired != nullptr) g.retired_pages = retired_pages(nvml, device);
+  int pending = 0;
+  if (nvml.retired_pending != nullptr &&
+      nvml.retired_pending(device, &pending) == kNvmlSuccess) {
+    g.retired_pages_pending = pending != 0;
+  }
+  unsigned corrected = 0, uncorrected = 0, remap_pending = 0, remap_failed = 0;
+  if (nvml.remapped != nullptr &&
+      nvml.remapped(device, &corrected, &uncorrected, &remap_pending, &remap_failed) ==
+          kNvmlSuccess) {
+    g.remapped_rows_uncorrectable = uncorrected;
+    g.remap_pending = remap_pending != 0;
+    g.remap_failed = remap_failed != 0;
+  }
+  return g;
+}
+
+std::string held_by(const GpuProcess& p) {
+  return p.used_bytes == kNvmlValueNotAvailable
+             ? fmt::format("pid {}", p.pid)
+             : fmt::format("{} of pid {}", format_bytes(p.used_bytes), p.pid);
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uuids,
+                                             const std::optional<std::string>& visible) {
+  std::vector<int> out;
+  if (!visible) {
+    for (int i = 0; i < static_cast<int>(uuids.size()); ++i) out.push_back(i);
+    return out;
+  }
+  for (auto entry : split(trim(*visible), ',')) {
+    entry = trim(entry);
+    if (entry.starts_with("MIG-")) return std::nullopt;
+    int found = -1;
+    if (entry.starts_with("GPU-")) {
+      for (int i = 0; i < static_cast<int>(uuids.size()); ++i) {
+        if (!uuids[i].starts_with(entry)) continue;
+        if (found >= 0) return out;  // a prefix of two: CUDA takes it as naming none
+        found = i;
+      }
+    } else if (auto n = parse_int(entry); n && *n >= 0 && *n < static_cast<int>(uuids.size())) {
+      found = *n;
+    }
+    if (found < 0 || std::find(out.begin(), out.end(), found) != out.end()) break;
+    out.push_back(found);
+  }
+  return out;
+}
+
+GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices) {
+  GpuSurvey s;
+  s.skipped.clear();
+  const auto nvml = load_nvml();
+  if (!nvml) {
+    s.skipped = "no NVIDIA driver here (libnvidia-ml.so.1)";
+    return s;
+  }
+  if (const NvmlReturn r = nvml->init(); r != kNvmlSuccess) {
+    if (r == kNvmlDriverNotLoaded || r == kNvmlLibraryNotFound) {
+      s.skipped = "no NVIDIA driver loaded here: " + nvml->text(r);
+    } else {
+      s.error = "NVML did not start: " + nvml->text(r);
+    }
+    return s;
+  }
+  unsigned count = 0;
+  std::vector<NvmlDevice> devices;
+  std::vector<std::string> uuids;
+  if (const NvmlReturn r = nvml->count(&count); r != kNvmlSuccess) {
+    s.error = "NVML could not count the GPUs: " + nvml->text(r);
+  }
+  for (unsigned i = 0; s.error.empty() && i < count; ++i) {
+    NvmlDevice device = nullptr;
+    char uuid[kNvmlTextSize] = "";
+    NvmlReturn r = nvml->handle(i, &device);
+    if (r == kNvmlSuccess) r = nvml->uuid(device, uuid, sizeof(uuid));
+    // A GPU NVML cannot even name is still a GPU of this machine: it keeps its place, and
+    // says what went wrong if the workers would see it.
+    devices.push_back(r == kNvmlSuccess ? device : nullptr);
+    uuids.emplace_back(r == kNvmlSuccess ? uuid : "");
+    if (r != kNvmlSuccess) {
+      GpuProbe lost;
+      lost.index = static_cast<int>(i);
+      lost.error = nvml->text(r);
+      s.gpus.push_back(std::move(lost));
+    }
+  }
+  if (s.error.empty()) {
+    const auto shown = visible_gpus(uuids, cuda_visible_devices);
+    if (!shown) {
+      s.skipped = "CUDA_VISIBLE_DEVICES names MIG devices, which this check does not read";
+      s.gpus.clear();
+    } else {
+      std::vector<GpuProbe> lost = std::move(s.gpus);
+      s.gpus.clear();
+      for (int i : *shown) {
+        const auto it = std::find_if(lost.begin(), lost.end(),
+                                     [i](const GpuProbe& g) { return g.index == i; });
+        s.gpus.push_back(it != lost.end() ? *it : probe_gpu(*nvml, i, devices[i], uuids[i]));
+      }
+    }
+  }
+  if (nvml->shutdown != nullptr) nvml->shutdown();
+  return s;
+}
+
+std::vector<std::string> gpu_troubles(const GpuSurvey& s, int workers) {
+  std::vector<std::string> out;
+  if (!s.skipped.empty()) return out;
+  if (!s.error.empty()) {
+    out.push_back(s.timed_out ? s.error + " (a GPU or its driver in trouble?)" : s.error);
+    return out;
+  }
+  if (!s.gpus.empty() && static_cast<std::size_t>(workers) > s.gpus.size()) {
+    out.push_back(fmt::format("{} workers, but {} GPU(s) visible to them", workers,
+                              s.gpus.size()));
+  }
+  for (const auto& g : s.gpus) {
+    if (!g.error.empty()) {
+      out.push_back(fmt::format("GPU {}: {}", g.index, g.error));
+      continue;
+    }
+    if (!g.processes.empty()) {
+      std::string holders;
+      for (const auto& p : g.processes) holders += (holders.empty() ? "" : ", ") + held_by(p);
+      out.push_back(fmt::format("GPU {} holds {}", g.index, holders));
+    } else if (g.memory_used_bytes > kGpuMaxUnexplainedUsedBytes) {
+      out.push_back(fmt::format("GPU {} has {} of {} in use by no process seen here (another "
+                                "container?)",
+                                g.index, format_bytes(g.memory_used_bytes),
+                                format_bytes(g.memory_total_bytes)));
+    }
+    if (g.ecc_uncorrected_volatile > 0) {
+      out.push_back(fmt::format("GPU {}: {} uncorrectable ECC error(s) since the driver loaded",
+                                g.index, g.ecc_uncorrected_volatile));
+    }
+    if (g.remap_failed) {
+      out.push_back(fmt::format("GPU {}: a row remapping failed (the GPU needs service)",
+                                g.index));
+    } else if (g.remap_pending || g.retired_pages_pending) {
+      out.push_back(fmt::format("GPU {}: memory {} pending a reset of the GPU", g.index,
+                                g.remap_pending ? "rows remapped" : "pages retired"));
+    }
+  }
+  return out;
+}
+
+std::string gpu_summary(const GpuSurvey& s) {
+  if (!s.skipped.empty()) return "-";
+  if (s.timed_out) return "no answer";
+  if (!s.error.empty()) return "error";
+  const auto held = std::count_if(s.gpus.begin(), s.gpus.end(),
+                                  [](const GpuProbe& g) { return !g.processes.empty(); });
+  return held == 0 ? std::to_string(s.gpus.size())
+                   : fmt::format("{} ({} held)", s.gpus.size(), held);
+}
+
+nlohmann::json to_json(const GpuSurvey& s) {
+  auto gpus = nlohmann::json::array();
+  for (const auto& g : s.gpus) {
+    auto processes = nlohmann::json::array();
+    for (const auto& p : g.processes) {
+      processes.push_back({{"pid", p.pid}, {"used_bytes", p.used_bytes}});
+    }
+    gpus.push_back({{"index", g.index},
+                    {"name", g.name},
+                    {"uuid", g.uuid},
+                    {"error", g.error},
+                    {"memory_total_bytes", g.memory_total_bytes},
+                    {"memory_used_bytes", g.memory_used_bytes},
+                    {"processes", std::move(processes)},
+                    {"ecc_uncorrected_volatile", g.ecc_uncorrected_volatile},
+                    {"ecc_uncorrected_aggregate", g.ecc_uncorrected_aggregate},
+                    {"retired_pages", g.retired_pages},
+                    {"retired_pages_pending", g.retired_pages_pending},
+                    {"remapped_rows_uncorrectable", g.remapped_rows_uncorrectable},
+                    {"remap_pending", g.remap_pending},
+                    {"remap_failed", g.remap_failed}});
+  }
+  return {{"skipped", s.skipped},
+          {"error", s.error},
+          {"timed_out", s.timed_out},
+          {"gpus", std::move(gpus)}};
+}
+
+GpuSurvey gpu_survey_from_json(const nlohmann::json& j) {
+  GpuSurvey s;
+  s.skipped = j.at("skipped").get<std::string>();
+  s.error = j.at("error").get<std::string>();
+  s.timed_out = j.at("timed_out").get<bool>();
+  for (const auto& g : j.at("gpus")) {
+    GpuProbe p;
+    p.index = g.at("index").get<int>();
+    p.name = g.at("name").get<std::string>();
+    p.uuid = g.at("uuid").get<std::string>();
+    p.error = g.at("error").get<std::string>();
+    p.memory_total_bytes = g.at("memory_total_bytes").get<std::uint64_t>();
+    p.memory_used_bytes = g.at("memory_used_bytes").get<std::uint64_t>();
+    for (const auto& q : g.at("processes")) {
+      p.processes.push_back({q.at("pid").get<std::uint32_t>(),
+                             q.at("used_bytes").get<std::uint64_t>()});
+    }
+    p.ecc_uncorrected_volatile = g.at("ecc_uncorrected_volatile").get<std::int64_t>();
+    p.ecc_uncorrected_aggregate = g.at("ecc_uncorrected_aggregate").get<std::int64_t>();
+    p.retired_pages = g.at("retired_pages").get<std::int64_t>();
+    p.retired_pages_pending = g.at("retired_pages_pending").get<bool>();
+    p.remapped_rows_uncorrectable = g.at("remapped_rows_uncorrectable").get<std::int64_t>();
+    p.remap_pending = g.at("remap_pending").get<bool>();
+    p.remap_failed = g.at("remap_failed").get<bool>();
+    s.gpus.push_back(std::move(p));
+  }
+  return s;
+}
+
+}  // namespace ddprun

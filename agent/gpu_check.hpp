@@ -1,0 +1,94 @@
+#pragma once
+// --node-check on a GPU node: the GPUs this node's workers will see, read through NVML, the
+// driver's management library. It is loaded with dlopen, as the launcher loads the CUDA driver
+// (launcher/gpu_count.hpp): ddprun runs on machines without either. Only queries are made: no
+// GPU setting is changed, and no CUDA context is created (which would itself take memory on
+// every GPU).
+//
+// survey_gpus() makes the calls; gpu_troubles() is pure, and its thresholds are here, as
+// documented in docs/reference.md ("Node checks").
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ddprun {
+
+// Memory in use on a GPU with no process listed on it, above which it is named: a process in
+// another container (whose pids NVML does not show here) is the usual cause. The driver keeps
+// some memory of its own, under this.
+inline constexpr std::uint64_t kGpuMaxUnexplainedUsedBytes = std::uint64_t{2} << 30;
+
+// How long NVML may take to answer for every GPU: a GPU that fell off the bus, or a driver in
+// trouble, blocks its calls (nvidia-smi hangs the same way), and a look that takes this long is
+// a node in trouble either way.
+inline constexpr std::chrono::milliseconds kGpuProbeTimeout{10'000};
+
+// NVML's figure for a value it cannot give (usedGpuMemory of a process in another container,
+// or under WDDM).
+inline constexpr std::uint64_t kNvmlValueNotAvailable = ~std::uint64_t{0};
+
+struct GpuProcess {
+  std::uint32_t pid = 0;
+  std::uint64_t used_bytes = kNvmlValueNotAvailable;
+};
+
+// One GPU as NVML reports it. Counters NVML does not support on this GPU (ECC turned off,
+// page retirement on GPUs that remap rows instead) are -1.
+struct GpuProbe {
+  int index = 0;  // NVML's, which is nvidia-smi's
+  std::string name;
+  std::string uuid;
+  std::string error;  // a query that failed ("GPU is lost"): the GPU cannot be used
+  std::uint64_t memory_total_bytes = 0;
+  std::uint64_t memory_used_bytes = 0;
+  std::vector<GpuProcess> processes;  // compute processes holding memory on it
+  std::int64_t ecc_uncorrected_volatile = -1;   // since the driver loaded
+  std::int64_t ecc_uncorrected_aggregate = -1;  // over the GPU's life
+  std::int64_t retired_pages = -1;
+  bool retired_pages_pending = false;  // retired, in effect after the next reset
+  std::int64_t remapped_rows_uncorrectable = -1;
+  bool remap_pending = false;  // rows remapped, in effect after the next reset
+  bool remap_failed = false;   // a remapping failed: the GPU needs service
+};
+
+// What this node's look at its GPUs found.
+struct GpuSurvey {
+  // Why no GPU was looked at ("no NVIDIA driver"), for a node that is not a GPU node to the
+  // check; empty when it is (`gpus` may still be empty: a driver with no GPU).
+  std::string skipped = "not looked at";
+  // NVML is there and failed, or did not answer in time: a finding.
+  std::string error;
+  bool timed_out = false;
+  std::vector<GpuProbe> gpus;  // the workers' visible GPUs, in CUDA's order
+};
+
+// The GPUs CUDA shows a process whose CUDA_VISIBLE_DEVICES is `visible` (nullopt: unset), as
+// NVML indexes in CUDA's order, from the machine's GPUs' UUIDs in NVML's order; nullopt when
+// ddprun cannot tell (MIG devices). Entries are indexes, which are taken to be NVML's (CUDA's
+// own order is the same on a machine of one GPU model, and always with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID), or UUIDs ("GPU-8f6e...", a unique prefix will do). As CUDA
+// does, the list ends at the first entry that names no GPU, or one named before.
+std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uuids,
+                                             const std::optional<std::string>& visible);
+
+// Reads this node's visible GPUs through NVML. Blocks for as long as NVML takes (run it with a
+// deadline: probe_node does).
+GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices);
+
+// What is wrong with a node that runs `workers` workers on the GPUs of `survey`, one line each
+// ("GPU 1 holds 30 GiB of pid 4242"); none for a node the check skipped.
+std::vector<std::string> gpu_troubles(const GpuSurvey& survey, int workers);
+
+// "8 GPUs, 0 held", "-" for a node without GPUs: the node check table's cell.
+std::string gpu_summary(const GpuSurvey& survey);
+
+nlohmann::json to_json(const GpuSurvey& survey);
+// Throws nlohmann::json::exception when `j` is not a survey.
+GpuSurvey gpu_survey_from_json(const nlohmann::json& j);
+
+}  // namespace ddprun

@@ -99,8 +99,8 @@ constexpr OptionSpec kOptions[] = {
      "long is hung: stacks\nare taken and it restarts or fails [0: off]"},
     {"node-check", "", "MODE", kFailures,
      "Check every node before the first workers start (room\nto write, /dev/shm, ulimits, "
-     "clocks, links): warn\nnames what it finds, refuse also ends the job (exit\n120), exclude "
-     "(--nnodes=MIN:MAX) starts without the\nnodes named [off]"},
+     "GPUs, clocks, links):\nwarn names what it finds, refuse also ends the job\n(exit 120), "
+     "exclude (--nnodes=MIN:MAX) starts\nwithout the nodes named [off]"},
     {"node-check-mib", "", "MIB", kFailures,
      "What each node sends to each of two others to measure\nthe links in --node-check; 0: "
      "links not checked [4]"},

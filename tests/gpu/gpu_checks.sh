@@ -121,6 +121,59 @@ check "--numa-binding with more workers than GPUs stops before any starts (exit 
   "local rank $gpus has no GPU of its own: $gpus visible here" -- \
   "$ddprun" --standalone --nproc-per-node=$((gpus + 1)) --numa-binding=node --no-python true
 
+# --node-check on a GPU node: NVML read for every visible GPU, its figures in the events file;
+# a GPU another process holds named with that process's pid; more workers than GPUs named.
+events=$work/node_check.jsonl
+check "--node-check: a GPU node with idle GPUs, nothing found" 0 "nothing found" -- \
+  "$ddprun" --standalone --nproc-per-node=gpu --node-check=refuse --events-file="$events" \
+  --no-python true
+check "--node-check: NVML's figures of the $gpus GPU(s) in the events file" 0 "gpus=$gpus " -- \
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("event") != "node_check":
+        continue
+    s = e["figures"]["gpus"]
+    print("skipped=%r error=%r" % (s["skipped"], s["error"]))
+    print("gpus=%d " % len(s["gpus"]))
+    for g in s["gpus"]:
+        print({k: g[k] for k in ("index", "name", "memory_used_bytes", "memory_total_bytes",
+              "processes", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate",
+              "retired_pages", "remapped_rows_uncorrectable", "remap_pending", "remap_failed")})
+' "$events"
+check "--node-check: more workers than GPUs is named, and warn goes on" 0 \
+  "$((gpus + 1)) workers, but $gpus GPU(s) visible to them" -- \
+  "$ddprun" --standalone --nproc-per-node=$((gpus + 1)) --node-check=warn --no-python true
+if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  # The holder says "ready" once its memory is on GPU 0, and holds it until it is ended.
+  coproc HOLDER { "$python" -c '
+import sys, torch
+x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda:0")
+torch.cuda.synchronize()
+print("ready", flush=True)
+sys.stdin.read()
+'; }
+  holder=$HOLDER_PID
+  if read -t 120 -r ready <&"${HOLDER[0]}" && [[ $ready == ready ]]; then
+    check "--node-check=refuse: a GPU another process holds is named with its pid (exit 120)" \
+      120 "GPU 0 holds" "of pid $holder" "--node-check=refuse" -- \
+      "$ddprun" --standalone --nproc-per-node=1 --node-check=refuse --no-python true
+    if [[ $gpus -ge 2 ]]; then
+      check "--node-check: a held GPU the workers do not see is not named" 0 "nothing found" -- \
+        env CUDA_VISIBLE_DEVICES=1 "$ddprun" --standalone --nproc-per-node=1 \
+        --node-check=refuse --no-python true
+    fi
+  else
+    echo "FAIL --node-check with a held GPU: the holder did not take GPU 0's memory in 120 s"
+    failed=1
+  fi
+  kill "$holder" 2>/dev/null
+  wait "$holder" 2>/dev/null
+else
+  echo "SKIP --node-check with a held GPU: $python has no torch with CUDA"
+fi
+
 # --virtual-local-rank: every worker is LOCAL_RANK 0 and sees exactly one device, its own; the
 # agent's list may name a GPU by UUID.
 if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then

@@ -295,8 +295,8 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   }
   if (findings.empty()) {
     spdlog::log(to_command ? spdlog::level::debug : spdlog::level::info,
-                "node check: {} node(s), nothing found{} ({:.0f} ms)", nodes.size(),
-                links_summary(measured), seconds * 1e3);
+                "node check: {} node(s), nothing found{}{} ({:.0f} ms)", nodes.size(),
+                gpus_summary(nodes), links_summary(measured), seconds * 1e3);
     return {};
   }
   // What every node decides alike, said once on the command's console.

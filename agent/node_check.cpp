@@ -339,6 +339,17 @@ Exclusion plan_exclusion(const std::vector<Finding>& findings,
   return out;
 }
 
+std::string gpus_summary(const std::vector<NodeProbe>& nodes) {
+  bool any = false;
+  std::size_t gpus = 0;
+  for (const auto& n : nodes) {
+    if (!n.gpus.skipped.empty()) continue;
+    any = true;
+    gpus += n.gpus.gpus.size();
+  }
+  return any ? fmt::format("; {} GPU(s)", gpus) : std::string();
+}
+
 void order_by_node(std::vector<Finding>& findings) {
   std::stable_sort(findings.begin(), findings.end(),
                    [](const Finding& a, const Finding& b) { return a.node < b.node; });

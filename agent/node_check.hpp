@@ -132,6 +132,10 @@ struct Exclusion {
 Exclusion plan_exclusion(const std::vector<Finding>& findings,
                          const std::vector<NodeProbe>& nodes);
 
+// The healthy line's word on the GPUs: "; 8 GPU(s)" read on the nodes, "" when no node has
+// NVIDIA's driver.
+std::string gpus_summary(const std::vector<NodeProbe>& nodes);
+
 // Findings node by node, each node's in the order found.
 void order_by_node(std::vector<Finding>& findings);
 

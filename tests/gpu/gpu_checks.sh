@@ -124,7 +124,7 @@ check "--numa-binding with more workers than GPUs stops before any starts (exit 
 # --node-check on a GPU node: NVML read for every visible GPU, its figures in the events file;
 # a GPU another process holds named with that process's pid; more workers than GPUs named.
 events=$work/node_check.jsonl
-check "--node-check: a GPU node with idle GPUs, nothing found" 0 "nothing found" -- \
+check "--node-check: a GPU node with idle GPUs, nothing found" 0 "nothing found; $gpus GPU(s)" -- \
   "$ddprun" --standalone --nproc-per-node=gpu --node-check=refuse --events-file="$events" \
   --no-python true
 check "--node-check: NVML's figures of the $gpus GPU(s) in the events file" 0 "gpus=$gpus " -- \

@@ -153,6 +153,9 @@ TEST_CASE("gpu check: the findings are the node's, so that exclude can leave it 
   CHECK_THAT(table, Contains("GPUs"));
   CHECK_THAT(table, Contains("2 (1 held)"));
   CHECK_THAT(format_node_check_table({healthy(0)}, {}, {}, 0.5), !Contains("GPUs"));
+  // The healthy line counts the GPUs read, where any node has a driver to ask.
+  CHECK(gpus_summary(nodes) == "; 6 GPU(s)");
+  CHECK(gpus_summary({healthy(0)}).empty());
 }
 
 TEST_CASE("gpu check: a report with its GPUs round-trips through JSON", "[agent][node_check]") {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@ using NvmlReturn = int;
 using NvmlDevice = void*;
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr NvmlReturn kNvmlNotSupported = 3;
+constexpr NvmlReturn kNvmlNoPermission = 4;
 constexpr NvmlReturn kNvmlInsufficientSize = 7;
 constexpr NvmlReturn kNvmlDriverNotLoaded = 9;
 constexpr NvmlReturn kNvmlLibraryNotFound = 12;
@@ -31,18 +33,22 @@ constexpr int kNvmlRetiredDbe = 1;
 constexpr unsigned kNvmlTextSize = 96;   // NVML_DEVICE_UUID_V2_BUFFER_SIZE, _NAME_V2_
 
 struct NvmlMemory {
-  unsigned long long total, free, used;
+  unsigned long long total, free, used;  // used: with the driver's reserve
 };
-// nvmlProcessInfo_t of the _v2 and _v3 calls, and of the unversioned one.
-struct NvmlProcessV2 {
-  unsigned int pid;
-  unsigned long long used_gpu_memory;
-  unsigned int gpu_instance_id, compute_instance_id;
+// nvmlMemory_v2_t, whose used leaves out the memory the driver reserves for itself.
+struct NvmlMemoryV2 {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
 };
-struct NvmlProcessV1 {
-  unsigned int pid;
-  unsigned long long used_gpu_memory;
-};
+constexpr unsigned kNvmlMemoryV2Version = sizeof(NvmlMemoryV2) | (2u << 24);
+
+// nvmlProcessInfo_t of every version starts with the pid (an unsigned int) and, 8 bytes in,
+// the memory it uses (an unsigned long long); the versions differ in what follows, so in
+// their size: 16 bytes (the unversioned call), 24 (_v2, and _v3 of most drivers), 32 (_v3 of
+// the drivers that added usedGpuCcProtectedMemory to it and took it out again).
+constexpr std::size_t kProcessPidAt = 0;
+constexpr std::size_t kProcessUsedAt = 8;
+constexpr std::size_t kLargestProcessInfo = 32;
 
 template <class F>
 F symbol(void* lib, const char* name) {
@@ -58,8 +64,9 @@ struct Nvml {
   NvmlReturn (*uuid)(NvmlDevice, char*, unsigned) = nullptr;
   NvmlReturn (*name)(NvmlDevice, char*, unsigned) = nullptr;
   NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
-  NvmlReturn (*processes_v2)(NvmlDevice, unsigned*, NvmlProcessV2*) = nullptr;  // _v3 or _v2
-  NvmlReturn (*processes_v1)(NvmlDevice, unsigned*, NvmlProcessV1*) = nullptr;
+  NvmlReturn (*memory_v2)(NvmlDevice, NvmlMemoryV2*) = nullptr;
+  NvmlReturn (*processes)(NvmlDevice, unsigned*, void*) = nullptr;
+  std::size_t process_info_size = 0;  // of the entries `processes` writes
   NvmlReturn (*ecc)(NvmlDevice, int, int, unsigned long long*) = nullptr;
   NvmlReturn (*retired)(NvmlDevice, int, unsigned*, unsigned long long*) = nullptr;
   NvmlReturn (*retired_pending)(NvmlDevice, int*) = nullptr;
@@ -85,13 +92,20 @@ std::optional<Nvml> load_nvml() {
   n.uuid = symbol<decltype(n.uuid)>(lib, "nvmlDeviceGetUUID");
   n.name = symbol<decltype(n.name)>(lib, "nvmlDeviceGetName");
   n.memory = symbol<decltype(n.memory)>(lib, "nvmlDeviceGetMemoryInfo");
-  n.processes_v2 =
-      symbol<decltype(n.processes_v2)>(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
-  if (n.processes_v2 == nullptr) {
-    n.processes_v2 =
-        symbol<decltype(n.processes_v2)>(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
+  n.memory_v2 = symbol<decltype(n.memory_v2)>(lib, "nvmlDeviceGetMemoryInfo_v2");
+  // The newest listing there is, and the size of its entries. The drivers whose _v3 entries
+  // are 32 bytes are the ones with confidential computing's calls and without the
+  // process-detail list that came after.
+  using Listing = decltype(n.processes);
+  if ((n.processes = symbol<Listing>(lib, "nvmlDeviceGetComputeRunningProcesses_v3"))) {
+    const bool wide = dlsym(lib, "nvmlDeviceGetConfComputeMemSizeInfo") != nullptr &&
+                      dlsym(lib, "nvmlDeviceGetRunningProcessDetailList") == nullptr;
+    n.process_info_size = wide ? 32 : 24;
+  } else if ((n.processes = symbol<Listing>(lib, "nvmlDeviceGetComputeRunningProcesses_v2"))) {
+    n.process_info_size = 24;
+  } else if ((n.processes = symbol<Listing>(lib, "nvmlDeviceGetComputeRunningProcesses"))) {
+    n.process_info_size = 16;
   }
-  n.processes_v1 = symbol<decltype(n.processes_v1)>(lib, "nvmlDeviceGetComputeRunningProcesses");
   n.ecc = symbol<decltype(n.ecc)>(lib, "nvmlDeviceGetTotalEccErrors");
   n.retired = symbol<decltype(n.retired)>(lib, "nvmlDeviceGetRetiredPages");
   n.retired_pending =
@@ -104,20 +118,25 @@ std::optional<Nvml> load_nvml() {
 }
 
 // The compute processes on `device`: asked for their number, then for them, with room for a
-// few that start in between.
-template <class Info>
-NvmlReturn list_processes(NvmlReturn (*call)(NvmlDevice, unsigned*, Info*), NvmlDevice device,
-                          std::vector<GpuProcess>& out) {
+// few that start in between (asked again, twice at most, when more did). The buffer has room
+// for the largest entries whatever their size, so that a driver whose entries are larger than
+// expected cannot write past it.
+NvmlReturn list_processes(const Nvml& nvml, NvmlDevice device, std::vector<GpuProcess>& out) {
   unsigned count = 0;
-  NvmlReturn r = call(device, &count, nullptr);
-  if (r == kNvmlSuccess) return r;  // none
-  if (r != kNvmlInsufficientSize) return r;
-  std::vector<Info> infos(count + 8);
-  count = static_cast<unsigned>(infos.size());
-  r = call(device, &count, infos.data());
-  if (r != kNvmlSuccess) return r;
-  for (unsigned i = 0; i < count && i < infos.size(); ++i) {
-    out.push_back({infos[i].pid, infos[i].used_gpu_memory});
+  NvmlReturn r = nvml.processes(device, &count, nullptr);
+  for (int ask = 0; ask < 3 && r == kNvmlInsufficientSize; ++ask) {
+    const unsigned room = count + 8;
+    std::vector<unsigned char> infos(room * kLargestProcessInfo);
+    count = room;
+    r = nvml.processes(device, &count, infos.data());
+    if (r != kNvmlSuccess) continue;
+    for (unsigned i = 0; i < count && i < room; ++i) {
+      const unsigned char* info = infos.data() + i * nvml.process_info_size;
+      GpuProcess p;
+      std::memcpy(&p.pid, info + kProcessPidAt, sizeof(p.pid));
+      std::memcpy(&p.used_bytes, info + kProcessUsedAt, sizeof(p.used_bytes));
+      out.push_back(p);
+    }
   }
   return r;
 }
@@ -149,24 +168,31 @@ GpuProbe probe_gpu(const Nvml& nvml, int index, NvmlDevice device, const std::st
   g.uuid = uuid;
   char text[kNvmlTextSize] = "";
   if (nvml.name != nullptr && nvml.name(device, text, sizeof(text)) == kNvmlSuccess) g.name = text;
+  // What NVML may not tell this user, or on this GPU (a MIG parent without privileges), is a
+  // figure unknown, not a GPU at fault.
+  const auto failed = [](NvmlReturn r) {
+    return r != kNvmlSuccess && r != kNvmlNotSupported && r != kNvmlNoPermission;
+  };
+  NvmlMemoryV2 memory_v2{};
+  memory_v2.version = kNvmlMemoryV2Version;
   NvmlMemory memory{};
-  if (nvml.memory != nullptr) {
-    if (const NvmlReturn r = nvml.memory(device, &memory); r != kNvmlSuccess) {
+  if (nvml.memory_v2 != nullptr && nvml.memory_v2(device, &memory_v2) == kNvmlSuccess) {
+    g.memory_total_bytes = memory_v2.total;
+    g.memory_used_bytes = memory_v2.used;
+  } else if (nvml.memory != nullptr) {
+    const NvmlReturn r = nvml.memory(device, &memory);
+    if (failed(r)) {
       g.error = "reading its memory: " + nvml.text(r);
       return g;
     }
     g.memory_total_bytes = memory.total;
     g.memory_used_bytes = memory.used;
   }
-  NvmlReturn listed = kNvmlNotSupported;
-  if (nvml.processes_v2 != nullptr) {
-    listed = list_processes(nvml.processes_v2, device, g.processes);
-  } else if (nvml.processes_v1 != nullptr) {
-    listed = list_processes(nvml.processes_v1, device, g.processes);
-  }
-  if (listed != kNvmlSuccess && listed != kNvmlNotSupported) {
-    g.error = "listing its processes: " + nvml.text(listed);
-    return g;
+  if (nvml.processes != nullptr) {
+    if (const NvmlReturn r = list_processes(nvml, device, g.processes); failed(r)) {
+      g.error = "listing its processes: " + nvml.text(r);
+      return g;
+    }
   }
   g.ecc_uncorrected_volatile = ecc_count(nvml, device, kNvmlVolatileEcc);
   g.ecc_uncorrected_aggregate = ecc_count(nvml, device, kNvmlAggregateEcc);
@@ -195,6 +221,26 @@ std::string held_by(const GpuProcess& p) {
 
 }  // namespace
 
+namespace {
+
+// What CUDA reads of an entry that should be a number, as strtoul does: the digits it starts
+// with ("1gpu" is 1); -1 for none or a sign of minus.
+int leading_number(std::string_view entry) {
+  std::size_t digits = 0;
+  if (!entry.empty() && entry.front() == '+') entry.remove_prefix(1);
+  while (digits < entry.size() && digits < 9 && entry[digits] >= '0' && entry[digits] <= '9') {
+    ++digits;
+  }
+  return digits == 0 ? -1 : static_cast<int>(*parse_int(entry.substr(0, digits)));
+}
+
+}  // namespace
+
+bool cuda_devices_hidden(std::string_view value) {
+  const auto list = trim(value);
+  return list.empty() || trim(split(list, ',').front()).starts_with('-');
+}
+
 std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uuids,
                                              const std::optional<std::string>& visible) {
   std::vector<int> out;
@@ -202,20 +248,30 @@ std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uui
     for (int i = 0; i < static_cast<int>(uuids.size()); ++i) out.push_back(i);
     return out;
   }
-  for (auto entry : split(trim(*visible), ',')) {
-    entry = trim(entry);
-    if (entry.starts_with("MIG-")) return std::nullopt;
+  const auto entries = split(*visible, ',');
+  // The first entry says how the list names devices; an entry named otherwise ends it.
+  const bool by_uuid = trim(entries.front()).starts_with("GPU-");
+  if (trim(entries.front()).starts_with("MIG-")) return std::nullopt;
+  for (const auto& text : entries) {
+    const auto entry = trim(text);
     int found = -1;
-    if (entry.starts_with("GPU-")) {
+    if (by_uuid) {
+      if (!entry.starts_with("GPU-")) break;
       for (int i = 0; i < static_cast<int>(uuids.size()); ++i) {
         if (!uuids[i].starts_with(entry)) continue;
-        if (found >= 0) return out;  // a prefix of two: CUDA takes it as naming none
+        if (found >= 0) {  // a prefix of two names neither
+          found = -1;
+          break;
+        }
         found = i;
       }
-    } else if (auto n = parse_int(entry); n && *n >= 0 && *n < static_cast<int>(uuids.size())) {
-      found = *n;
+    } else {
+      found = leading_number(entry);
+      if (found >= static_cast<int>(uuids.size())) found = -1;
     }
-    if (found < 0 || std::find(out.begin(), out.end(), found) != out.end()) break;
+    if (found < 0) break;
+    // A device named twice leaves none.
+    if (std::find(out.begin(), out.end(), found) != out.end()) return std::vector<int>{};
     out.push_back(found);
   }
   return out;
@@ -224,6 +280,10 @@ std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uui
 GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices) {
   GpuSurvey s;
   s.skipped.clear();
+  if (cuda_visible_devices && cuda_devices_hidden(*cuda_visible_devices)) {
+    s.skipped = "CUDA_VISIBLE_DEVICES hides every GPU";
+    return s;
+  }
   const auto nvml = load_nvml();
   if (!nvml) {
     s.skipped = "no NVIDIA driver here (libnvidia-ml.so.1)";
@@ -237,9 +297,17 @@ GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices) {
     }
     return s;
   }
-  unsigned count = 0;
-  std::vector<NvmlDevice> devices;
+  // The GPUs this process may use, in NVML's order: as CUDA does, those it has no permission
+  // for (outside a Slurm job's or a container's devices) are not there, and the others are
+  // numbered without them, as CUDA_VISIBLE_DEVICES numbers them.
+  struct Usable {
+    int index;  // NVML's
+    NvmlDevice device;
+    std::string error;  // NVML cannot even name it: it keeps its place, and is named if seen
+  };
+  std::vector<Usable> usable;
   std::vector<std::string> uuids;
+  unsigned count = 0;
   if (const NvmlReturn r = nvml->count(&count); r != kNvmlSuccess) {
     s.error = "NVML could not count the GPUs: " + nvml->text(r);
   }
@@ -248,29 +316,25 @@ GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices) {
     char uuid[kNvmlTextSize] = "";
     NvmlReturn r = nvml->handle(i, &device);
     if (r == kNvmlSuccess) r = nvml->uuid(device, uuid, sizeof(uuid));
-    // A GPU NVML cannot even name is still a GPU of this machine: it keeps its place, and
-    // says what went wrong if the workers would see it.
-    devices.push_back(r == kNvmlSuccess ? device : nullptr);
-    uuids.emplace_back(r == kNvmlSuccess ? uuid : "");
-    if (r != kNvmlSuccess) {
-      GpuProbe lost;
-      lost.index = static_cast<int>(i);
-      lost.error = nvml->text(r);
-      s.gpus.push_back(std::move(lost));
-    }
+    if (r == kNvmlNoPermission) continue;
+    usable.push_back({static_cast<int>(i), device, r == kNvmlSuccess ? "" : nvml->text(r)});
+    uuids.emplace_back(uuid);
   }
   if (s.error.empty()) {
     const auto shown = visible_gpus(uuids, cuda_visible_devices);
     if (!shown) {
       s.skipped = "CUDA_VISIBLE_DEVICES names MIG devices, which this check does not read";
-      s.gpus.clear();
     } else {
-      std::vector<GpuProbe> lost = std::move(s.gpus);
-      s.gpus.clear();
-      for (int i : *shown) {
-        const auto it = std::find_if(lost.begin(), lost.end(),
-                                     [i](const GpuProbe& g) { return g.index == i; });
-        s.gpus.push_back(it != lost.end() ? *it : probe_gpu(*nvml, i, devices[i], uuids[i]));
+      for (int k : *shown) {
+        const auto& u = usable[static_cast<std::size_t>(k)];
+        if (u.error.empty()) {
+          s.gpus.push_back(probe_gpu(*nvml, u.index, u.device, uuids[static_cast<std::size_t>(k)]));
+        } else {
+          GpuProbe lost;
+          lost.index = u.index;
+          lost.error = u.error;
+          s.gpus.push_back(std::move(lost));
+        }
       }
     }
   }
@@ -285,11 +349,15 @@ std::vector<std::string> gpu_troubles(const GpuSurvey& s, int workers) {
     out.push_back(s.timed_out ? s.error + " (a GPU or its driver in trouble?)" : s.error);
     return out;
   }
-  if (!s.gpus.empty() && static_cast<std::size_t>(workers) > s.gpus.size()) {
+  if (static_cast<std::size_t>(workers) > s.gpus.size()) {
     out.push_back(fmt::format("{} workers, but {} GPU(s) visible to them", workers,
                               s.gpus.size()));
   }
-  for (const auto& g : s.gpus) {
+  // Local rank i takes GPU i: the GPUs past the workers' are none of the job's business (on a
+  // shared machine, another job's).
+  const std::size_t used = std::min(s.gpus.size(), static_cast<std::size_t>(workers));
+  for (std::size_t k = 0; k < used; ++k) {
+    const auto& g = s.gpus[k];
     if (!g.error.empty()) {
       out.push_back(fmt::format("GPU {}: {}", g.index, g.error));
       continue;
@@ -299,8 +367,7 @@ std::vector<std::string> gpu_troubles(const GpuSurvey& s, int workers) {
       for (const auto& p : g.processes) holders += (holders.empty() ? "" : ", ") + held_by(p);
       out.push_back(fmt::format("GPU {} holds {}", g.index, holders));
     } else if (g.memory_used_bytes > kGpuMaxUnexplainedUsedBytes) {
-      out.push_back(fmt::format("GPU {} has {} of {} in use by no process seen here (another "
-                                "container?)",
+      out.push_back(fmt::format("GPU {} has {} of {} in use that no listed process holds",
                                 g.index, format_bytes(g.memory_used_bytes),
                                 format_bytes(g.memory_total_bytes)));
     }

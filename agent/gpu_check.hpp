@@ -12,15 +12,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace ddprun {
 
-// Memory in use on a GPU with no process listed on it, above which it is named: a process in
-// another container (whose pids NVML does not show here) is the usual cause. The driver keeps
-// some memory of its own, under this.
+// Memory in use on a GPU with no process listed on it, above which it is named: memory NVML
+// cannot put on a process (one it does not list to this user, memory kept after its process
+// ended). Where NVML can tell, the memory the driver reserves for itself is not counted; where
+// it cannot, that reserve stays under this.
 inline constexpr std::uint64_t kGpuMaxUnexplainedUsedBytes = std::uint64_t{2} << 30;
 
 // How long NVML may take to answer for every GPU: a GPU that fell off the bus, or a driver in
@@ -28,8 +30,8 @@ inline constexpr std::uint64_t kGpuMaxUnexplainedUsedBytes = std::uint64_t{2} <<
 // a node in trouble either way.
 inline constexpr std::chrono::milliseconds kGpuProbeTimeout{10'000};
 
-// NVML's figure for a value it cannot give (usedGpuMemory of a process in another container,
-// or under WDDM).
+// NVML's figure for a value it cannot give (usedGpuMemory of a process this user may not read
+// the memory of).
 inline constexpr std::uint64_t kNvmlValueNotAvailable = ~std::uint64_t{0};
 
 struct GpuProcess {
@@ -76,12 +78,17 @@ struct GpuSurvey {
 std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uuids,
                                              const std::optional<std::string>& visible);
 
+// Whether CUDA_VISIBLE_DEVICES=`value` hides every device on purpose: empty, or a list whose
+// first entry is negative ("-1", as people write for "no GPU"; CUDA stops at it).
+bool cuda_devices_hidden(std::string_view value);
+
 // Reads this node's visible GPUs through NVML. Blocks for as long as NVML takes (run it with a
 // deadline: probe_node does).
 GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices);
 
 // What is wrong with a node that runs `workers` workers on the GPUs of `survey`, one line each
-// ("GPU 1 holds 30 GiB of pid 4242"); none for a node the check skipped.
+// ("GPU 1 holds 30 GiB of pid 4242"): fewer GPUs than workers, and what is wrong with the first
+// `workers` GPUs, the ones local ranks take; none for a node the check skipped.
 std::vector<std::string> gpu_troubles(const GpuSurvey& survey, int workers);
 
 // "8 GPUs, 0 held", "-" for a node without GPUs: the node check table's cell.

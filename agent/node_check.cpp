@@ -78,7 +78,9 @@ DirProbe probe_dir(const std::string& role, const std::string& path, bool needs_
 // Runs `look` on a thread of its own, so that its caller can stop waiting for it: where no
 // signal ends a call blocked in the kernel (a hung mount, a GPU that fell off the bus), a look
 // that does not come back in time is left to finish on its own (its thread holds only what it
-// shares with the promise). With no thread to spare, it runs here.
+// shares with the promise). With no thread to spare, it runs here. A process that exits with
+// such a thread still blocked may itself wait in the kernel for the call to end, as anything
+// touching that mount or GPU would: the finding has been said by then.
 template <class Look>
 auto look_aside(Look look) -> std::future<decltype(look())> {
   using Seen = decltype(look());

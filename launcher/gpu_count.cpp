@@ -4,15 +4,12 @@
 
 #include <cstdlib>
 
-#include "common/strings.hpp"
+#include "agent/gpu_check.hpp"
 
 namespace ddprun {
 
 std::optional<int> cuda_devices_from_visible_env(std::string_view value) {
-  auto list = trim(value);
-  if (list.empty()) return 0;
-  // CUDA stops at the first invalid entry, so a leading -1 hides everything.
-  if (trim(split(list, ',').front()) == "-1") return 0;
+  if (cuda_devices_hidden(value)) return 0;
   return std::nullopt;
 }
 

@@ -146,8 +146,10 @@ check "--node-check: more workers than GPUs is named, and warn goes on" 0 \
   "$((gpus + 1)) workers, but $gpus GPU(s) visible to them" -- \
   "$ddprun" --standalone --nproc-per-node=$((gpus + 1)) --node-check=warn --no-python true
 if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  # The holder says "ready" once its memory is on GPU 0, and holds it until it is ended.
-  coproc HOLDER { "$python" -c '
+  # The holder says "ready" once its memory is on GPU 0, and holds it until it is ended. Its
+  # output is read through a descriptor of this shell's own, which outlives the holder if it
+  # fails early (bash then drops the coproc's).
+  coproc HOLDER { exec "$python" -c '
 import sys, torch
 x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda:0")
 torch.cuda.synchronize()
@@ -155,9 +157,14 @@ print("ready", flush=True)
 sys.stdin.read()
 '; }
   holder=$HOLDER_PID
-  if read -t 120 -r ready <&"${HOLDER[0]}" && [[ $ready == ready ]]; then
+  exec {holder_out}<&"${HOLDER[0]}"
+  if read -t 120 -r ready <&"$holder_out" && [[ $ready == ready ]]; then
+    # NVML gives the pids of the machine's own namespace, which in a container are not this
+    # shell's: the pid to expect is nvidia-smi's.
+    held_by=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 0 | head -1 | tr -d ' ')
+    echo "gpu_checks: GPU 0 held by pid $holder (nvidia-smi: ${held_by:-none listed})"
     check "--node-check=refuse: a GPU another process holds is named with its pid (exit 120)" \
-      120 "GPU 0 holds" "of pid $holder" "--node-check=refuse" -- \
+      120 "GPU 0 holds" "of pid ${held_by:-$holder}" "--node-check=refuse" -- \
       "$ddprun" --standalone --nproc-per-node=1 --node-check=refuse --no-python true
     if [[ $gpus -ge 2 ]]; then
       check "--node-check: a held GPU the workers do not see is not named" 0 "nothing found" -- \
@@ -170,6 +177,7 @@ sys.stdin.read()
   fi
   kill "$holder" 2>/dev/null
   wait "$holder" 2>/dev/null
+  exec {holder_out}<&-
 else
   echo "SKIP --node-check with a held GPU: $python has no torch with CUDA"
 fi

@@ -52,15 +52,25 @@ TEST_CASE("gpu check: CUDA_VISIBLE_DEVICES picks the workers' GPUs as CUDA reads
   CHECK(visible_gpus(kUuids, std::nullopt) == of({0, 1, 2, 3}));
   CHECK(visible_gpus(kUuids, "2,0") == of({2, 0}));
   CHECK(visible_gpus(kUuids, " 3 , 1 ") == of({3, 1}));
+  CHECK(visible_gpus(kUuids, "1gpu,2") == of({1, 2}));  // read as strtoul reads a number
   // By UUID, whole or a unique prefix; a prefix of two names none.
   CHECK(visible_gpus(kUuids, "GPU-12ab3333-dddd,GPU-8f6e1") == of({3, 1}));
   CHECK(visible_gpus(kUuids, "GPU-8f6e") == of({}));
-  // The list ends at the first entry that names no GPU, or one named before.
+  CHECK(visible_gpus(kUuids, "GPU-12ab3333,GPU-8f6e,GPU-8f6e1") == of({3}));
+  // The list ends at the first entry that names no GPU, or is not named as the first is.
   CHECK(visible_gpus(kUuids, "1,7,2") == of({1}));
-  CHECK(visible_gpus(kUuids, "1,1,2") == of({1}));
   CHECK(visible_gpus(kUuids, "-1,0") == of({}));
   CHECK(visible_gpus(kUuids, "") == of({}));
-  CHECK(visible_gpus(kUuids, "0,GPU-nothing") == of({0}));
+  CHECK(visible_gpus(kUuids, "0,GPU-12ab3333-dddd") == of({0}));
+  CHECK(visible_gpus(kUuids, "GPU-12ab3333-dddd,0") == of({3}));
+  // A device named twice leaves none.
+  CHECK(visible_gpus(kUuids, "1,2,1") == of({}));
+  CHECK(visible_gpus(kUuids, "GPU-8f6e1,GPU-8f6e1111-bbbb") == of({}));
+  // Hidden on purpose: not a GPU job on this node.
+  CHECK(cuda_devices_hidden(""));
+  CHECK(cuda_devices_hidden(" -1,0"));
+  CHECK_FALSE(cuda_devices_hidden("0,-1"));
+  CHECK_FALSE(cuda_devices_hidden("GPU-8f6e"));
   // MIG instances are not GPUs NVML's index can name: the check cannot tell which are theirs.
   CHECK(visible_gpus(kUuids, "MIG-4f2d0000-1111") == std::nullopt);
 }
@@ -72,7 +82,12 @@ TEST_CASE("gpu check: a healthy node's GPUs, and a node that is not a GPU node, 
   GpuSurvey none;
   none.skipped = "no NVIDIA driver here (libnvidia-ml.so.1)";
   CHECK(gpu_troubles(none, 8).empty());
-  CHECK(gpu_troubles(gpus(0), 8).empty());  // a driver without GPUs: a CPU job
+  // A GPU past the workers' (local rank i takes GPU i) is another job's business.
+  auto shared = gpus(4);
+  shared.gpus[3].processes = {{4242, 30 * kGiB}};
+  shared.gpus[2].ecc_uncorrected_volatile = 1;
+  CHECK(gpu_troubles(shared, 2).empty());
+  CHECK(gpu_troubles(shared, 4).size() == 2);
   auto unsupported = gpus(1);
   unsupported.gpus[0].ecc_uncorrected_volatile = -1;  // ECC off
   unsupported.gpus[0].retired_pages = -1;
@@ -86,12 +101,12 @@ TEST_CASE("gpu check: a GPU another process holds is named with the pid and its 
   s.gpus[1].memory_used_bytes = 31 * kGiB;
   CHECK(gpu_troubles(s, 2) ==
         std::vector<std::string>{"GPU 1 holds 30 GiB of pid 4242, pid 77"});
-  // Memory in use with no process listed (another container's): named above the threshold.
+  // Memory in use with no process listed: named above the threshold.
   auto hidden = gpus(1);
   hidden.gpus[0].memory_used_bytes = 30 * kGiB;
   CHECK(gpu_troubles(hidden, 1) ==
-        std::vector<std::string>{"GPU 0 has 30 GiB of 80 GiB in use by no process seen here "
-                                 "(another container?)"});
+        std::vector<std::string>{"GPU 0 has 30 GiB of 80 GiB in use that no listed process "
+                                 "holds"});
   hidden.gpus[0].memory_used_bytes = kGpuMaxUnexplainedUsedBytes;
   CHECK(gpu_troubles(hidden, 1).empty());
 }
@@ -100,6 +115,9 @@ TEST_CASE("gpu check: fewer GPUs than workers, NVML's health fields, and NVML's 
           "[agent][node_check]") {
   CHECK(gpu_troubles(gpus(2), 4) ==
         std::vector<std::string>{"4 workers, but 2 GPU(s) visible to them"});
+  // A driver that sees no GPU (all gone, or CUDA_VISIBLE_DEVICES naming none of them).
+  CHECK(gpu_troubles(gpus(0), 8) ==
+        std::vector<std::string>{"8 workers, but 0 GPU(s) visible to them"});
   auto s = gpus(4);
   s.gpus[0].ecc_uncorrected_volatile = 3;
   s.gpus[0].ecc_uncorrected_aggregate = 9;
@@ -183,6 +201,7 @@ TEST_CASE("gpu check: a machine without NVIDIA's driver is not a GPU node to the
     WARN("skipped: this machine has NVML; tests/gpu/gpu_checks.sh reads it");
     return;
   }
+  CHECK(survey_gpus("-1").skipped == "CUDA_VISIBLE_DEVICES hides every GPU");
   const auto s = survey_gpus(std::nullopt);
   CHECK_THAT(s.skipped, Contains("libnvidia-ml.so.1"));
   CHECK(s.gpus.empty());

@@ -48,7 +48,9 @@ constexpr unsigned kNvmlMemoryV2Version = sizeof(NvmlMemoryV2) | (2u << 24);
 // the drivers that added usedGpuCcProtectedMemory to it and took it out again).
 constexpr std::size_t kProcessPidAt = 0;
 constexpr std::size_t kProcessUsedAt = 8;
-constexpr std::size_t kLargestProcessInfo = 32;
+// The room given to each entry: twice the largest any driver writes, so that one whose entries
+// grew again reads wrong figures instead of writing past the buffer.
+constexpr std::size_t kProcessEntryRoom = 64;
 
 template <class F>
 F symbol(void* lib, const char* name) {
@@ -118,24 +120,17 @@ std::optional<Nvml> load_nvml() {
 }
 
 // The compute processes on `device`: asked for their number, then for them, with room for a
-// few that start in between (asked again, twice at most, when more did). The buffer has room
-// for the largest entries whatever their size, so that a driver whose entries are larger than
-// expected cannot write past it.
+// few that start in between (asked again, twice at most, when more did).
 NvmlReturn list_processes(const Nvml& nvml, NvmlDevice device, std::vector<GpuProcess>& out) {
   unsigned count = 0;
   NvmlReturn r = nvml.processes(device, &count, nullptr);
   for (int ask = 0; ask < 3 && r == kNvmlInsufficientSize; ++ask) {
     const unsigned room = count + 8;
-    std::vector<unsigned char> infos(room * kLargestProcessInfo);
+    std::vector<unsigned char> entries(room * kProcessEntryRoom);
     count = room;
-    r = nvml.processes(device, &count, infos.data());
-    if (r != kNvmlSuccess) continue;
-    for (unsigned i = 0; i < count && i < room; ++i) {
-      const unsigned char* info = infos.data() + i * nvml.process_info_size;
-      GpuProcess p;
-      std::memcpy(&p.pid, info + kProcessPidAt, sizeof(p.pid));
-      std::memcpy(&p.used_bytes, info + kProcessUsedAt, sizeof(p.used_bytes));
-      out.push_back(p);
+    r = nvml.processes(device, &count, entries.data());
+    if (r == kNvmlSuccess) {
+      out = process_entries(entries.data(), std::min(count, room), nvml.process_info_size);
     }
   }
   return r;
@@ -170,8 +165,10 @@ GpuProbe probe_gpu(const Nvml& nvml, int index, NvmlDevice device, const std::st
   if (nvml.name != nullptr && nvml.name(device, text, sizeof(text)) == kNvmlSuccess) g.name = text;
   // What NVML may not tell this user, or on this GPU (a MIG parent without privileges), is a
   // figure unknown, not a GPU at fault.
+  // Nor is a listing that processes starting all the while kept outgrowing.
   const auto failed = [](NvmlReturn r) {
-    return r != kNvmlSuccess && r != kNvmlNotSupported && r != kNvmlNoPermission;
+    return r != kNvmlSuccess && r != kNvmlNotSupported && r != kNvmlNoPermission &&
+           r != kNvmlInsufficientSize;
   };
   NvmlMemoryV2 memory_v2{};
   memory_v2.version = kNvmlMemoryV2Version;
@@ -223,61 +220,91 @@ std::string held_by(const GpuProcess& p) {
 
 namespace {
 
-// What CUDA reads of an entry that should be a number, as strtoul does: the digits it starts
-// with ("1gpu" is 1); -1 for none or a sign of minus.
-int leading_number(std::string_view entry) {
-  std::size_t digits = 0;
-  if (!entry.empty() && entry.front() == '+') entry.remove_prefix(1);
-  while (digits < entry.size() && digits < 9 && entry[digits] >= '0' && entry[digits] <= '9') {
-    ++digits;
+// An entry of CUDA_VISIBLE_DEVICES read as CUDA reads a number, as strtoul does: an optional
+// sign, then the digits it starts with ("1gpu" is 1); nullopt without digits.
+std::optional<long long> leading_number(std::string_view entry) {
+  bool negative = false;
+  if (!entry.empty() && (entry.front() == '+' || entry.front() == '-')) {
+    negative = entry.front() == '-';
+    entry.remove_prefix(1);
   }
-  return digits == 0 ? -1 : static_cast<int>(*parse_int(entry.substr(0, digits)));
+  long long value = 0;
+  std::size_t digits = 0;
+  for (; digits < entry.size() && entry[digits] >= '0' && entry[digits] <= '9'; ++digits) {
+    value = std::min(value * 10 + (entry[digits] - '0'), 1'000'000'000LL);  // past any GPU
+  }
+  if (digits == 0) return std::nullopt;
+  return negative ? -value : value;
 }
 
 }  // namespace
 
+std::vector<GpuProcess> process_entries(const unsigned char* entries, unsigned count,
+                                        std::size_t entry_size) {
+  std::vector<GpuProcess> out;
+  for (unsigned i = 0; i < count; ++i) {
+    const unsigned char* entry = entries + i * entry_size;
+    GpuProcess p;
+    std::memcpy(&p.pid, entry + kProcessPidAt, sizeof(p.pid));
+    std::memcpy(&p.used_bytes, entry + kProcessUsedAt, sizeof(p.used_bytes));
+    out.push_back(p);
+  }
+  return out;
+}
+
 bool cuda_devices_hidden(std::string_view value) {
   const auto list = trim(value);
-  return list.empty() || trim(split(list, ',').front()).starts_with('-');
+  if (list.empty()) return true;
+  const auto first = leading_number(trim(split(list, ',').front()));
+  return first && *first < 0;
 }
 
 std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uuids,
                                              const std::optional<std::string>& visible) {
+  const int gpus = static_cast<int>(uuids.size());
   std::vector<int> out;
   if (!visible) {
-    for (int i = 0; i < static_cast<int>(uuids.size()); ++i) out.push_back(i);
+    for (int i = 0; i < gpus; ++i) out.push_back(i);
     return out;
   }
+  // First the list as written, up to an entry of another kind or a negative number: an entry
+  // written twice there leaves none, whether or not it names a GPU.
   const auto entries = split(*visible, ',');
-  // The first entry says how the list names devices; an entry named otherwise ends it.
-  const bool by_uuid = trim(entries.front()).starts_with("GPU-");
-  if (trim(entries.front()).starts_with("MIG-")) return std::nullopt;
+  const auto first = trim(entries.front());
+  if (first.starts_with("MIG-")) return std::nullopt;
+  const bool by_uuid = first.starts_with("GPU-");
+  std::vector<std::string> written;
   for (const auto& text : entries) {
-    const auto entry = trim(text);
+    std::string entry(trim(text));
+    if (by_uuid && !entry.starts_with("GPU-")) break;
+    if (!by_uuid) {
+      const auto n = leading_number(entry);
+      if (!n || *n < 0) break;
+      entry = std::to_string(*n);
+    }
+    if (std::find(written.begin(), written.end(), entry) != written.end()) return out;
+    written.push_back(std::move(entry));
+  }
+  // Then the GPUs they name, up to one that names none (or, a UUID's prefix, two).
+  for (const auto& entry : written) {
     int found = -1;
     if (by_uuid) {
-      if (!entry.starts_with("GPU-")) break;
-      for (int i = 0; i < static_cast<int>(uuids.size()); ++i) {
-        if (!uuids[i].starts_with(entry)) continue;
-        if (found >= 0) {  // a prefix of two names neither
-          found = -1;
-          break;
-        }
+      for (int i = 0; i < gpus; ++i) {
+        if (!uuids[static_cast<std::size_t>(i)].starts_with(entry)) continue;
+        if (found >= 0) return out;
         found = i;
       }
-    } else {
-      found = leading_number(entry);
-      if (found >= static_cast<int>(uuids.size())) found = -1;
+    } else if (const auto n = *parse_int(entry); n < gpus) {
+      found = static_cast<int>(n);
     }
     if (found < 0) break;
-    // A device named twice leaves none.
     if (std::find(out.begin(), out.end(), found) != out.end()) return std::vector<int>{};
     out.push_back(found);
   }
   return out;
 }
 
-GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices) {
+GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices, int workers) {
   GpuSurvey s;
   s.skipped.clear();
   if (cuda_visible_devices && cuda_devices_hidden(*cuda_visible_devices)) {
@@ -320,15 +347,20 @@ GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices) {
     usable.push_back({static_cast<int>(i), device, r == kNvmlSuccess ? "" : nvml->text(r)});
     uuids.emplace_back(uuid);
   }
-  if (s.error.empty()) {
+  if (s.error.empty() && count > 0 && usable.empty()) {
+    s.skipped = fmt::format("none of this machine's {} GPU(s) is open to this process", count);
+  } else if (s.error.empty()) {
     const auto shown = visible_gpus(uuids, cuda_visible_devices);
     if (!shown) {
       s.skipped = "CUDA_VISIBLE_DEVICES names MIG devices, which this check does not read";
     } else {
-      for (int k : *shown) {
-        const auto& u = usable[static_cast<std::size_t>(k)];
+      s.visible = static_cast<int>(shown->size());
+      const auto taken = std::min(shown->size(), static_cast<std::size_t>(std::max(workers, 0)));
+      for (std::size_t t = 0; t < taken; ++t) {
+        const auto k = static_cast<std::size_t>((*shown)[t]);
+        const auto& u = usable[k];
         if (u.error.empty()) {
-          s.gpus.push_back(probe_gpu(*nvml, u.index, u.device, uuids[static_cast<std::size_t>(k)]));
+          s.gpus.push_back(probe_gpu(*nvml, u.index, u.device, uuids[k]));
         } else {
           GpuProbe lost;
           lost.index = u.index;
@@ -349,9 +381,8 @@ std::vector<std::string> gpu_troubles(const GpuSurvey& s, int workers) {
     out.push_back(s.timed_out ? s.error + " (a GPU or its driver in trouble?)" : s.error);
     return out;
   }
-  if (static_cast<std::size_t>(workers) > s.gpus.size()) {
-    out.push_back(fmt::format("{} workers, but {} GPU(s) visible to them", workers,
-                              s.gpus.size()));
+  if (workers > s.visible) {
+    out.push_back(fmt::format("{} workers, but {} GPU(s) visible to them", workers, s.visible));
   }
   // Local rank i takes GPU i: the GPUs past the workers' are none of the job's business (on a
   // shared machine, another job's).
@@ -392,8 +423,7 @@ std::string gpu_summary(const GpuSurvey& s) {
   if (!s.error.empty()) return "error";
   const auto held = std::count_if(s.gpus.begin(), s.gpus.end(),
                                   [](const GpuProbe& g) { return !g.processes.empty(); });
-  return held == 0 ? std::to_string(s.gpus.size())
-                   : fmt::format("{} ({} held)", s.gpus.size(), held);
+  return held == 0 ? std::to_string(s.visible) : fmt::format("{} ({} held)", s.visible, held);
 }
 
 nlohmann::json to_json(const GpuSurvey& s) {
@@ -421,6 +451,7 @@ nlohmann::json to_json(const GpuSurvey& s) {
   return {{"skipped", s.skipped},
           {"error", s.error},
           {"timed_out", s.timed_out},
+          {"visible", s.visible},
           {"gpus", std::move(gpus)}};
 }
 
@@ -429,6 +460,7 @@ GpuSurvey gpu_survey_from_json(const nlohmann::json& j) {
   s.skipped = j.at("skipped").get<std::string>();
   s.error = j.at("error").get<std::string>();
   s.timed_out = j.at("timed_out").get<bool>();
+  s.visible = j.at("visible").get<int>();
   for (const auto& g : j.at("gpus")) {
     GpuProbe p;
     p.index = g.at("index").get<int>();

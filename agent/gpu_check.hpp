@@ -66,32 +66,42 @@ struct GpuSurvey {
   // NVML is there and failed, or did not answer in time: a finding.
   std::string error;
   bool timed_out = false;
-  std::vector<GpuProbe> gpus;  // the workers' visible GPUs, in CUDA's order
+  int visible = 0;             // GPUs CUDA_VISIBLE_DEVICES gives the workers
+  std::vector<GpuProbe> gpus;  // the first of them, as many as the workers, in CUDA's order
 };
 
-// The GPUs CUDA shows a process whose CUDA_VISIBLE_DEVICES is `visible` (nullopt: unset), as
-// NVML indexes in CUDA's order, from the machine's GPUs' UUIDs in NVML's order; nullopt when
-// ddprun cannot tell (MIG devices). Entries are indexes, which are taken to be NVML's (CUDA's
-// own order is the same on a machine of one GPU model, and always with
-// CUDA_DEVICE_ORDER=PCI_BUS_ID), or UUIDs ("GPU-8f6e...", a unique prefix will do). As CUDA
-// does, the list ends at the first entry that names no GPU, or one named before.
+// The GPUs CUDA shows a process whose CUDA_VISIBLE_DEVICES is `visible` (nullopt: unset), in
+// CUDA's order, as positions in `uuids`: the UUIDs of the GPUs the process may use, in NVML's
+// order. nullopt when ddprun cannot tell (MIG devices). As CUDA reads the list: its first entry
+// says whether it holds numbers (read as strtoul reads them: "1gpu" is 1), positions taken to
+// be in NVML's order (CUDA's own order is the same on a machine of one GPU model, and always
+// with CUDA_DEVICE_ORDER=PCI_BUS_ID), or UUIDs ("GPU-8f6e...", a unique prefix will do); the
+// list ends at the first entry of the other kind, a negative number, or an entry that names
+// no GPU; an entry written twice, or two that name one GPU, leave none.
 std::optional<std::vector<int>> visible_gpus(const std::vector<std::string>& uuids,
                                              const std::optional<std::string>& visible);
 
 // Whether CUDA_VISIBLE_DEVICES=`value` hides every device on purpose: empty, or a list whose
-// first entry is negative ("-1", as people write for "no GPU"; CUDA stops at it).
+// first entry is a negative number ("-1", as people write for "no GPU"; CUDA stops at it).
 bool cuda_devices_hidden(std::string_view value);
 
-// Reads this node's visible GPUs through NVML. Blocks for as long as NVML takes (run it with a
-// deadline: probe_node does).
-GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices);
+// Reads this node's visible GPUs through NVML, the first `workers` of them (the ones local
+// ranks take) in full. Blocks for as long as NVML takes (run it with a deadline: probe_node
+// does).
+GpuSurvey survey_gpus(const std::optional<std::string>& cuda_visible_devices, int workers);
+
+// The compute processes in `count` entries of nvmlProcessInfo_t, `entry_size` bytes each (16,
+// 24 or 32, by the call and the driver), from `entries`.
+std::vector<GpuProcess> process_entries(const unsigned char* entries, unsigned count,
+                                        std::size_t entry_size);
 
 // What is wrong with a node that runs `workers` workers on the GPUs of `survey`, one line each
-// ("GPU 1 holds 30 GiB of pid 4242"): fewer GPUs than workers, and what is wrong with the first
-// `workers` GPUs, the ones local ranks take; none for a node the check skipped.
+// ("GPU 1 holds 30 GiB of pid 4242"): fewer GPUs than workers, and what is wrong with the GPUs
+// local ranks take; none for a node the check skipped.
 std::vector<std::string> gpu_troubles(const GpuSurvey& survey, int workers);
 
-// "8 GPUs, 0 held", "-" for a node without GPUs: the node check table's cell.
+// The node check table's cell: "8", "8 (1 held)" (held among those the workers take), "-" for
+// a node the check skipped, "error" or "no answer".
 std::string gpu_summary(const GpuSurvey& survey);
 
 nlohmann::json to_json(const GpuSurvey& survey);

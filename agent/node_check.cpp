@@ -176,7 +176,9 @@ NodeProbe probe_node(const ProbeInputs& in) {
   p.node = in.node;
   p.host = in.host;
   p.workers = in.workers;
-  auto gpus = look_aside([visible = in.cuda_visible_devices] { return survey_gpus(visible); });
+  auto gpus = look_aside([visible = in.cuda_visible_devices, workers = in.workers] {
+    return survey_gpus(visible, workers);
+  });
   const auto gpus_deadline = start + in.gpu_timeout;
   std::vector<DirProbe> dirs;
   if (!in.log_dir.empty()) {

@@ -161,7 +161,8 @@ sys.stdin.read()
   if read -t 120 -r ready <&"$holder_out" && [[ $ready == ready ]]; then
     # NVML gives the pids of the machine's own namespace, which in a container are not this
     # shell's: the pid to expect is nvidia-smi's.
-    held_by=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 0 | head -1 | tr -d ' ')
+    listed=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 0 | tr -d ' ')
+    held_by=$(grep -x "$holder" <<<"$listed" || head -1 <<<"$listed")
     echo "gpu_checks: GPU 0 held by pid $holder (nvidia-smi: ${held_by:-none listed})"
     check "--node-check=refuse: a GPU another process holds is named with its pid (exit 120)" \
       120 "GPU 0 holds" "of pid ${held_by:-$holder}" "--node-check=refuse" -- \

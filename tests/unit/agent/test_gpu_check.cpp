@@ -41,6 +41,7 @@ GpuProbe gpu(int index) {
 GpuSurvey gpus(int count) {
   GpuSurvey s;
   s.skipped.clear();
+  s.visible = count;
   for (int i = 0; i < count; ++i) s.gpus.push_back(gpu(i));
   return s;
 }
@@ -52,7 +53,7 @@ TEST_CASE("gpu check: CUDA_VISIBLE_DEVICES picks the workers' GPUs as CUDA reads
   CHECK(visible_gpus(kUuids, std::nullopt) == of({0, 1, 2, 3}));
   CHECK(visible_gpus(kUuids, "2,0") == of({2, 0}));
   CHECK(visible_gpus(kUuids, " 3 , 1 ") == of({3, 1}));
-  CHECK(visible_gpus(kUuids, "1gpu,2") == of({1, 2}));  // read as strtoul reads a number
+  CHECK(visible_gpus(kUuids, "1gpu,+2,03") == of({1, 2, 3}));  // as strtoul reads numbers
   // By UUID, whole or a unique prefix; a prefix of two names none.
   CHECK(visible_gpus(kUuids, "GPU-12ab3333-dddd,GPU-8f6e1") == of({3, 1}));
   CHECK(visible_gpus(kUuids, "GPU-8f6e") == of({}));
@@ -63,14 +64,21 @@ TEST_CASE("gpu check: CUDA_VISIBLE_DEVICES picks the workers' GPUs as CUDA reads
   CHECK(visible_gpus(kUuids, "") == of({}));
   CHECK(visible_gpus(kUuids, "0,GPU-12ab3333-dddd") == of({0}));
   CHECK(visible_gpus(kUuids, "GPU-12ab3333-dddd,0") == of({3}));
-  // A device named twice leaves none.
+  // An entry written twice leaves none, even past one that names no GPU; so do two entries
+  // that name one GPU.
   CHECK(visible_gpus(kUuids, "1,2,1") == of({}));
+  CHECK(visible_gpus(kUuids, "0,9,0") == of({}));
+  CHECK(visible_gpus(kUuids, "1,01") == of({}));
+  CHECK(visible_gpus(kUuids, "GPU-8f6e0,GPU-zz,GPU-8f6e0") == of({}));
   CHECK(visible_gpus(kUuids, "GPU-8f6e1,GPU-8f6e1111-bbbb") == of({}));
+  CHECK(visible_gpus(kUuids, "0,-1,0") == of({0}));  // the list ended before the second 0
   // Hidden on purpose: not a GPU job on this node.
   CHECK(cuda_devices_hidden(""));
   CHECK(cuda_devices_hidden(" -1,0"));
+  CHECK_FALSE(cuda_devices_hidden("-0"));
   CHECK_FALSE(cuda_devices_hidden("0,-1"));
   CHECK_FALSE(cuda_devices_hidden("GPU-8f6e"));
+  CHECK_FALSE(cuda_devices_hidden("none"));  // names no GPU: a node with none is named
   // MIG instances are not GPUs NVML's index can name: the check cannot tell which are theirs.
   CHECK(visible_gpus(kUuids, "MIG-4f2d0000-1111") == std::nullopt);
 }
@@ -88,6 +96,9 @@ TEST_CASE("gpu check: a healthy node's GPUs, and a node that is not a GPU node, 
   shared.gpus[2].ecc_uncorrected_volatile = 1;
   CHECK(gpu_troubles(shared, 2).empty());
   CHECK(gpu_troubles(shared, 4).size() == 2);
+  shared.gpus.resize(2);  // as the survey reads them: the workers' in full, the others counted
+  CHECK(gpu_troubles(shared, 2).empty());
+  CHECK(gpu_summary(shared) == "4");
   auto unsupported = gpus(1);
   unsupported.gpus[0].ecc_uncorrected_volatile = -1;  // ECC off
   unsupported.gpus[0].retired_pages = -1;
@@ -194,15 +205,51 @@ TEST_CASE("gpu check: a report with its GPUs round-trips through JSON", "[agent]
   CHECK(gpu_summary(none) == "-");
 }
 
+TEST_CASE("gpu check: NVML's process entries read at each size drivers write",
+          "[agent][node_check]") {
+  // The unversioned call's entries (16 bytes), _v2's and most drivers' _v3 (24), and _v3 of the
+  // drivers that added usedGpuCcProtectedMemory (32).
+  struct V1 {
+    unsigned int pid;
+    unsigned long long used;
+  };
+  struct V2 {
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gpu_instance, compute_instance;
+  };
+  struct V3Wide {
+    unsigned int pid;
+    unsigned long long used, cc_protected;
+    unsigned int gpu_instance, compute_instance;
+  };
+  static_assert(sizeof(V1) == 16 && sizeof(V2) == 24 && sizeof(V3Wide) == 32);
+  const auto read = [](const auto& entries) {
+    std::vector<std::pair<unsigned, std::uint64_t>> out;
+    for (const auto& p :
+         process_entries(reinterpret_cast<const unsigned char*>(entries.data()),
+                         static_cast<unsigned>(entries.size()), sizeof(entries[0]))) {
+      out.emplace_back(p.pid, p.used_bytes);
+    }
+    return out;
+  };
+  const std::vector<std::pair<unsigned, std::uint64_t>> want{{4242, 30 * kGiB}, {77, 5}};
+  CHECK(read(std::vector<V1>{{4242, 30 * kGiB}, {77, 5}}) == want);
+  CHECK(read(std::vector<V2>{{4242, 30 * kGiB, 1, 2}, {77, 5, 3, 4}}) == want);
+  CHECK(read(std::vector<V3Wide>{{4242, 30 * kGiB, 9, 1, 2}, {77, 5, 9, 3, 4}}) == want);
+}
+
 TEST_CASE("gpu check: a machine without NVIDIA's driver is not a GPU node to the check",
           "[agent][node_check]") {
+  // Hidden on purpose, the GPUs are not looked for, driver or not.
+  CHECK(survey_gpus("-1", 2).skipped == "CUDA_VISIBLE_DEVICES hides every GPU");
+  CHECK(survey_gpus("", 2).skipped == "CUDA_VISIBLE_DEVICES hides every GPU");
   if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL)) {
     dlclose(nvml);
     WARN("skipped: this machine has NVML; tests/gpu/gpu_checks.sh reads it");
     return;
   }
-  CHECK(survey_gpus("-1").skipped == "CUDA_VISIBLE_DEVICES hides every GPU");
-  const auto s = survey_gpus(std::nullopt);
+  const auto s = survey_gpus(std::nullopt, 2);
   CHECK_THAT(s.skipped, Contains("libnvidia-ml.so.1"));
   CHECK(s.gpus.empty());
   CHECK(gpu_troubles(s, 8).empty());

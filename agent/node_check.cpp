@@ -349,7 +349,7 @@ std::string gpus_summary(const std::vector<NodeProbe>& nodes) {
   for (const auto& n : nodes) {
     if (!n.gpus.skipped.empty()) continue;
     any = true;
-    gpus += n.gpus.gpus.size();
+    gpus += static_cast<std::size_t>(n.gpus.visible);
   }
   return any ? fmt::format("; {} GPU(s)", gpus) : std::string();
 }

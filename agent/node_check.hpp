@@ -132,8 +132,8 @@ struct Exclusion {
 Exclusion plan_exclusion(const std::vector<Finding>& findings,
                          const std::vector<NodeProbe>& nodes);
 
-// The healthy line's word on the GPUs: "; 8 GPU(s)" read on the nodes, "" when no node has
-// NVIDIA's driver.
+// The healthy line's word on the GPUs: "; 8 GPU(s)" visible to the nodes' workers, "" when no
+// node has NVIDIA's driver.
 std::string gpus_summary(const std::vector<NodeProbe>& nodes);
 
 // Findings node by node, each node's in the order found.

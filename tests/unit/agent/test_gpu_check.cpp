@@ -184,6 +184,8 @@ TEST_CASE("gpu check: the findings are the node's, so that exclude can leave it 
   CHECK_THAT(format_node_check_table({healthy(0)}, {}, {}, 0.5), !Contains("GPUs"));
   // The healthy line counts the GPUs read, where any node has a driver to ask.
   CHECK(gpus_summary(nodes) == "; 6 GPU(s)");
+  nodes[2].gpus.gpus.resize(1);  // its workers take one of its two: both are counted
+  CHECK(gpus_summary(nodes) == "; 6 GPU(s)");
   CHECK(gpus_summary({healthy(0)}).empty());
 }
 

@@ -20,7 +20,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -179,15 +181,24 @@ std::uint16_t free_port() {
   // Below the kernel's ephemeral range: a port it never hands out by itself (to a connection's
   // local end, or to a store that binds port 0, as the workers' store does), so that between
   // this look and the test's own bind only another test's free_port() could take it, one in
-  // thousands. The kernel's pick when that range is too small to draw from.
+  // thousands. Never a port this process was given before: a test that takes several before
+  // binding any (an etcd cluster's members) must not get one twice. The kernel's pick when
+  // that range is too small to draw from.
   int low = 32768, high = 60999;
   std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
   constexpr int kFirst = 10000;
+  static std::mutex given_lock;
+  static std::set<std::uint16_t> given;
   if (low - kFirst >= 1000) {
     thread_local std::mt19937 draw{std::random_device{}()};
     std::uniform_int_distribution<int> pick(kFirst, low - 1);
     for (int i = 0; i < 100; ++i) {
-      if (const auto port = bind_loopback(static_cast<std::uint16_t>(pick(draw)))) return port;
+      const auto port = static_cast<std::uint16_t>(pick(draw));
+      {
+        std::lock_guard<std::mutex> hold(given_lock);
+        if (!given.insert(port).second) continue;
+      }
+      if (bind_loopback(port)) return port;
     }
   }
   return bind_loopback(0);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/gpu_check.hpp"
 #include "common/env_map.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
@@ -55,7 +56,7 @@ int resolve_nproc_per_node(const RawValue& value,
   auto gpu_count = [&] {
     auto visible = env.find("CUDA_VISIBLE_DEVICES");
     if (visible != env.end()) {
-      if (auto hidden = cuda_devices_from_visible_env(visible->second)) return *hidden;
+      if (cuda_devices_hidden(visible->second)) return 0;
     }
     return visible_cuda_devices();
   };

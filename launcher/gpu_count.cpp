@@ -3,15 +3,11 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <optional>
 
 #include "agent/gpu_check.hpp"
 
 namespace ddprun {
-
-std::optional<int> cuda_devices_from_visible_env(std::string_view value) {
-  if (cuda_devices_hidden(value)) return 0;
-  return std::nullopt;
-}
 
 namespace {
 
@@ -30,7 +26,7 @@ struct CudaDriver {
 // a second dlopen just bumps its reference count.
 std::optional<CudaDriver> cuda_driver() {
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    if (cuda_devices_from_visible_env(visible)) return std::nullopt;  // hides every device
+    if (cuda_devices_hidden(visible)) return std::nullopt;
   }
   void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
   if (lib == nullptr) return std::nullopt;

@@ -2,9 +2,7 @@
 // Counting the CUDA devices this process may use, without linking CUDA: ddprun must run on
 // machines without a GPU or a CUDA toolkit, so the driver is loaded only when asked for.
 
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace ddprun {
@@ -19,9 +17,5 @@ int visible_cuda_devices();
 // driver's order, which is the workers' device numbering; empty when the driver is absent or
 // lists none. Loads the driver as visible_cuda_devices does.
 std::vector<std::string> visible_cuda_pci_bus_ids();
-
-// Decides from the value of CUDA_VISIBLE_DEVICES alone when it hides every device ("" or a
-// list starting with "-1"): returns 0 then, nullopt when the driver has to be asked.
-std::optional<int> cuda_devices_from_visible_env(std::string_view value);
 
 }  // namespace ddprun

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <regex>
 
+#include "agent/gpu_check.hpp"
 #include "common/error.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/value_parsers.hpp"
@@ -154,11 +155,11 @@ TEST_CASE("random_run_id looks like a UUID4 and differs each time", "[launcher][
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES that hides every device", "[launcher][gpu]") {
-  CHECK(cuda_devices_from_visible_env("") == 0);
-  CHECK(cuda_devices_from_visible_env("  ") == 0);
-  CHECK(cuda_devices_from_visible_env("-1") == 0);
-  CHECK(cuda_devices_from_visible_env("-1,0") == 0);
-  CHECK_FALSE(cuda_devices_from_visible_env("0,1").has_value());
-  CHECK_FALSE(cuda_devices_from_visible_env("GPU-5e2f").has_value());
+  CHECK(cuda_devices_hidden(""));
+  CHECK(cuda_devices_hidden("  "));
+  CHECK(cuda_devices_hidden("-1"));
+  CHECK(cuda_devices_hidden("-1,0"));
+  CHECK_FALSE(cuda_devices_hidden("0,1"));
+  CHECK_FALSE(cuda_devices_hidden("GPU-5e2f"));
   CHECK(visible_cuda_devices() >= 0);
 }

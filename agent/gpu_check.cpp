@@ -164,8 +164,8 @@ GpuProbe probe_gpu(const Nvml& nvml, int index, NvmlDevice device, const std::st
   char text[kNvmlTextSize] = "";
   if (nvml.name != nullptr && nvml.name(device, text, sizeof(text)) == kNvmlSuccess) g.name = text;
   // What NVML may not tell this user, or on this GPU (a MIG parent without privileges), is a
-  // figure unknown, not a GPU at fault.
-  // Nor is a listing that processes starting all the while kept outgrowing.
+  // figure unknown, not a GPU at fault; so is a listing that processes starting all the while
+  // kept outgrowing.
   const auto failed = [](NvmlReturn r) {
     return r != kNvmlSuccess && r != kNvmlNotSupported && r != kNvmlNoPermission &&
            r != kNvmlInsufficientSize;
@@ -215,10 +215,6 @@ std::string held_by(const GpuProcess& p) {
              ? fmt::format("pid {}", p.pid)
              : fmt::format("{} of pid {}", format_bytes(p.used_bytes), p.pid);
 }
-
-}  // namespace
-
-namespace {
 
 // An entry of CUDA_VISIBLE_DEVICES read as CUDA reads a number, as strtoul does: an optional
 // sign, then the digits it starts with ("1gpu" is 1); nullopt without digits.

@@ -423,7 +423,6 @@ const std::string& host_of(const std::vector<NodeProbe>& nodes, int node) {
   return node >= 0 && node < static_cast<int>(nodes.size()) ? nodes[node].host : unknown;
 }
 
-
 }  // namespace
 
 std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,

@@ -1,10 +1,10 @@
 #pragma once
 // --node-check: before the job's first workers start, each node looks at itself (room in the
 // directories the job writes to, /dev/shm, the limits its workers inherit, its GPUs: see
-// agent/gpu_check.hpp), publishes what it
-// saw under the round's prefix, and reads every other node's. Each node then judges the same
-// reports by the same rules, so every node reaches the same verdict without another exchange:
-// a finding is a node under an absolute floor, or far under the job's median.
+// agent/gpu_check.hpp), publishes what it saw under the round's prefix, and reads every other
+// node's. Each node then judges the same reports by the same rules, so every node reaches the
+// same verdict without another exchange: a finding is a node under an absolute floor, or far
+// under the job's median.
 //
 // probe_node() makes the system calls; judge() is pure, and the thresholds are here, as
 // documented in docs/reference.md ("Node checks").

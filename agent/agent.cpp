@@ -257,10 +257,11 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   if (links) {
     // The exchanges wait for the others' pairings too: at most their time, then the read
     // timeout.
-    measured = measure_links(*ctx_.store, round_->prefix, *links, nodes, me,
-                             std::uint64_t(config_.node_check_mib) << 20,
-                             Deadline::after(read_timeout + 2 * kLinkLooks * kLinkPairingTime));
-    auto on_links = judge_links(measured, nodes);
+    auto m = measure_links(*ctx_.store, round_->prefix, *links, nodes, me,
+                           std::uint64_t(config_.node_check_mib) << 20,
+                           Deadline::after(read_timeout + 2 * kLinkLooks * kLinkPairingTime));
+    measured = std::move(m.links);
+    auto on_links = judge_links(measured, nodes, m.norm);
     findings.insert(findings.end(), on_links.begin(), on_links.end());
     auto on_clocks = judge_clocks(measured, nodes);
     findings.insert(findings.end(), on_clocks.begin(), on_clocks.end());

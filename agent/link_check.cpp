@@ -322,25 +322,31 @@ std::pair<LinkFigures, LinkFigures> LinkCheck::run(int me, int round, int target
   return {out, in};
 }
 
-namespace {
-
-// One look at every link: both pairings, each followed by the exchange of its figures.
 std::vector<LinkFigures> look_at_links(store::Store& store, const std::string& prefix,
-                                       LinkCheck& check,
-                                       const std::vector<NodeProbe>& nodes, int me,
-                                       std::uint64_t bytes, int look, Deadline deadline) {
+                                       LinkCheck& check, const std::vector<NodeProbe>& nodes,
+                                       int me, std::uint64_t bytes, int look, Deadline deadline,
+                                       const std::optional<LinkSet>& only) {
   const int n = static_cast<int>(nodes.size());
   std::vector<LinkFigures> all;
   for (int pairing = 0; pairing < link_pairings(n); ++pairing) {
+    auto looked_at = [&](int sender) { return !only || only->count({pairing, sender}) > 0; };
+    if (only && only->lower_bound({pairing, 0}) == only->lower_bound({pairing + 1, 0})) continue;
     const int target = link_target(me, n, pairing);
+    const int source = link_source(me, n, pairing);
     const int round = look * 2 + pairing;
-    auto [out, in] = check.run(me, round, target, nodes[target].host, nodes[target].link_port,
-                               link_source(me, n, pairing), bytes);
-    out.pairing = in.pairing = pairing;
-    const auto values = exchange_reports(
-        store, fmt::format("{}/node_check/links/{}", prefix, round), me,
-        nlohmann::json{{"out", to_json(out)}, {"in", to_json(in)}}.dump(), n, "its links",
-        deadline);
+    // A node on neither of its links in this look reports nothing of them, and still reports:
+    // every node reads every report.
+    nlohmann::json report{{"out", nullptr}, {"in", nullptr}};
+    if (looked_at(me) || looked_at(source)) {
+      auto [out, in] = check.run(me, round, looked_at(me) ? target : -1, nodes[target].host,
+                                 nodes[target].link_port, looked_at(source) ? source : -1, bytes);
+      out.pairing = in.pairing = pairing;
+      if (looked_at(me)) report["out"] = to_json(out);
+      if (looked_at(source)) report["in"] = to_json(in);
+    }
+    const auto values =
+        exchange_reports(store, fmt::format("{}/node_check/links/{}", prefix, round), me,
+                         report.dump(), n, "its links", deadline);
     // The sender's half (round trip, connection) and the receiver's (bytes) of each link.
     std::map<int, LinkFigures> received;  // by sender
     std::vector<LinkFigures> sent;
@@ -349,9 +355,11 @@ std::vector<LinkFigures> look_at_links(store::Store& store, const std::string& p
       if (j.is_discarded() || !j.is_object() || !j.contains("out") || !j.contains("in")) {
         throw ProtocolError("a node's link report is not what this ddprun writes");
       }
-      sent.push_back(link_from_json(j["out"]));
-      const auto r = link_from_json(j["in"]);
-      received[r.from] = r;
+      if (!j["out"].is_null()) sent.push_back(link_from_json(j["out"]));
+      if (!j["in"].is_null()) {
+        const auto r = link_from_json(j["in"]);
+        received[r.from] = r;
+      }
     }
     for (auto link : sent) {
       if (const auto it = received.find(link.from); it != received.end()) {
@@ -367,6 +375,8 @@ std::vector<LinkFigures> look_at_links(store::Store& store, const std::string& p
   return all;
 }
 
+namespace {
+
 // Of two looks at one link, the better: a moment of a busy machine only ever slows a link.
 LinkFigures better(const LinkFigures& a, const LinkFigures& b) {
   if (!a.error.empty()) return b;
@@ -380,33 +390,25 @@ LinkFigures better(const LinkFigures& a, const LinkFigures& b) {
   return out;
 }
 
-// Findings of the kind a moment of a busy machine can cause: slow or far, not a link that
-// carried nothing.
-bool may_be_noise(const std::vector<LinkFigures>& links, const std::vector<NodeProbe>& nodes) {
-  std::vector<LinkFigures> carried;
-  for (const auto& l : links) {
-    if (l.error.empty()) carried.push_back(l);
-  }
-  return !judge_links(carried, nodes).empty();
-}
-
 }  // namespace
 
-std::vector<LinkFigures> measure_links(store::Store& store, const std::string& prefix,
-                                       LinkCheck& check, const std::vector<NodeProbe>& nodes,
-                                       int me, std::uint64_t bytes, Deadline deadline) {
-  std::vector<LinkFigures> best;
-  for (int look = 0; look < kLinkLooks; ++look) {
-    auto links = look_at_links(store, prefix, check, nodes, me, bytes, look, deadline);
-    if (look == 0) {
-      best = std::move(links);
-    } else {
-      // Every look lists the links in the same order: pairing, then sender.
-      for (std::size_t k = 0; k < best.size(); ++k) best[k] = better(best[k], links[k]);
+MeasuredLinks measure_links(store::Store& store, const std::string& prefix, LinkCheck& check,
+                            const std::vector<NodeProbe>& nodes, int me, std::uint64_t bytes,
+                            Deadline deadline) {
+  MeasuredLinks m;
+  m.links = look_at_links(store, prefix, check, nodes, me, bytes, 0, deadline, std::nullopt);
+  m.norm = link_norm(m.links, nodes);
+  for (int look = 1; look < kLinkLooks; ++look) {
+    const auto doubtful = links_in_doubt(m.links, m.norm);
+    if (doubtful.empty()) break;
+    for (const auto& again : look_at_links(store, prefix, check, nodes, me, bytes, look,
+                                           deadline, doubtful)) {
+      for (auto& l : m.links) {
+        if (l.pairing == again.pairing && l.from == again.from) l = better(l, again);
+      }
     }
-    if (!may_be_noise(best, nodes)) break;
   }
-  return best;
+  return m;
 }
 
 namespace {
@@ -418,6 +420,20 @@ struct NodeBest {
   double best_rtt() const { return *std::min_element(rtts.begin(), rtts.end()); }
 };
 
+// What the nodes' links carried, node by node.
+std::map<int, NodeBest> node_bests(const std::vector<LinkFigures>& links) {
+  std::map<int, NodeBest> by_node;
+  for (const auto& l : links) {
+    if (!l.error.empty()) continue;
+    for (int node : {l.from, l.to}) {
+      auto& b = by_node[node];
+      b.rates.push_back(l.bytes_per_second());
+      if (l.rtt_seconds > 0) b.rtts.push_back(l.rtt_seconds);
+    }
+  }
+  return by_node;
+}
+
 const std::string& host_of(const std::vector<NodeProbe>& nodes, int node) {
   static const std::string unknown = "?";
   return node >= 0 && node < static_cast<int>(nodes.size()) ? nodes[node].host : unknown;
@@ -425,8 +441,49 @@ const std::string& host_of(const std::vector<NodeProbe>& nodes, int node) {
 
 }  // namespace
 
+bool LinkNorm::slow(double bytes_per_second) const {
+  return bytes_per_second < kLinkFractionOfMedian * rate_median;
+}
+
+bool LinkNorm::far(double rtt_seconds) const {
+  const double excess = std::chrono::duration<double>(kMinLatencyExcess).count();
+  return rtt_median > 0 && rtt_seconds > kLatencyFactorOfMedian * rtt_median &&
+         rtt_seconds - rtt_median >= excess;
+}
+
+std::optional<LinkNorm> link_norm(const std::vector<LinkFigures>& links,
+                                  const std::vector<NodeProbe>& nodes) {
+  const auto by_node = node_bests(links);
+  if (nodes.size() < 3 || by_node.size() < 3) return std::nullopt;
+  std::vector<double> bests, rtts;
+  for (const auto& [node, b] : by_node) {
+    bests.push_back(b.best_rate());
+    if (!b.rtts.empty()) rtts.push_back(b.best_rtt());
+  }
+  return LinkNorm{upper_median(std::move(bests)), rtts.empty() ? 0 : upper_median(rtts)};
+}
+
+LinkSet links_in_doubt(const std::vector<LinkFigures>& links,
+                       const std::optional<LinkNorm>& norm) {
+  LinkSet out;
+  if (!norm) return out;
+  for (const auto& l : links) {
+    if (l.error.empty() && (norm->slow(l.bytes_per_second()) ||
+                            (l.rtt_seconds > 0 && norm->far(l.rtt_seconds)))) {
+      out.insert({l.pairing, l.from});
+    }
+  }
+  return out;
+}
+
 std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
                                  const std::vector<NodeProbe>& nodes) {
+  return judge_links(links, nodes, link_norm(links, nodes));
+}
+
+std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
+                                 const std::vector<NodeProbe>& nodes,
+                                 const std::optional<LinkNorm>& norm) {
   std::vector<Finding> out;
   auto name = [&](int node, std::string what, int link_to = -1) {
     out.push_back({node, host_of(nodes, node), std::move(what), link_to});
@@ -451,40 +508,22 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
       name(node, fmt::format("no link to or from it carried anything: {}", first->error));
     }
   }
-  std::map<int, NodeBest> by_node;
   for (const auto& l : links) {
-    if (!l.error.empty()) {
-      if (cut_off[l.from] || cut_off[l.to]) continue;
+    if (!l.error.empty() && !cut_off[l.from] && !cut_off[l.to]) {
       name(l.from, fmt::format("link to node {} ({}): {}", l.to, host_of(nodes, l.to), l.error),
            l.to);
-      continue;
-    }
-    for (int node : {l.from, l.to}) {
-      auto& b = by_node[node];
-      b.rates.push_back(l.bytes_per_second());
-      if (l.rtt_seconds > 0) b.rtts.push_back(l.rtt_seconds);
     }
   }
-  if (nodes.size() >= 3 && by_node.size() >= 3) {
-    std::vector<double> bests, rtts;
-    for (const auto& [node, b] : by_node) {
-      bests.push_back(b.best_rate());
-      if (!b.rtts.empty()) rtts.push_back(b.best_rtt());
-    }
-    const double rate_median = upper_median(std::move(bests));
-    const double rtt_median = rtts.empty() ? 0 : upper_median(rtts);
-    const double excess = std::chrono::duration<double>(kMinLatencyExcess).count();
-    auto slow = [&](double rate) { return rate < kLinkFractionOfMedian * rate_median; };
-    auto far = [&](double rtt) {
-      return rtt_median > 0 && rtt > kLatencyFactorOfMedian * rtt_median &&
-             rtt - rtt_median >= excess;
-    };
+  if (norm) {
+    const auto by_node = node_bests(links);
+    const double rate_median = norm->rate_median;
+    const double rtt_median = norm->rtt_median;
     // A node named as the node explains its links: a slow one's queues make its round trips
     // long too, so it is named once, as slow.
     std::map<int, bool> named_node;
     for (const auto& [node, b] : by_node) {
-      const bool slow_node = slow(b.best_rate());
-      const bool far_node = !slow_node && !b.rtts.empty() && far(b.best_rtt());
+      const bool slow_node = norm->slow(b.best_rate());
+      const bool far_node = !slow_node && !b.rtts.empty() && norm->far(b.best_rtt());
       named_node[node] = slow_node || far_node;
       if (slow_node) {
         name(node, fmt::format("every link to and from it is slow: at most {}, the nodes' "
@@ -500,13 +539,13 @@ std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
     for (const auto& l : links) {
       if (!l.error.empty() || named_node[l.from] || named_node[l.to]) continue;
       const std::string link = fmt::format("link to node {} ({})", l.to, host_of(nodes, l.to));
-      if (slow(l.bytes_per_second())) {
+      if (norm->slow(l.bytes_per_second())) {
         name(l.from,
              fmt::format("{}: {}{}, the nodes' median {}", link, format_rate(l.bytes_per_second()),
                          l.cut_short ? " (cut short)" : "", format_rate(rate_median)),
              l.to);
       }
-      if (l.rtt_seconds > 0 && far(l.rtt_seconds)) {
+      if (l.rtt_seconds > 0 && norm->far(l.rtt_seconds)) {
         name(l.from,
              fmt::format("{}: round trip {}, the nodes' median {}", link,
                          format_millis(l.rtt_seconds), format_millis(rtt_median)),

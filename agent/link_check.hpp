@@ -9,9 +9,10 @@
 // machine only add to it) and, from the clock in each answer, the offset of the receiver's wall
 // clock from its own; the receiver measures the throughput (the bytes, from its last
 // ping's answer to the last byte), so that neither side waits for the other's report over the
-// link it measures. When the figures name something slow or far, the links are looked at again
-// (at most kLinkLooks times in all) and each keeps its best: a moment of a busy machine slows
-// one look at a link, a slow link every look.
+// link it measures. When the figures name links as slow or far, those links are looked at again
+// (at most kLinkLooks times in all), while the others rest, and each keeps its best: a moment of
+// a busy machine slows one look at a link, a slow link every look, and a link looked at again
+// does not wait for the job's other links to share the machine and the network with.
 //
 // judge_links() is pure: every node judges the same figures by the same rules. Thresholds are
 // here, as documented in docs/reference.md ("Node checks").
@@ -19,6 +20,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,10 +39,8 @@ namespace ddprun {
 inline constexpr std::chrono::milliseconds kLinkPairingTime{2000};
 inline constexpr int kLinkPings = 8;
 inline constexpr int kLinkLooks = 3;
-// A node all of whose links run under this fraction of the nodes' median is named; a link
-// under it between two nodes that are not, is named as a link. The median is of every node's
-// fastest link, so that one slow node cannot drag it down (it is on four links of the job's 2n).
-// A fifth leaves room for the spread of a busy machine; a link slowed to a tenth is past it.
+// A node all of whose links run under this fraction of the nodes' median (LinkNorm) is named;
+// a link under it between two nodes that are not, is named as a link. A fifth leaves room for the spread of a busy machine; a link slowed to a tenth is past it.
 inline constexpr double kLinkFractionOfMedian = 0.2;
 // Round trips: named when over this many times the nodes' median, and longer by at least
 // kMinLatencyExcess (microseconds of median on a LAN make ten times that still harmless).
@@ -99,19 +100,59 @@ class LinkCheck {
   std::unique_ptr<Impl> impl_;
 };
 
-// Every pairing for node `me` of `nodes` (their hosts and listeners' ports), each followed by
-// an exchange of its figures under "<prefix>/node_check/links" (waiting for the other nodes
-// until `deadline`), looked at again while judge_links finds something slow or far. Returns
-// every directed link's best figures, the same on every node, pairing by pairing, each
-// pairing's links by sender.
-std::vector<LinkFigures> measure_links(store::Store& store, const std::string& prefix,
+// Links by pairing and sender, which tell the receiver.
+using LinkSet = std::set<std::pair<int, int>>;
+
+// One look (numbered from 0) at the links of both pairings for node `me` of `nodes` (their
+// hosts and listeners' ports), or, given `only`, at those of them; each pairing with a link to
+// look at is followed by an exchange of its figures under "<prefix>/node_check/links", which
+// every node writes and reads (waiting for the others until `deadline`). Returns the links'
+// figures, the same on every node, pairing by pairing, each pairing's links by sender.
+std::vector<LinkFigures> look_at_links(store::Store& store, const std::string& prefix,
                                        LinkCheck& check, const std::vector<NodeProbe>& nodes,
-                                       int me, std::uint64_t bytes, Deadline deadline);
+                                       int me, std::uint64_t bytes, int look, Deadline deadline,
+                                       const std::optional<LinkSet>& only);
+
+// The job's reference for its links: the median, over the nodes, of each node's fastest link
+// and shortest round trip. The median is of every node's best, so that one slow node cannot
+// drag it down (it is on four links of the job's 2n).
+struct LinkNorm {
+  double rate_median = 0;
+  double rtt_median = 0;  // 0: no link carried pings
+  bool slow(double bytes_per_second) const;
+  bool far(double rtt_seconds) const;
+};
+
+// The reference these links give; none below three nodes (of two, neither can be told slow
+// from the other) or when fewer than three carried anything.
+std::optional<LinkNorm> link_norm(const std::vector<LinkFigures>& links,
+                                  const std::vector<NodeProbe>& nodes);
+
+struct MeasuredLinks {
+  std::vector<LinkFigures> links;  // every directed link's best figures, in look_at_links' order
+  // From the first look, when every link ran at once: a link looked at again runs with fewer
+  // others beside it, and its figure, better for it, must not raise the bar for the rest.
+  std::optional<LinkNorm> norm;
+};
+
+// Every link, looked at once, and then the links in doubt again while there are any, at most
+// kLinkLooks looks in all, each link keeping its best figures.
+MeasuredLinks measure_links(store::Store& store, const std::string& prefix, LinkCheck& check,
+                            const std::vector<NodeProbe>& nodes, int me, std::uint64_t bytes,
+                            Deadline deadline);
+
+// The links judge_links would name as slow or far against `norm`, alone or as one of a node's
+// links: what a moment of a busy machine can cause. A link that carried nothing is not in doubt.
+LinkSet links_in_doubt(const std::vector<LinkFigures>& links,
+                       const std::optional<LinkNorm>& norm);
 
 // The findings about these links: a link that carried nothing (on its sender), a node none of
 // whose links carried anything or whose every link is slow or far, a link that is slow or far
-// between two nodes that are not. Needs three nodes for the medians; with two, only links that
-// carried nothing are named.
+// between two nodes that are not, against `norm`; without one (two nodes), only links that
+// carried nothing are named. The second form takes the reference from `links` themselves.
+std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
+                                 const std::vector<NodeProbe>& nodes,
+                                 const std::optional<LinkNorm>& norm);
 std::vector<Finding> judge_links(const std::vector<LinkFigures>& links,
                                  const std::vector<NodeProbe>& nodes);
 

@@ -187,6 +187,49 @@ TEST_CASE("link check: round trips far over the median are named, by node or by 
                                  "nodes' median 0.05 ms"});
 }
 
+TEST_CASE("link check: the links in doubt are those judge_links names as slow or far, by link "
+          "or by node, and none that carried nothing", "[node_check][links]") {
+  CHECK(links_in_doubt(links_of(6), link_norm(links_of(6), nodes_of(6))).empty());
+  auto links = links_of(6);
+  const int bad = 4;  // every link slow: the ring's 3->4, 4->5, the second pairing's 1->4, 4->1
+  for (auto& l : links) {
+    if (l.from == bad || l.to == bad) set_rate(l, 0.05 * kGB);
+  }
+  links[0].rtt_seconds = 30e-3;  // 0->1, far
+  links[2].error = "Connection refused";  // 2->3, carried nothing
+  links[2].bytes = 0;
+  links[8].rtt_seconds = 600e-6;  // 2->5 in the second pairing: ten times, not far enough
+  CHECK(links_in_doubt(links, link_norm(links, nodes_of(6))) ==
+        LinkSet{{0, 0}, {0, 3}, {0, 4}, {1, 1}, {1, 4}});
+  // Of two nodes there is no median to doubt a link against.
+  auto two = links_of(2);
+  set_rate(two[0], 1e6);
+  CHECK_FALSE(link_norm(two, nodes_of(2)));
+  CHECK(links_in_doubt(two, link_norm(two, nodes_of(2))).empty());
+}
+
+TEST_CASE("link check: links looked at again are judged against the first look's reference",
+          "[node_check][links]") {
+  // The first look: every link at 100 MB/s, node 2's at 10 MB/s.
+  auto first = links_of(5, 0.1 * kGB);
+  for (auto& l : first) {
+    if (l.from == 2 || l.to == 2) set_rate(l, 0.01 * kGB);
+  }
+  const auto norm = link_norm(first, nodes_of(5));
+  REQUIRE(norm);
+  CHECK(norm->rate_median == Approx(0.1 * kGB));
+  CHECK(links_in_doubt(first, norm).size() == 4);
+  // Looked at again with nothing else running, node 2's links and one of node 0's come out
+  // ten times faster than the first look's: against their own median the rest would be slow.
+  auto best = first;
+  for (auto& l : best) {
+    if (l.from == 2 || l.to == 2) set_rate(l, kGB);
+  }
+  set_rate(best[0], kGB);
+  CHECK(judge_links(best, nodes_of(5), norm).empty());
+  CHECK_FALSE(judge_links(best, nodes_of(5)).empty());
+}
+
 TEST_CASE("link check: a clock off from the others is named against their median, or against "
           "node 0's with two nodes", "[node_check][links]") {
   // Node `off`'s clock runs `by` seconds ahead: the links into it see it ahead, out of it behind.
@@ -317,7 +360,8 @@ TEST_CASE("link check: three nodes through a store measure all six links, the sa
   std::vector<std::future<std::vector<LinkFigures>>> runs;
   for (int i = 0; i < 3; ++i) {
     runs.push_back(std::async(std::launch::async, [&, i] {
-      return measure_links(shared, "round/0", *checks[i], nodes, i, 1 << 20, Deadline::after(60s));
+      return measure_links(shared, "round/0", *checks[i], nodes, i, 1 << 20, Deadline::after(60s))
+          .links;
     }));
   }
   std::vector<std::vector<LinkFigures>> seen;
@@ -337,6 +381,43 @@ TEST_CASE("link check: three nodes through a store measure all six links, the sa
       CHECK(to_json(seen[i][k]) == to_json(seen[0][k]));
     }
   }
+}
+
+TEST_CASE("link check: a look at some links measures those alone, and every node still "
+          "reports and reads all", "[node_check][links]") {
+  store::MemoryStore shared;
+  std::vector<std::unique_ptr<LinkCheck>> checks;
+  auto nodes = nodes_of(4);
+  for (auto& n : nodes) {
+    checks.push_back(std::make_unique<LinkCheck>());
+    n.host = "127.0.0.1";
+    n.link_port = checks.back()->port();
+  }
+  // The second pairing's 3->1 alone: nodes 0 and 2 are on none of the look's links.
+  const LinkSet only{{1, 3}};
+  std::vector<std::future<std::vector<LinkFigures>>> runs;
+  for (int i = 0; i < 4; ++i) {
+    runs.push_back(std::async(std::launch::async, [&, i] {
+      return look_at_links(shared, "round/0", *checks[i], nodes, i, 1 << 20, 1,
+                           Deadline::after(60s), only);
+    }));
+  }
+  std::vector<std::vector<LinkFigures>> seen;
+  for (auto& r : runs) seen.push_back(r.get());
+  for (int i = 0; i < 4; ++i) {
+    INFO("node " << i);
+    REQUIRE(seen[i].size() == 1);
+    const auto& l = seen[i][0];
+    INFO(to_json(l).dump());
+    CHECK(std::make_tuple(l.pairing, l.from, l.to) == std::make_tuple(1, 3, 1));
+    CHECK(l.error.empty());
+    CHECK(l.bytes == (1u << 20));
+    CHECK(l.rtt_seconds > 0);
+    CHECK(to_json(l) == to_json(seen[0][0]));
+  }
+  // The first pairing, with none of the links, is passed over: no node reported its round.
+  CHECK_FALSE(shared.check({"round/0/node_check/links/2/0"}, Deadline::after(5s)));
+  CHECK(shared.check({"round/0/node_check/links/3/0"}, Deadline::after(5s)));
 }
 
 TEST_CASE("link check: a node that never reports ends the others' wait with a timeout",

@@ -273,7 +273,9 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   auto listed = nlohmann::json::array();
-  for (const auto& f : findings) listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
+  for (const auto& f : findings) {
+    listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
+  }
   // This node's links, both ways: every node's event file has the figures of its own.
   auto own_links = nlohmann::json::array();
   for (const auto& l : measured) {

@@ -392,6 +392,14 @@ LinkFigures better(const LinkFigures& a, const LinkFigures& b) {
 
 }  // namespace
 
+void keep_better(std::vector<LinkFigures>& best, const std::vector<LinkFigures>& again) {
+  for (const auto& a : again) {
+    for (auto& b : best) {
+      if (b.pairing == a.pairing && b.from == a.from) b = better(b, a);
+    }
+  }
+}
+
 MeasuredLinks measure_links(store::Store& store, const std::string& prefix, LinkCheck& check,
                             const std::vector<NodeProbe>& nodes, int me, std::uint64_t bytes,
                             Deadline deadline) {
@@ -401,12 +409,8 @@ MeasuredLinks measure_links(store::Store& store, const std::string& prefix, Link
   for (int look = 1; look < kLinkLooks; ++look) {
     const auto doubtful = links_in_doubt(m.links, m.norm);
     if (doubtful.empty()) break;
-    for (const auto& again : look_at_links(store, prefix, check, nodes, me, bytes, look,
-                                           deadline, doubtful)) {
-      for (auto& l : m.links) {
-        if (l.pairing == again.pairing && l.from == again.from) l = better(l, again);
-      }
-    }
+    keep_better(m.links,
+                look_at_links(store, prefix, check, nodes, me, bytes, look, deadline, doubtful));
   }
   return m;
 }

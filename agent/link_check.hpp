@@ -40,7 +40,8 @@ inline constexpr std::chrono::milliseconds kLinkPairingTime{2000};
 inline constexpr int kLinkPings = 8;
 inline constexpr int kLinkLooks = 3;
 // A node all of whose links run under this fraction of the nodes' median (LinkNorm) is named;
-// a link under it between two nodes that are not, is named as a link. A fifth leaves room for the spread of a busy machine; a link slowed to a tenth is past it.
+// a link under it between two nodes that are not, is named as a link. A fifth leaves room for
+// the spread of a busy machine; a link slowed to a tenth is past it.
 inline constexpr double kLinkFractionOfMedian = 0.2;
 // Round trips: named when over this many times the nodes' median, and longer by at least
 // kMinLatencyExcess (microseconds of median on a LAN make ten times that still harmless).
@@ -134,6 +135,10 @@ struct MeasuredLinks {
   // others beside it, and its figure, better for it, must not raise the bar for the rest.
   std::optional<LinkNorm> norm;
 };
+
+// Each link of `best` looked at `again` keeps the better of its two looks: the faster, and the
+// round trip (with its clock offset) the shorter; a look that failed loses to one that did not.
+void keep_better(std::vector<LinkFigures>& best, const std::vector<LinkFigures>& again);
 
 // Every link, looked at once, and then the links in doubt again while there are any, at most
 // kLinkLooks looks in all, each link keeping its best figures.

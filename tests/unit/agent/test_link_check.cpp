@@ -219,15 +219,39 @@ TEST_CASE("link check: links looked at again are judged against the first look's
   REQUIRE(norm);
   CHECK(norm->rate_median == Approx(0.1 * kGB));
   CHECK(links_in_doubt(first, norm).size() == 4);
-  // Looked at again with nothing else running, node 2's links and one of node 0's come out
-  // ten times faster than the first look's: against their own median the rest would be slow.
+  // Looked at again with nothing else running, node 2's links come out ten times faster than
+  // the first look's; every node is on one of them, so against the figures' own median every
+  // other link would now be slow.
   auto best = first;
   for (auto& l : best) {
     if (l.from == 2 || l.to == 2) set_rate(l, kGB);
   }
-  set_rate(best[0], kGB);
   CHECK(judge_links(best, nodes_of(5), norm).empty());
-  CHECK_FALSE(judge_links(best, nodes_of(5)).empty());
+  CHECK(judge_links(best, nodes_of(5)).size() == 6);
+}
+
+TEST_CASE("link check: a link looked at again keeps the better of its looks, each figure with "
+          "its own", "[node_check][links]") {
+  auto best = links_of(4);  // 1 GB/s and 50 us each
+  std::vector<LinkFigures> again{best[1], best[5], best[6]};
+  set_rate(again[0], 2 * kGB);  // ring 1->2: faster, and a longer round trip
+  again[0].rtt_seconds = 80e-6;
+  again[0].clock_offset_seconds = 0.5;
+  set_rate(again[1], 0.5 * kGB);  // second pairing 1->3: slower, a shorter round trip
+  again[1].rtt_seconds = 20e-6;
+  again[1].clock_offset_seconds = 0.25;
+  again[2].error = "Connection refused";  // second pairing 2->0: this look failed
+  again[2].bytes = 0;
+  const auto first = best;
+  keep_better(best, again);
+  CHECK(best[1].bytes_per_second() == Approx(2 * kGB));
+  CHECK(best[1].rtt_seconds == Approx(50e-6));
+  CHECK(best[1].clock_offset_seconds == 0);
+  CHECK(best[5].bytes_per_second() == Approx(kGB));
+  CHECK(best[5].rtt_seconds == Approx(20e-6));
+  CHECK(best[5].clock_offset_seconds == Approx(0.25));
+  CHECK(to_json(best[6]) == to_json(first[6]));
+  for (std::size_t k : {0, 2, 3, 4, 7}) CHECK(to_json(best[k]) == to_json(first[k]));
 }
 
 TEST_CASE("link check: a clock off from the others is named against their median, or against "

@@ -56,6 +56,9 @@ JobSettings agreed_settings(const LaunchConfig& c) {
       {"the program", std::filesystem::path(c.program).filename().string()},
       {"the script", script_digest(c)},
   };
+  if (c.node_check != NodeCheck::kOff) {
+    settings.emplace_back("ddprun's node check", fmt::format("version {}", kNodeCheckProtocol));
+  }
   // An elastic job's nodes are interchangeable, so their command lines are one; a static
   // node may be told its own part (--node_rank=$SLURM_NODEID), and two static jobs cannot
   // share a master port anyway.

@@ -1,15 +1,15 @@
 #pragma once
-// The settings every node of a job must share, because each node decides on them alone and the
-// job behaves as documented only when every node decides alike: the restart budget (each node
-// decides whether a failure restarts the job), the hang timeout (each node votes on its own
-// ranks' silence), the node check (a node that refuses while another starts would leave the
-// other's workers waiting for its ranks), the keep-alive interval and attempts (a node judges its ring neighbour's
-// heartbeats by its own deadline, so a neighbour beating slower than that would be taken for
-// dead), and the program: its file name (not its directory: nodes may keep it at different
-// paths), a Python script's content, and in an elastic job its arguments, so that two jobs
-// given one endpoint and id by mistake are told apart. The rendezvous compares them and names
-// the difference. The join and last-call timeouts are each agent's own wait, as under
-// torchrun: they may differ.
+// The settings every node of a job must share, because each node decides on them alone and the job
+// behaves as documented only when every node decides alike: the restart budget (each node decides
+// whether a failure restarts the job), the hang timeout (each node votes on its own ranks'
+// silence), the node check and its protocol (a node that refuses while another starts would leave
+// the other's workers waiting for its ranks), the keep-alive interval and attempts (a node judges
+// its ring neighbour's heartbeats by its own deadline, so a neighbour beating slower than that
+// would be taken for dead), and the program: its file name (not its directory: nodes may keep it at
+// different paths), a Python script's content, and in an elastic job its arguments, so that two
+// jobs given one endpoint and id by mistake are told apart. The rendezvous compares them and names
+// the difference. The join and last-call timeouts are each agent's own wait, as under torchrun:
+// they may differ.
 
 #include <string>
 #include <utility>

@@ -73,3 +73,22 @@ TEST_CASE("job settings: the differences are named, both values shown", "[rendez
   CHECK(ddprun::decode_settings(ddprun::encode_settings(mine)) == mine);
   CHECK_THROWS_AS(ddprun::decode_settings("{not json"), ddprun::RendezvousError);
 }
+
+TEST_CASE("job settings: a node check names its protocol, so that agents of another ddprun "
+          "version are told apart", "[rendezvous]") {
+  LaunchConfig config;
+  config.program = "true";
+  const auto without = agreed_settings(config);
+  config.node_check = NodeCheck::kWarn;
+  const auto with = agreed_settings(config);
+  CHECK(with.size() == without.size() + 1);
+  const std::pair<std::string, std::string> protocol{
+      "ddprun's node check", "version " + std::to_string(kNodeCheckProtocol)};
+  CHECK(std::count(with.begin(), with.end(), protocol) == 1);
+  CHECK(std::count(without.begin(), without.end(), protocol) == 0);
+  // Against a job whose first node's ddprun does not say it: the difference is named.
+  CHECK_THAT(describe_difference(with, without, "the job (first started on a)"),
+             Catch::Contains("ddprun's node check version " + std::to_string(kNodeCheckProtocol) +
+                             " where the job (first started on a) has ddprun's node check "
+                             "(not set)"));
+}

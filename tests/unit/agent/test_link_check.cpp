@@ -50,6 +50,17 @@ std::vector<LinkFigures> links_of(int n, double rate = kGB) {
 
 void set_rate(LinkFigures& l, double rate) { l.seconds = static_cast<double>(l.bytes) / rate; }
 
+// `n` nodes on loopback, each with a listener of its own in `checks`.
+std::vector<NodeProbe> listening_nodes(int n, std::vector<std::unique_ptr<LinkCheck>>& checks) {
+  auto nodes = nodes_of(n);
+  for (auto& node : nodes) {
+    checks.push_back(std::make_unique<LinkCheck>());
+    node.host = "127.0.0.1";
+    node.link_port = checks.back()->port();
+  }
+  return nodes;
+}
+
 std::vector<std::string> lines(const std::vector<Finding>& findings) {
   std::vector<std::string> out;
   for (const auto& f : findings) out.push_back(f.line());
@@ -375,12 +386,7 @@ TEST_CASE("link check: three nodes through a store measure all six links, the sa
           "[node_check][links]") {
   store::MemoryStore shared;
   std::vector<std::unique_ptr<LinkCheck>> checks;
-  auto nodes = nodes_of(3);
-  for (auto& n : nodes) {
-    checks.push_back(std::make_unique<LinkCheck>());
-    n.host = "127.0.0.1";
-    n.link_port = checks.back()->port();
-  }
+  const auto nodes = listening_nodes(3, checks);
   std::vector<std::future<std::vector<LinkFigures>>> runs;
   for (int i = 0; i < 3; ++i) {
     runs.push_back(std::async(std::launch::async, [&, i] {
@@ -411,12 +417,7 @@ TEST_CASE("link check: a look at some links measures those alone, and every node
           "reports and reads all", "[node_check][links]") {
   store::MemoryStore shared;
   std::vector<std::unique_ptr<LinkCheck>> checks;
-  auto nodes = nodes_of(4);
-  for (auto& n : nodes) {
-    checks.push_back(std::make_unique<LinkCheck>());
-    n.host = "127.0.0.1";
-    n.link_port = checks.back()->port();
-  }
+  const auto nodes = listening_nodes(4, checks);
   // The second pairing's 3->1 alone: nodes 0 and 2 are on none of the look's links.
   const LinkSet only{{1, 3}};
   std::vector<std::future<std::vector<LinkFigures>>> runs;

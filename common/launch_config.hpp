@@ -61,7 +61,8 @@ const char* to_string(NodeCheck mode);
 
 // How a job's agents carry out the node check together: what they report, under which store
 // keys, in which rounds. Agents of two versions would wait for reports the other never writes,
-// so the rendezvous compares it (job_settings.hpp). Raised whenever any of that changes.
+// so the rendezvous compares it, as part of --node-check's setting (job_settings.hpp). Raised
+// whenever any of that changes.
 inline constexpr int kNodeCheckProtocol = 2;
 
 // A per-local-rank choice: one value for every rank, or a map with a default of kNone.

@@ -35,6 +35,14 @@ std::string script_digest(const LaunchConfig& c) {
                      std::hash<std::string_view>{}(bytes));
 }
 
+// The mode, and when it runs, the version of its protocol: in the value a ddprun of any version
+// compares, so that two versions are told apart whichever node came first.
+std::string node_check_setting(NodeCheck mode) {
+  return mode == NodeCheck::kOff
+             ? to_string(mode)
+             : fmt::format("{} (check version {})", to_string(mode), kNodeCheckProtocol);
+}
+
 std::string quoted(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   for (const auto& a : args) out.push_back(shell_quote(a));
@@ -47,7 +55,7 @@ JobSettings agreed_settings(const LaunchConfig& c) {
   JobSettings settings{
       {"--max-restarts", std::to_string(c.max_restarts)},
       {"--hang-timeout", format_duration(c.hang_timeout)},
-      {"--node-check", to_string(c.node_check)},
+      {"--node-check", node_check_setting(c.node_check)},
       {"--node-check-mib", std::to_string(c.node_check_mib)},
       {"--rdzv-conf keep_alive_interval", format_duration(c.rdzv_conf.keep_alive_interval)},
       {"--rdzv-conf keep_alive_max_attempt", std::to_string(c.rdzv_conf.keep_alive_max_attempt)},
@@ -56,9 +64,6 @@ JobSettings agreed_settings(const LaunchConfig& c) {
       {"the program", std::filesystem::path(c.program).filename().string()},
       {"the script", script_digest(c)},
   };
-  if (c.node_check != NodeCheck::kOff) {
-    settings.emplace_back("ddprun's node check", fmt::format("version {}", kNodeCheckProtocol));
-  }
   // An elastic job's nodes are interchangeable, so their command lines are one; a static
   // node may be told its own part (--node_rank=$SLURM_NODEID), and two static jobs cannot
   // share a master port anyway.
@@ -86,14 +91,24 @@ std::string describe_difference(const JobSettings& mine, const JobSettings& thei
     return flag.starts_with("--") ? fmt::format("{}={}", flag, value)
                                   : fmt::format("{} {}", flag, value);
   };
-  for (const auto& [flag, value] : mine) {
-    std::string other = "(not set)";
-    for (const auto& [their_flag, their_value] : theirs) {
-      if (their_flag == flag) other = their_value;
+  const auto value_in = [](const JobSettings& settings, const std::string& flag) {
+    for (const auto& [f, value] : settings) {
+      if (f == flag) return value;
     }
+    return std::string("(not set)");
+  };
+  for (const auto& [flag, value] : mine) {
+    const auto other = value_in(theirs, flag);
     if (other != value) {
       differences.push_back(
           fmt::format("{} where {} has {}", shown(flag, value), them, shown(flag, other)));
+    }
+  }
+  // A setting only theirs has (a ddprun of another version compares more).
+  for (const auto& [flag, value] : theirs) {
+    if (value_in(mine, flag) == "(not set)") {
+      differences.push_back(fmt::format("{} where {} has {}", shown(flag, "(not set)"), them,
+                                        shown(flag, value)));
     }
   }
   return fmt::format("{}", fmt::join(differences, "; "));

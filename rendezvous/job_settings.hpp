@@ -2,8 +2,9 @@
 // The settings every node of a job must share, because each node decides on them alone and the job
 // behaves as documented only when every node decides alike: the restart budget (each node decides
 // whether a failure restarts the job), the hang timeout (each node votes on its own ranks'
-// silence), the node check and its protocol (a node that refuses while another starts would leave
-// the other's workers waiting for its ranks), the keep-alive interval and attempts (a node judges
+// silence), the node check (a node that refuses while another starts would leave the other's
+// workers waiting for its ranks) and its protocol's version (agents of two versions would wait
+// for reports the other never writes), the keep-alive interval and attempts (a node judges
 // its ring neighbour's heartbeats by its own deadline, so a neighbour beating slower than that
 // would be taken for dead), and the program: its file name (not its directory: nodes may keep it at
 // different paths), a Python script's content, and in an elastic job its arguments, so that two

@@ -74,21 +74,37 @@ TEST_CASE("job settings: the differences are named, both values shown", "[rendez
   CHECK_THROWS_AS(ddprun::decode_settings("{not json"), ddprun::RendezvousError);
 }
 
-TEST_CASE("job settings: a node check names its protocol, so that agents of another ddprun "
-          "version are told apart", "[rendezvous]") {
+TEST_CASE("job settings: a node check names its protocol's version, so that agents of two "
+          "ddprun versions are told apart whichever came first", "[rendezvous]") {
   LaunchConfig config;
   config.program = "true";
-  const auto without = agreed_settings(config);
+  const auto setting = [](const JobSettings& settings) {
+    for (const auto& [flag, value] : settings) {
+      if (flag == "--node-check") return value;
+    }
+    return std::string("(none)");
+  };
+  CHECK(setting(agreed_settings(config)) == "off");
   config.node_check = NodeCheck::kWarn;
-  const auto with = agreed_settings(config);
-  CHECK(with.size() == without.size() + 1);
-  const std::pair<std::string, std::string> protocol{
-      "ddprun's node check", "version " + std::to_string(kNodeCheckProtocol)};
-  CHECK(std::count(with.begin(), with.end(), protocol) == 1);
-  CHECK(std::count(without.begin(), without.end(), protocol) == 0);
-  // Against a job whose first node's ddprun does not say it: the difference is named.
-  CHECK_THAT(describe_difference(with, without, "the job (first started on a)"),
-             Catch::Contains("ddprun's node check version " + std::to_string(kNodeCheckProtocol) +
-                             " where the job (first started on a) has ddprun's node check "
-                             "(not set)"));
+  const auto mine = agreed_settings(config);
+  const auto version = "warn (check version " + std::to_string(kNodeCheckProtocol) + ")";
+  CHECK(setting(mine) == version);
+  // Against a ddprun that wrote the mode alone, either way round.
+  auto older = mine;
+  for (auto& [flag, value] : older) {
+    if (flag == "--node-check") value = "warn";
+  }
+  CHECK(describe_difference(mine, older, "node 0 (a)") ==
+        "--node-check=" + version + " where node 0 (a) has --node-check=warn");
+  CHECK(describe_difference(older, mine, "node 0 (a)") ==
+        "--node-check=warn where node 0 (a) has --node-check=" + version);
+}
+
+TEST_CASE("job settings: a setting only the other node has is named too", "[rendezvous]") {
+  const JobSettings mine{{"--max-restarts", "3"}};
+  const JobSettings theirs{{"--max-restarts", "3"}, {"the program", "a.py"}};
+  CHECK(describe_difference(mine, theirs, "node 0 (a)") ==
+        "the program (not set) where node 0 (a) has the program a.py");
+  CHECK(describe_difference(theirs, mine, "node 0 (a)") ==
+        "the program a.py where node 0 (a) has the program (not set)");
 }

@@ -131,8 +131,9 @@ std::optional<LinkNorm> link_norm(const std::vector<LinkFigures>& links,
 
 struct MeasuredLinks {
   std::vector<LinkFigures> links;  // every directed link's best figures, in look_at_links' order
-  // From the first look, when every link ran at once: a link looked at again runs with fewer
-  // others beside it, and its figure, better for it, must not raise the bar for the rest.
+  // From the first look, when every link of a pairing ran at once: a link looked at again runs
+  // with fewer others beside it, and its figure, better for it, must not raise the bar for the
+  // rest.
   std::optional<LinkNorm> norm;
 };
 

@@ -209,7 +209,8 @@ TEST_CASE("link check: the links in doubt are those judge_links names as slow or
   links[0].rtt_seconds = 30e-3;  // 0->1, far
   links[2].error = "Connection refused";  // 2->3, carried nothing
   links[2].bytes = 0;
-  links[8].rtt_seconds = 600e-6;  // 2->5 in the second pairing: ten times, not far enough
+  // 2->5 in the second pairing: twelve times the median, but only 0.55 ms longer.
+  links[8].rtt_seconds = 600e-6;
   CHECK(links_in_doubt(links, link_norm(links, nodes_of(6))) ==
         LinkSet{{0, 0}, {0, 3}, {0, 4}, {1, 1}, {1, 4}});
   // Of two nodes there is no median to doubt a link against.
@@ -232,7 +233,7 @@ TEST_CASE("link check: links looked at again are judged against the first look's
   CHECK(links_in_doubt(first, norm).size() == 4);
   // Looked at again with nothing else running, node 2's links come out ten times faster than
   // the first look's; every node is on one of them, so against the figures' own median every
-  // other link would now be slow.
+  // other link would be slow.
   auto best = first;
   for (auto& l : best) {
     if (l.from == 2 || l.to == 2) set_rate(l, kGB);

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -91,14 +92,16 @@ std::string describe_difference(const JobSettings& mine, const JobSettings& thei
     return flag.starts_with("--") ? fmt::format("{}={}", flag, value)
                                   : fmt::format("{} {}", flag, value);
   };
-  const auto value_in = [](const JobSettings& settings, const std::string& flag) {
+  const auto value_in = [](const JobSettings& settings,
+                           const std::string& flag) -> std::optional<std::string> {
     for (const auto& [f, value] : settings) {
       if (f == flag) return value;
     }
-    return std::string("(not set)");
+    return std::nullopt;
   };
+  const std::string unset = "(not set)";
   for (const auto& [flag, value] : mine) {
-    const auto other = value_in(theirs, flag);
+    const auto other = value_in(theirs, flag).value_or(unset);
     if (other != value) {
       differences.push_back(
           fmt::format("{} where {} has {}", shown(flag, value), them, shown(flag, other)));
@@ -106,9 +109,9 @@ std::string describe_difference(const JobSettings& mine, const JobSettings& thei
   }
   // A setting only theirs has (a ddprun of another version compares more).
   for (const auto& [flag, value] : theirs) {
-    if (value_in(mine, flag) == "(not set)") {
-      differences.push_back(fmt::format("{} where {} has {}", shown(flag, "(not set)"), them,
-                                        shown(flag, value)));
+    if (!value_in(mine, flag)) {
+      differences.push_back(
+          fmt::format("{} where {} has {}", shown(flag, unset), them, shown(flag, value)));
     }
   }
   return fmt::format("{}", fmt::join(differences, "; "));

@@ -27,6 +27,7 @@ namespace ddprun {
 
 struct Finding;
 struct NodeProbe;
+struct ProbeInputs;
 
 // One attempt of this node's workers, for the summary at the end.
 struct AttemptRecord {
@@ -85,6 +86,10 @@ class Agent {
   };
   // --node-check at the job's first round.
   NodeCheckOutcome check_nodes();
+  // --node-check on a node that comes after it; a result when the node is to stay out.
+  std::optional<RunResult> check_late_node(const FirstRound& first);
+  // What this node looks at, as node `node` with `workers` workers.
+  ProbeInputs probe_inputs(int node, int workers) const;
   RunResult refuse(std::string reason);
   void publish_check_outcome(Failure::Kind kind, int exit_code, const std::string& message,
                              const char* what);

@@ -374,6 +374,32 @@ std::vector<std::string> exchange_reports(store::Store& store, const std::string
   }
 }
 
+std::vector<NodeProbe> read_probes(store::Store& store, const std::string& prefix, int nodes,
+                                   Deadline wait, std::chrono::milliseconds read_timeout) {
+  store::PrefixStore reports(prefix + "/node_check", store);
+  std::vector<std::string> keys;
+  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
+  std::vector<std::optional<std::string>> values;
+  try {
+    reports.wait(keys, wait);
+    for (auto& v : reports.multi_get(keys, Deadline::after(read_timeout))) values.emplace_back(v);
+  } catch (const TimeoutError&) {
+    // Those there, one by one: a report is never taken back, so none goes missing meanwhile.
+    values.clear();
+    for (const auto& key : keys) {
+      values.push_back(reports.try_get(key, Deadline::after(read_timeout)));
+    }
+  }
+  std::vector<NodeProbe> all;
+  for (const auto& value : values) {
+    if (!value) continue;
+    const auto j = nlohmann::json::parse(*value, nullptr, false);
+    if (j.is_discarded()) throw ProtocolError("a node's check report is not JSON");
+    all.push_back(probe_from_json(j));
+  }
+  return all;
+}
+
 std::vector<NodeProbe> exchange_probes(store::Store& store, const std::string& prefix,
                                        const NodeProbe& mine, int nodes, Deadline deadline) {
   std::vector<NodeProbe> all;

@@ -164,4 +164,10 @@ std::vector<std::string> exchange_reports(store::Store& store, const std::string
 std::vector<NodeProbe> exchange_probes(store::Store& store, const std::string& prefix,
                                        const NodeProbe& mine, int nodes, Deadline deadline);
 
+// The probes the `nodes` nodes of a round published under "<prefix>/node_check", in node order,
+// without publishing one: those there by `wait` (a node that died before its report has none),
+// each read within `read_timeout`. For a node that comes after the round.
+std::vector<NodeProbe> read_probes(store::Store& store, const std::string& prefix, int nodes,
+                                   Deadline wait, std::chrono::milliseconds read_timeout);
+
 }  // namespace ddprun

@@ -155,6 +155,7 @@ class ElasticRendezvous final : public RendezvousHandler {
                     KeepAliveSource* keep_alive_source = nullptr);
 
   NextRound next_round(int restart_count) override;
+  std::optional<FirstRound> closed_first_round() override;
   void round_ended(const Round& round, const RoundEnd& end) override;
   std::optional<std::string> settle_next_round(const Round& round, int restart_count) override;
   std::string next_prefix(const Round& round) const override;
@@ -171,6 +172,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   Deadline op() const { return Deadline::after(options_.read_timeout); }
   // Refuses this node when the job was started with other settings (options_.settings).
   void check_settings();
+  // Once: check_settings(), then the round to join first.
+  void start();
   void stop_ring();
 
   store::Store& store_;

@@ -81,6 +81,13 @@ struct NextRound {
   std::string job_outcome;  // without a round: "success" or a Failure record
 };
 
+// The job's first round, for a node that comes after it closed: where its keys are and how many
+// members it had.
+struct FirstRound {
+  std::string prefix;
+  int members = 0;
+};
+
 // Watches the round's members for as long as it lives; stopping it (destroying it) is
 // immediate, interrupting any store call in progress.
 class KeepAlive {
@@ -104,6 +111,13 @@ class RendezvousHandler {
   // RendezvousError naming what is missing, ConnectionError, or InterruptedError when the
   // store was interrupted (a signal); an interrupted rendezvous gives back what it claimed.
   virtual NextRound next_round(int restart_count) = 0;
+
+  // Asked before this node's first next_round(): the job's first round when it closed without
+  // this node (a latecomer, a spare, an agent started again on a node the job went on without),
+  // so that the node can look at itself before it asks to join; nullopt when this node may
+  // still be one of its members, or when members are fixed (static: no node comes later).
+  // Throws as next_round() does (a node started with other settings is refused here).
+  virtual std::optional<FirstRound> closed_first_round() { return std::nullopt; }
 
   // This node is done with `round` and will ask for the next one. When every node stopped its
   // workers (`end.all_stopped`), a static rendezvous starts the next attempt without a barrier.

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -100,14 +101,19 @@ std::string why_no_small_shm() {
 struct ElasticJob {
   TempDir dir;
   std::string endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(free_port());
+  std::string mode = "exclude";  // --node-check's
+  std::string last_call = "10";  // seconds
+  std::string worker = "succeed";  // FAKE_MODE
 
   std::vector<std::string> flags(const std::string& name) const {
     return fake({"--nnodes=2:3", "--rdzv-backend=c10d", endpoint, "--rdzv-id=exclude",
-                 "--local-addr=127.0.0.1", "--node-check=exclude",
-                 "--rdzv-conf=last_call_timeout=10,join_timeout=60", "--events-file",
-                 dir.file(name + ".jsonl")});
+                 "--local-addr=127.0.0.1", "--node-check=" + mode,
+                 "--rdzv-conf=last_call_timeout=" + last_call + ",join_timeout=60",
+                 "--events-file", dir.file(name + ".jsonl")});
   }
-  std::map<std::string, std::string> env() const { return {{"FAKE_TOUCH_DIR", dir.path()}}; }
+  std::map<std::string, std::string> env() const {
+    return {{"FAKE_TOUCH_DIR", dir.path()}, {"FAKE_MODE", worker}};
+  }
 
   // The node_check event `name` wrote.
   nlohmann::json check_event(const std::string& name) const {
@@ -164,6 +170,46 @@ TEST_CASE("node check: exclude leaves out the node whose /dev/shm is nearly full
   // The job ran with two workers, and no third.
   CHECK(std::filesystem::exists(job.dir.file("started_0_0")));
   CHECK(std::filesystem::exists(job.dir.file("started_1_0")));
+  CHECK_FALSE(std::filesystem::exists(job.dir.file("started_2_0")));
+}
+
+TEST_CASE("node check: a node whose /dev/shm is nearly full, come after the first round, stays "
+          "out, and the running job is not disturbed", "[launcher][node_check][elastic]") {
+  if (const auto why = why_no_small_shm(); !why.empty()) {
+    WARN("skipped: " + why);
+    return;
+  }
+  ElasticJob job;
+  job.mode = "refuse";
+  job.last_call = "1";
+  job.worker = "after_file:go:0:0";  // runs until the test lets it end
+  auto a = job.start_first();
+  DdprunProcess b(job.flags("b"), job.env());
+  const bool running = wait_until([&] {
+    return std::filesystem::exists(job.dir.file("started_0_0")) &&
+           std::filesystem::exists(job.dir.file("started_1_0"));
+  }, 120s);
+  INFO(a->output());
+  REQUIRE(running);
+  DdprunProcess c(job.flags("c"), job.env(), in_mount_namespace(small_shm));
+  const int rc = c.wait(120s);
+  INFO(c.output());
+  CHECK(rc == ddprun::kExitNodeCheck);
+  CHECK(c.output().find("this node left the job (exit code 120): --node-check=refuse: this node "
+                        "came after the job's first round and stays out of it: /dev/shm has "
+                        "16 MiB free of 16 MiB") != std::string::npos);
+  const auto late = job.check_event("c");
+  CHECK(late.at("late") == true);
+  CHECK(late.at("compared_with") == 2);
+  // The job's round was not asked to end: its workers run on, and finish when let.
+  std::ofstream(job.dir.file("go")) << "\n";
+  for (DdprunProcess* node : {a.get(), &b}) {
+    const int node_rc = node->wait(120s);
+    INFO(node->output());
+    CHECK(node_rc == 0);
+    CHECK(node->output().find("re-forming") == std::string::npos);
+  }
+  CHECK(ElasticCluster::read_events(job.dir.file("a.jsonl"), "rendezvous_completed").size() == 1);
   CHECK_FALSE(std::filesystem::exists(job.dir.file("started_2_0")));
 }
 

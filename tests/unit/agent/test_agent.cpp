@@ -760,3 +760,75 @@ TEST_CASE("agent, --node-check=refuse: every node ends with 120 before any worke
   const auto outcome = Failure::from_json(shared.get("news/attempt/0/outcome", Deadline::after(kHang)));
   CHECK(outcome.exit_code == kExitNodeCheck);
 }
+
+namespace {
+
+// The node_check event in the events file at `path`, null when there is none.
+nlohmann::json node_check_event(const std::string& path) {
+  std::istringstream events(test::read_file(path));
+  for (std::string line; std::getline(events, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "node_check") return j;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("agent, elastic --node-check=refuse: a node named after the first round stays out and "
+          "the job runs on undisturbed, while a healthy one joins it",
+          "[agent][node_check][elastic]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  for (const char* d : {"a", "c"}) std::filesystem::create_directories(dir.file(d));
+  auto config = elastic_config(1, 3, 1);
+  config.node_check = NodeCheck::kRefuse;
+  config.node_check_mib = 0;
+  NodeOptions oa;
+  oa.events_file = dir.file("a.jsonl");
+  Node a(shared, config, "hostA", dir.file("a"), oa);
+  // Round 0 closes with a alone after the last call, and its check passes unless this machine
+  // itself is short of something (its temp directory's room, /dev/shm).
+  REQUIRE(test::wait_until([&] {
+    return a.runner.starts() == 1 || a.result.wait_for(0s) == std::future_status::ready;
+  }, kHang));
+  if (a.runner.starts() == 0) {
+    WARN("skipped: the check names this machine itself: " << a.finish().reason);
+    return;
+  }
+  // b's log directory cannot be made: it is named before it asks to join, and ends.
+  NodeOptions ob;
+  ob.events_file = dir.file("b.jsonl");
+  Node b(shared, config, "hostB", dir.file("b/missing"), ob);
+  const auto rb = b.finish();
+  CHECK(rb.end == RunResult::End::kNodeCheckExcluded);
+  CHECK(exit_code_of(rb) == kExitNodeCheck);
+  CHECK_THAT(rb.reason, Catch::Matchers::StartsWith(
+                            "--node-check=refuse: this node came after the job's first round "
+                            "and stays out of it: log directory " + dir.file("b/missing") +
+                            " is not writable"));
+  const auto late = node_check_event(dir.file("b.jsonl"));
+  REQUIRE(late.is_object());
+  CHECK(late["late"] == true);
+  CHECK(late["compared_with"] == 1);  // a's report
+  CHECK(late["findings"].size() >= 1);
+  CHECK(b.runner.launches().empty());
+  // a's round was never asked to end: no outcome, no second start.
+  CHECK_FALSE(shared.check({"news/r/0/outcome"}, Deadline::after(kHang)));
+  CHECK(a.runner.starts() == 1);
+  // c is healthy: it looks, finds nothing, and joins; a's round re-forms with it.
+  NodeOptions oc;
+  oc.events_file = dir.file("c.jsonl");
+  Node c(shared, config, "hostC", dir.file("c"), oc);
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(a.runner, 2); }, kHang));
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(c.runner, 2); }, kHang));
+  const auto joined = node_check_event(dir.file("c.jsonl"));
+  REQUIRE(joined.is_object());
+  CHECK(joined["late"] == true);
+  CHECK(joined["findings"].empty());
+  a.runner.exit_all(0);
+  c.runner.exit_all(0);
+  CHECK(a.exit_code() == 0);
+  CHECK(c.exit_code() == 0);
+}
+

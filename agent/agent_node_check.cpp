@@ -164,16 +164,13 @@ std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
   mine.min_nodes = config_.min_nodes;
   // A member publishes its report within its look's deadline of the round's close.
   const auto read_timeout = config_.rdzv_conf.read_timeout;
-  auto nodes = read_probes(*ctx_.store, first.prefix, first.members,
-                           Deadline::after(read_timeout + kNodeProbeTimeout), read_timeout);
-  const auto compared = nodes.size();
-  nodes.push_back(mine);
-  std::vector<Finding> findings;
+  auto [findings, compared] =
+      judge_late(read_probes(*ctx_.store, first.prefix, first.members,
+                             Deadline::after(read_timeout + kNodeProbeTimeout), read_timeout),
+                 mine);
   auto listed = nlohmann::json::array();
-  for (auto& f : judge(nodes)) {
-    if (f.node != mine.node) continue;
+  for (const auto& f : findings) {
     listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
-    findings.push_back(std::move(f));
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   emit("node_check", {{"figures", to_json(mine)},

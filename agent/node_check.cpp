@@ -128,6 +128,7 @@ std::vector<DirProbe> probe_dirs(const std::vector<DirProbe>& wanted,
 void judge_limit(const std::vector<NodeProbe>& nodes, const char* name,
                  std::uint64_t NodeProbe::*field, std::uint64_t floor, std::uint64_t enough,
                  bool bytes, std::vector<Finding>& out) {
+  if (nodes.empty()) return;  // no report at all: a latecomer whose first round left none
   std::vector<std::uint64_t> values;
   for (const auto& n : nodes) values.push_back(n.*field);
   const std::uint64_t job_median = upper_median(std::move(values));
@@ -311,6 +312,23 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes) {
   judge_limit(nodes, "-l", &NodeProbe::locked_bytes, 0, kUnlimited, true, out);
   judge_limit(nodes, "-u", &NodeProbe::processes, kMinProcesses, kEnoughProcesses, false, out);
   order_by_node(out);
+  return out;
+}
+
+LateVerdict judge_late(std::vector<NodeProbe> first_round, const NodeProbe& mine) {
+  std::vector<int> named;
+  for (const auto& f : judge(first_round)) {
+    if (f.link_to < 0) named.push_back(f.node);
+  }
+  std::erase_if(first_round, [&](const NodeProbe& p) {
+    return std::find(named.begin(), named.end(), p.node) != named.end();
+  });
+  LateVerdict out;
+  out.compared_with = first_round.size();
+  first_round.push_back(mine);
+  for (auto& f : judge(first_round)) {
+    if (f.node == mine.node) out.findings.push_back(std::move(f));
+  }
   return out;
 }
 

@@ -121,6 +121,17 @@ struct Finding {
 // Every finding about these nodes, node by node, in a fixed order.
 std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
 
+// A node that comes after the job's first round, judged as one more member of it: `mine` (its
+// `node` numbered after theirs) against the reports the first round's members published. The
+// reference leaves out the members the check named itself: one left out would pull the medians
+// toward what is wrong with it, and its report is still in the store when its agent, started
+// again unchanged, comes back as `mine`.
+struct LateVerdict {
+  std::vector<Finding> findings;  // about `mine` only
+  std::size_t compared_with = 0;  // the members it was judged against
+};
+LateVerdict judge_late(std::vector<NodeProbe> first_round, const NodeProbe& mine);
+
 // What --node-check=exclude does with the findings: the nodes named as nodes, to start without,
 // or, when the job cannot go on without them, why not. A finding about two nodes is not pinned
 // on either (the check cannot tell which is at fault): it excludes neither. The minimum is the

@@ -390,6 +390,7 @@ ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener ope
       keep_alive_source_(keep_alive_source) {}
 
 void ElasticRendezvous::check_settings() {
+  if (settings_checked_) return;
   const auto mine = nlohmann::json{{"host", self_.host},
                                    {"settings", encode_settings(options_.settings)}}
                         .dump();
@@ -409,26 +410,24 @@ void ElasticRendezvous::check_settings() {
         "this node ({}) was started with settings the job does not share, so it cannot join: {}",
         self_.host, difference));
   }
-}
-
-void ElasticRendezvous::start() {
-  if (round_ >= 0) return;
-  check_settings();
-  round_ = current_round(store_, op());
+  settings_checked_ = true;
 }
 
 // Round 0 is every job's first; its record appears when it closes, with or without this node,
 // which has joined none yet. Should it close between this look and the join, this node joins
 // as a latecomer the check did not look at (the agent says so).
 std::optional<FirstRound> ElasticRendezvous::closed_first_round() {
-  start();
+  check_settings();
   const auto closed = store_.try_get(news_key(0, "closed"), op());
   if (!closed) return std::nullopt;
   return FirstRound{round_prefix(0), decode_closed(*closed).members};
 }
 
 NextRound ElasticRendezvous::next_round(int restart_count) {
-  start();
+  if (round_ < 0) {
+    check_settings();
+    round_ = current_round(store_, op());
+  }
   self_.failures = restart_count;
   while (true) {
     emit("rendezvous_started", {{"round", round_}, {"min_nodes", options_.min_nodes},

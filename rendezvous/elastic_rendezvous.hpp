@@ -170,10 +170,8 @@ class ElasticRendezvous final : public RendezvousHandler {
   // Returns the job's final outcome when the job is over, nullopt to join the next round.
   std::optional<std::string> outsider(const RoundResult& result);
   Deadline op() const { return Deadline::after(options_.read_timeout); }
-  // Refuses this node when the job was started with other settings (options_.settings).
+  // Refuses this node when the job was started with other settings (options_.settings); once.
   void check_settings();
-  // Once: check_settings(), then the round to join first.
-  void start();
   void stop_ring();
 
   store::Store& store_;
@@ -183,6 +181,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   KeepAliveTiming keep_alive_;
   int max_restarts_ = 0;
   KeepAliveSource* keep_alive_source_;
+  bool settings_checked_ = false;
   int round_ = -1;  // the round to join next; -1: not looked up yet
   int ring_round_ = -1;  // the ring of the round this node is a member of
   std::optional<RoundAssignment> assignment_;  // this node's place in that round

@@ -169,6 +169,53 @@ TEST_CASE("node check: every node's report through the store, each node seeing a
                   TimeoutError);
 }
 
+TEST_CASE("node check: a node after the first round is judged against its members, less those "
+          "the check named", "[agent][node_check]") {
+  auto first = std::vector{healthy(0), healthy(1)};
+  first[1].locked_bytes = 64 * 1024;  // named in the first round: the others are unlimited
+  auto again = first[1];              // its agent started again, the limit unchanged
+  again.node = 2;
+  auto verdict = judge_late(first, again);
+  CHECK(verdict.compared_with == 1);
+  CHECK(lines(verdict.findings) ==
+        std::vector<std::string>{
+            "node 2 (host1): ulimit -l is 64 KiB, the job's median unlimited"});
+  // Counted in the reference, its old report would have made its own limit the median.
+  first.push_back(again);
+  CHECK(judge(first).empty());
+  // A healthy one is judged by the same rules, and only its own findings are given.
+  auto fixed = healthy(2);
+  verdict = judge_late({healthy(0), healthy(1), healthy(3)}, fixed);
+  CHECK(verdict.compared_with == 3);
+  CHECK(verdict.findings.empty());
+  auto small = healthy(3);
+  small.shm_free_bytes = 64 * kMiB;
+  verdict = judge_late({healthy(0), healthy(1), healthy(2)}, small);
+  REQUIRE(verdict.findings.size() == 1);
+  CHECK(verdict.findings[0].node == 3);
+  // No report to compare with (the members died before theirs): the floors alone.
+  auto low = healthy(0);
+  low.processes = 4096;
+  CHECK(judge_late({}, low).findings.empty());
+  CHECK(judge_late({}, small).findings.size() == 1);
+}
+
+TEST_CASE("node check: a round's reports read by a node that comes after it, those there by the "
+          "deadline", "[agent][node_check]") {
+  store::MemoryStore shared;
+  auto other = shared.connect();
+  auto published = std::async(std::launch::async, [&] {
+    return exchange_probes(*other, "r/0", healthy(1), 3, Deadline::after(200ms));
+  });
+  CHECK_THROWS_AS(published.get(), TimeoutError);  // node 0 and 2 never report
+  const auto read = read_probes(shared, "r/0", 3, Deadline::after(200ms), 30s);
+  REQUIRE(read.size() == 1);
+  CHECK(read[0].host == "host1");
+  shared.set("r/0/node_check/0", to_json(healthy(0)).dump(), Deadline::after(30s));
+  shared.set("r/0/node_check/2", to_json(healthy(2)).dump(), Deadline::after(30s));
+  CHECK(read_probes(shared, "r/0", 3, Deadline::after(30s), 30s).size() == 3);
+}
+
 TEST_CASE("node check: exclude leaves out the nodes named as nodes, within the minimum",
           "[agent][node_check]") {
   std::vector<NodeProbe> nodes{healthy(0), healthy(1), healthy(2), healthy(3)};

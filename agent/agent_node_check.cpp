@@ -181,8 +181,8 @@ std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
                       {"compared_with", compared}});
   if (findings.empty()) {
     spdlog::info("node check: this node comes after the job's first round; nothing found, "
-                 "against that round's {} node(s) ({:.0f} ms)",
-                 compared, seconds * 1e3);
+                 "against {} of that round's {} node(s) ({:.0f} ms)",
+                 compared, first.members, seconds * 1e3);
     return std::nullopt;
   }
   for (const auto& f : findings) {

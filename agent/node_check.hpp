@@ -123,9 +123,9 @@ std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
 
 // A node that comes after the job's first round, judged as one more member of it: `mine` (its
 // `node` numbered after theirs) against the reports the first round's members published. The
-// reference leaves out the members the check named itself: one left out would pull the medians
-// toward what is wrong with it, and its report is still in the store when its agent, started
-// again unchanged, comes back as `mine`.
+// reference leaves out the members the check named itself: counted, a named member would pull
+// the medians toward what is wrong with it, and its report is still in the store when its
+// agent, started again unchanged, comes back as `mine`.
 struct LateVerdict {
   std::vector<Finding> findings;  // about `mine` only
   std::size_t compared_with = 0;  // the members it was judged against

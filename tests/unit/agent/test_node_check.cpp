@@ -188,6 +188,16 @@ TEST_CASE("node check: a node after the first round is judged against its member
   verdict = judge_late({healthy(0), healthy(1), healthy(3)}, fixed);
   CHECK(verdict.compared_with == 3);
   CHECK(verdict.findings.empty());
+  // Members that run from a read-only image are named only beside a node that can write its
+  // own: a latecomer that can makes them so, and they are not its findings.
+  auto image = std::vector{healthy(0), healthy(1)};
+  for (auto& member : image) member.dirs[1].error = "Read-only file system";
+  CHECK(judge(image).empty());
+  auto writable = healthy(2);
+  auto together = image;
+  together.push_back(writable);
+  CHECK(judge(together).size() == 2);
+  CHECK(judge_late(image, writable).findings.empty());
   auto small = healthy(3);
   small.shm_free_bytes = 64 * kMiB;
   verdict = judge_late({healthy(0), healthy(1), healthy(2)}, small);

@@ -94,17 +94,13 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
     exclusion = plan_exclusion(findings, nodes);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  auto listed = nlohmann::json::array();
-  for (const auto& f : findings) {
-    listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
-  }
   // This node's links, both ways: every node's event file has the figures of its own.
   auto own_links = nlohmann::json::array();
   for (const auto& l : measured) {
     if (l.from == me || l.to == me) own_links.push_back(to_json(l));
   }
   nlohmann::json event{{"figures", to_json(mine)}, {"links", std::move(own_links)},
-                       {"findings", std::move(listed)}, {"seconds", seconds}};
+                       {"findings", to_json(findings)}, {"seconds", seconds}};
   if (exclusion.refused.empty() && !exclusion.nodes.empty()) event["excluded"] = exclusion.nodes;
   emit("node_check", std::move(event));
   const bool to_command = static_cast<bool>(ctx_.report_node_check);
@@ -168,14 +164,10 @@ std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
       judge_late(read_probes(*ctx_.store, first.prefix, first.members,
                              Deadline::after(read_timeout + kNodeProbeTimeout), read_timeout),
                  mine);
-  auto listed = nlohmann::json::array();
-  for (const auto& f : findings) {
-    listed.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
-  }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   emit("node_check", {{"figures", to_json(mine)},
                       {"links", nlohmann::json::array()},
-                      {"findings", std::move(listed)},
+                      {"findings", to_json(findings)},
                       {"seconds", seconds},
                       {"late", true},
                       {"compared_with", compared}});

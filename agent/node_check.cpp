@@ -211,6 +211,14 @@ NodeProbe probe_node(const ProbeInputs& in) {
   return p;
 }
 
+nlohmann::json to_json(const std::vector<Finding>& findings) {
+  auto out = nlohmann::json::array();
+  for (const auto& f : findings) {
+    out.push_back({{"node", f.node}, {"host", f.host}, {"what", f.what}});
+  }
+  return out;
+}
+
 nlohmann::json to_json(const NodeProbe& p) {
   auto dirs = nlohmann::json::array();
   for (const auto& d : p.dirs) {
@@ -377,15 +385,30 @@ void order_by_node(std::vector<Finding>& findings) {
                    [](const Finding& a, const Finding& b) { return a.node < b.node; });
 }
 
+namespace {
+
+// The keys of `nodes` nodes' reports in an exchange: their node numbers.
+std::vector<std::string> report_keys(int nodes) {
+  std::vector<std::string> keys;
+  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
+  return keys;
+}
+
+NodeProbe probe_from_report(const std::string& value) {
+  const auto j = nlohmann::json::parse(value, nullptr, false);
+  if (j.is_discarded()) throw ProtocolError("a node's check report is not JSON");
+  return probe_from_json(j);
+}
+
+}  // namespace
+
 std::vector<std::string> exchange_reports(store::Store& store, const std::string& prefix, int me,
                                           const std::string& mine, int nodes,
                                           const std::string& report, Deadline deadline) {
   store::PrefixStore exchange(prefix, store);
   exchange.set(std::to_string(me), mine, deadline);
-  std::vector<std::string> keys;
-  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
   try {
-    return exchange.multi_get(keys, deadline);
+    return exchange.multi_get(report_keys(nodes), deadline);
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format("--node-check: not every node of {} reported {}: {}", nodes,
                                    report, e.what()));
@@ -395,8 +418,7 @@ std::vector<std::string> exchange_reports(store::Store& store, const std::string
 std::vector<NodeProbe> read_probes(store::Store& store, const std::string& prefix, int nodes,
                                    Deadline wait, std::chrono::milliseconds read_timeout) {
   store::PrefixStore reports(prefix + "/node_check", store);
-  std::vector<std::string> keys;
-  for (int n = 0; n < nodes; ++n) keys.push_back(std::to_string(n));
+  const auto keys = report_keys(nodes);
   std::vector<std::optional<std::string>> values;
   try {
     reports.wait(keys, wait);
@@ -410,10 +432,7 @@ std::vector<NodeProbe> read_probes(store::Store& store, const std::string& prefi
   }
   std::vector<NodeProbe> all;
   for (const auto& value : values) {
-    if (!value) continue;
-    const auto j = nlohmann::json::parse(*value, nullptr, false);
-    if (j.is_discarded()) throw ProtocolError("a node's check report is not JSON");
-    all.push_back(probe_from_json(j));
+    if (value) all.push_back(probe_from_report(*value));
   }
   return all;
 }
@@ -423,9 +442,7 @@ std::vector<NodeProbe> exchange_probes(store::Store& store, const std::string& p
   std::vector<NodeProbe> all;
   for (const auto& value : exchange_reports(store, prefix + "/node_check", mine.node,
                                             to_json(mine).dump(), nodes, "its check", deadline)) {
-    const auto j = nlohmann::json::parse(value, nullptr, false);
-    if (j.is_discarded()) throw ProtocolError("a node's check report is not JSON");
-    all.push_back(probe_from_json(j));
+    all.push_back(probe_from_report(value));
   }
   return all;
 }

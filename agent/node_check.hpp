@@ -118,6 +118,9 @@ struct Finding {
   std::string line() const;
 };
 
+// The findings as the events file holds them: node, host and what, each.
+nlohmann::json to_json(const std::vector<Finding>& findings);
+
 // Every finding about these nodes, node by node, in a fixed order.
 std::vector<Finding> judge(const std::vector<NodeProbe>& nodes);
 

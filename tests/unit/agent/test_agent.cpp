@@ -128,6 +128,16 @@ struct Node {
   std::future<RunResult> result;
 };
 
+// The node_check event in the events file at `path`, null when there is none.
+nlohmann::json node_check_event(const std::string& path) {
+  std::istringstream events(test::read_file(path));
+  for (std::string line; std::getline(events, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "node_check") return j;
+  }
+  return nullptr;
+}
+
 std::map<std::string, std::string> env_of(const WorkerLaunch& w) {
   std::map<std::string, std::string> env;
   for (const auto& kv : w.env) env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
@@ -702,17 +712,12 @@ TEST_CASE("agent, --node-check=warn: a node's unwritable log directory is named,
   CHECK(exit_code_of(n0.finish()) == 0);
   CHECK(exit_code_of(n1.finish()) == 0);
   // Node 0's events file holds its own figures and every node's findings.
-  std::optional<nlohmann::json> check;
-  std::istringstream events(test::read_file(dir.file("events0.jsonl")));
-  for (std::string line; std::getline(events, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["event"] == "node_check") check = j;
-  }
-  REQUIRE(check);
-  CHECK((*check)["figures"]["host"] == "hostA");
-  CHECK((*check)["figures"]["dirs"][0]["error"] == "");
+  const auto check = node_check_event(dir.file("events0.jsonl"));
+  REQUIRE(check.is_object());
+  CHECK(check["figures"]["host"] == "hostA");
+  CHECK(check["figures"]["dirs"][0]["error"] == "");
   std::vector<std::string> about_logs;
-  for (const auto& f : (*check)["findings"]) {
+  for (const auto& f : check["findings"]) {
     const std::string what = f["what"];
     // Node 0's own log directory is this machine's temp directory, which may be short of room.
     if (f["node"] == 1 && what.starts_with("log directory")) {
@@ -747,33 +752,14 @@ TEST_CASE("agent, --node-check=refuse: every node ends with 120 before any worke
   }
   // Node 1's finding is among the job's (the machine may add its own: node 0 runs here too).
   bool named = false;
-  std::istringstream events(test::read_file(dir.file("events0.jsonl")));
-  for (std::string line; std::getline(events, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j["event"] != "node_check") continue;
-    for (const auto& f : j["findings"]) {
-      named = named || (f["node"] == 1 && f["what"].get<std::string>().starts_with("log directory"));
-    }
+  for (const auto& f : node_check_event(dir.file("events0.jsonl"))["findings"]) {
+    named = named || (f["node"] == 1 && f["what"].get<std::string>().starts_with("log directory"));
   }
   CHECK(named);
   // The refusal is the round's outcome, for nodes that were not in the round.
   const auto outcome = Failure::from_json(shared.get("news/attempt/0/outcome", Deadline::after(kHang)));
   CHECK(outcome.exit_code == kExitNodeCheck);
 }
-
-namespace {
-
-// The node_check event in the events file at `path`, null when there is none.
-nlohmann::json node_check_event(const std::string& path) {
-  std::istringstream events(test::read_file(path));
-  for (std::string line; std::getline(events, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["event"] == "node_check") return j;
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 TEST_CASE("agent, elastic --node-check=refuse: a node named after the first round stays out and "
           "the job runs on undisturbed, while a healthy one joins it",

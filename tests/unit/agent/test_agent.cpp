@@ -712,7 +712,7 @@ TEST_CASE("agent, --node-check=warn: a node's unwritable log directory is named,
   CHECK(exit_code_of(n0.finish()) == 0);
   CHECK(exit_code_of(n1.finish()) == 0);
   // Node 0's events file holds its own figures and every node's findings.
-  const auto check = node_check_event(dir.file("events0.jsonl"));
+  auto check = node_check_event(dir.file("events0.jsonl"));
   REQUIRE(check.is_object());
   CHECK(check["figures"]["host"] == "hostA");
   CHECK(check["figures"]["dirs"][0]["error"] == "");
@@ -752,7 +752,8 @@ TEST_CASE("agent, --node-check=refuse: every node ends with 120 before any worke
   }
   // Node 1's finding is among the job's (the machine may add its own: node 0 runs here too).
   bool named = false;
-  for (const auto& f : node_check_event(dir.file("events0.jsonl"))["findings"]) {
+  auto check = node_check_event(dir.file("events0.jsonl"));
+  for (const auto& f : check["findings"]) {
     named = named || (f["node"] == 1 && f["what"].get<std::string>().starts_with("log directory"));
   }
   CHECK(named);
@@ -793,7 +794,7 @@ TEST_CASE("agent, elastic --node-check=refuse: a node named after the first roun
                             "--node-check=refuse: this node came after the job's first round "
                             "and stays out of it: log directory " + dir.file("b/missing") +
                             " is not writable"));
-  const auto late = node_check_event(dir.file("b.jsonl"));
+  auto late = node_check_event(dir.file("b.jsonl"));
   REQUIRE(late.is_object());
   CHECK(late["late"] == true);
   CHECK(late["compared_with"] == 1);  // a's report
@@ -808,7 +809,7 @@ TEST_CASE("agent, elastic --node-check=refuse: a node named after the first roun
   Node c(shared, config, "hostC", dir.file("c"), oc);
   REQUIRE(test::wait_until([&] { return latest_world_size_is(a.runner, 2); }, kHang));
   REQUIRE(test::wait_until([&] { return latest_world_size_is(c.runner, 2); }, kHang));
-  const auto joined = node_check_event(dir.file("c.jsonl"));
+  auto joined = node_check_event(dir.file("c.jsonl"));
   REQUIRE(joined.is_object());
   CHECK(joined["late"] == true);
   CHECK(joined["findings"].empty());

@@ -200,14 +200,18 @@ TEST_CASE("warm standby: a standby killed before its use is replaced and said so
                   {{"PYTHON_EXEC", "/usr/bin/python3"}});
   // The first standbys become attempt 0's workers; the next ones start once those began.
   REQUIRE(p.wait_for_output("warm standby for local rank 0: pid", 120s));
+  // `m` points into `seen`, which must outlive it.
+  std::string seen;
   std::smatch m;
   const std::regex second("warm standby for local rank 1: pid (\\d+)[\\s\\S]*"
                           "warm standby for local rank 1: pid (\\d+)\n");  // the whole pid
   REQUIRE(wait_until([&] {
-    const auto out = p.output();
-    return std::regex_search(out, m, second);
+    seen = p.output();
+    return std::regex_search(seen, m, second);
   }, 120s));
   const pid_t victim = std::stoi(m[2].str());
+  INFO("standby " << victim << " in:\n" << seen);
+  REQUIRE(parent_of(victim) == p.pid());  // never signal a process this test did not start
   REQUIRE(kill(victim, SIGKILL) == 0);
   if (!p.wait_for_output("warm standby for local rank 1 (pid " + std::to_string(victim) +
                              ") ended before it was used (killed by SIGKILL): starting another",

@@ -42,7 +42,8 @@ Agent::~Agent() {
 void Agent::emit(const std::string& name, nlohmann::json fields) {
   if (ctx_.status != nullptr) ctx_.status->on_event(name, fields);
   if (!ctx_.events) return;
-  fields["node"] = round_ ? round_->ranks.group_rank : 0;
+  // A node has no group rank before its first round.
+  fields["node"] = round_ ? nlohmann::json(round_->ranks.group_rank) : nlohmann::json();
   ctx_.events->write(name, std::move(fields));
 }
 
@@ -143,8 +144,8 @@ RunResult Agent::run_rounds() {
     if (config_.node_check != NodeCheck::kOff && !node_checked_) {
       node_checked_ = true;
       // Every member of the job's first round checks. A node that comes later looks at itself
-      // before it joins (above); one that found the first round still open and was not taken
-      // into it (the round closed or filled meanwhile) is not looked at.
+      // before it joins (above), or, when it found the first round still open, once it is a
+      // member of a later round.
       if (round_->id == 0) {
         auto checked = check_nodes();
         if (checked.end) return std::move(*checked.end);
@@ -153,9 +154,8 @@ RunResult Agent::run_rounds() {
           rdzv.round_ended(*round_, RoundEnd{});
           continue;
         }
-      } else {
-        spdlog::info("node check: not run: this node joined the job at round {}, after its first",
-                     round_->id);
+      } else if (auto end = check_joined_late()) {
+        return std::move(*end);
       }
     }
     const auto started = Clock::now();

@@ -88,6 +88,9 @@ class Agent {
   NodeCheckOutcome check_nodes();
   // --node-check on a node that comes after it; a result when the node is to stay out.
   std::optional<RunResult> check_late_node(const FirstRound& first);
+  // --node-check on a node that found the first round open, became a member of a later one and
+  // has not looked yet; a result when the node is to stay out.
+  std::optional<RunResult> check_joined_late();
   // What this node looks at, as node `node` with `workers` workers.
   ProbeInputs probe_inputs(int node, int workers) const;
   RunResult refuse(std::string reason);

@@ -1,6 +1,7 @@
 // The agent's --node-check: the first round's members look at themselves and each other and
 // reach one verdict (check_nodes); a node that comes after the first round looks at itself
-// against what the first round's members saw, before it asks to join (check_late_node).
+// against what the first round's members saw, before it asks to join (check_late_node), or
+// before its workers start when it joined a later round without looking (check_joined_late).
 
 #include <algorithm>
 #include <filesystem>
@@ -190,6 +191,33 @@ std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
                 fmt::format("--node-check={}: this node came after the job's first round and "
                             "stays out of it: {}",
                             to_string(config_.node_check), findings.front().what));
+}
+
+// A node that found the first round still open but was not taken into it (a spare while the
+// round was full, or one that came as it closed) is a member of a later round before it looks.
+// It looks now, before any worker of that round starts. One that stays out leaves the round as
+// a node that stops does: its outcome, a change of members, has the others re-form without it,
+// spending no restart.
+std::optional<RunResult> Agent::check_joined_late() {
+  const auto first = ctx_.rendezvous->closed_first_round();
+  if (!first) {
+    spdlog::info("node check: not run: this node joined the job at round {}, after its first",
+                 round_->id);
+    return std::nullopt;
+  }
+  auto end = check_late_node(*first);
+  if (!end) return std::nullopt;
+  publish_check_outcome(Failure::Kind::kMembership, 0,
+                        fmt::format("node {} ({}) left: {}", round_->ranks.group_rank, ctx_.host,
+                                    end->reason),
+                        "its leaving");
+  try {
+    ctx_.rendezvous->leave_round(*round_, *ctx_.store);
+  } catch (const Error& e) {
+    ctx_.rendezvous->job_ended();
+    spdlog::warn("node check: leaving round {}: {}", round_->id, e.what());
+  }
+  return end;
 }
 
 // Every node ends with kExitNodeCheck. The round's outcome says why, for the nodes that were

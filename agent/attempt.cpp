@@ -483,6 +483,7 @@ void announce_stop(AgentContext& ctx, const Round& round, int sig) {
   try {
     auto store = ctx.open_store(Deadline::after(2s));
     RoundChannel(*store, round, std::chrono::milliseconds(2000)).publish_outcome(f.to_json());
+    if (reform) ctx.rendezvous->leave_round(round, *store);
   } catch (const std::exception& e) {
     spdlog::warn("could not tell the other nodes about {}: {}", signal_name(sig), e.what());
   }

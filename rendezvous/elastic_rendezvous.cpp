@@ -413,9 +413,9 @@ void ElasticRendezvous::check_settings() {
   settings_checked_ = true;
 }
 
-// Round 0 is every job's first; its record appears when it closes, with or without this node,
-// which has joined none yet. Should it close between this look and the join, this node joins
-// as a latecomer the check did not look at (the agent says so).
+// Round 0 is every job's first; its record appears when it closes. Asked before the first
+// join, it names a round this node was not in; a node that found it still open asks again once
+// a member of a later round.
 std::optional<FirstRound> ElasticRendezvous::closed_first_round() {
   check_settings();
   const auto closed = store_.try_get(news_key(0, "closed"), op());
@@ -571,9 +571,11 @@ void ElasticRendezvous::stop_ring() {
   if (keep_alive_source_) keep_alive_source_->stop();
 }
 
-void ElasticRendezvous::leave_early(const Round& round) {
+void ElasticRendezvous::leave_early(const Round& round) { leave_round(round, store_); }
+
+void ElasticRendezvous::leave_round(const Round& round, store::Store& store) {
   stop_ring();  // its next beat would overwrite the mark
-  mark_left_on_purpose(store_, round, op());
+  mark_left_on_purpose(store, round, op());
 }
 
 void ElasticRendezvous::job_ended() { stop_ring(); }

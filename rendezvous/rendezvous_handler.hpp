@@ -23,6 +23,10 @@
 
 #include "rendezvous/rank_assignment.hpp"
 
+namespace ddprun::store {
+class Store;
+}  // namespace ddprun::store
+
 namespace ddprun {
 
 // The keys that every node of a round waits for (its close, its outcome, its root cause, its
@@ -112,11 +116,12 @@ class RendezvousHandler {
   // store was interrupted (a signal); an interrupted rendezvous gives back what it claimed.
   virtual NextRound next_round(int restart_count) = 0;
 
-  // Asked before this node's first next_round(): the job's first round when it closed without
-  // this node (a latecomer, a spare, an agent started again on a node the job went on without),
-  // so that the node can look at itself before it asks to join; nullopt when this node may
-  // still be one of its members, or when members are fixed (static: no node comes later).
-  // Throws as next_round() does (a node started with other settings is refused here).
+  // The job's first round once it has closed, for a node that was not one of its members (a
+  // latecomer, a spare, an agent started again on a node the job went on without), so that the
+  // node can look at itself: asked before its first next_round(), and by a node whose first
+  // round was a later one. Nullopt while this node may still be one of its members, or when
+  // members are fixed (static: no node comes later). Throws as next_round() does (a node
+  // started with other settings is refused here).
   virtual std::optional<FirstRound> closed_first_round() { return std::nullopt; }
 
   // This node is done with `round` and will ask for the next one. When every node stopped its
@@ -148,6 +153,13 @@ class RendezvousHandler {
   // This node's workers are done and it stops taking part in the keep-alive before the other
   // members: tells them it left on purpose, so that its silence is not taken for death.
   virtual void leave_early(const Round& round) = 0;
+
+  // This node leaves a round that goes on without it (an elastic node stopped by a signal, one
+  // the node check keeps out), once the round's outcome has told its members: its keep-alive
+  // stops, and the mark it leaves through `store` keeps the member that watches it from taking
+  // its silence for a death while they re-form. `store` is the caller's: a signal interrupts
+  // the agent's own connection. Nothing to do where members are fixed: the job stops.
+  virtual void leave_round(const Round& /*round*/, store::Store& /*store*/) {}
 
   // The job's outcome is known to this node and no round follows: whatever still watches the
   // members across rounds stops, so that nodes leaving now are not taken for dead.

@@ -25,6 +25,7 @@
 #include "launcher/job_report.hpp"
 #include "rendezvous/backend.hpp"
 #include "rendezvous/elastic_rendezvous.hpp"
+#include "rendezvous/heartbeat.hpp"
 #include "store/memory_store.hpp"
 #include "testing/fake_runner.hpp"
 #include "testing/hook_store.hpp"
@@ -686,6 +687,8 @@ TEST_CASE("agent, elastic: a node stopped by a signal leaves, the others re-form
   REQUIRE(b.runner.wait_for_start(1));
   b.agent->on_signal(SIGTERM);
   CHECK(b.exit_code() == 128 + SIGTERM);
+  // Its mark in the ring: a's keep-alive does not take its silence for a death meanwhile.
+  CHECK(shared.get("r/0/hb/1", Deadline::after(kHang)) == kHeartbeatDone);
   REQUIRE(a.runner.wait_for_start(2));
   CHECK(env_of_start(a.runner, 1, 0, "WORLD_SIZE") == "1");
   a.runner.exit_all(0);
@@ -819,3 +822,70 @@ TEST_CASE("agent, elastic --node-check=refuse: a node named after the first roun
   CHECK(c.exit_code() == 0);
 }
 
+
+TEST_CASE("agent, elastic --node-check=refuse: a spare that found the first round open looks "
+          "once it joins a later round, and leaves it before any worker starts",
+          "[agent][node_check][elastic]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  for (const char* d : {"a", "b"}) std::filesystem::create_directories(dir.file(d));
+  auto config = elastic_config(1, 2, 1);
+  config.node_check = NodeCheck::kRefuse;
+  config.node_check_mib = 0;
+  // Round 0's record waits for c's descriptor: c looks while the round is still open, and
+  // joins it once it is full.
+  NodeOptions members;
+  members.before_set = [&](const std::string& key) {
+    if (key == "news/r/0/closed") shared.wait({"r/0/node/2"}, Deadline::after(kHang));
+  };
+  auto first = config;
+  first.rdzv_conf.last_call_timeout = kHang;  // a's round 0 waits for b
+  Node a(shared, first, "hostA", dir.file("a"), members);
+  shared.wait({"r/0/node/0"}, Deadline::after(kHang));
+  Node b(shared, config, "hostB", dir.file("b"), members);
+  shared.wait({"r/0/node/1"}, Deadline::after(kHang));
+  NodeOptions oc;
+  oc.events_file = dir.file("c.jsonl");
+  Node c(shared, config, "hostC", dir.file("c/missing"), oc);
+  REQUIRE(test::wait_until([&] {
+    return (a.runner.starts() == 1 && b.runner.starts() == 1) ||
+           a.result.wait_for(0s) == std::future_status::ready;
+  }, kHang));
+  if (a.runner.starts() == 0) {
+    WARN("skipped: the check names this machine itself: " << a.finish().reason);
+    return;
+  }
+  CHECK(env_of_start(b.runner, 0, 0, "WORLD_SIZE") == "2");
+  // a leaves; the spare c and b form round 1, where c is a member before it has looked.
+  a.agent->on_signal(SIGTERM);
+  CHECK(a.exit_code() == 128 + SIGTERM);
+  const auto rc = c.finish();
+  CHECK(rc.end == RunResult::End::kNodeCheckExcluded);
+  CHECK(exit_code_of(rc) == kExitNodeCheck);
+  CHECK_THAT(rc.reason, Catch::Matchers::StartsWith(
+                            "--node-check=refuse: this node came after the job's first round "
+                            "and stays out of it: log directory " + dir.file("c/missing") +
+                            " is not writable"));
+  CHECK(c.runner.launches().empty());
+  // It was group rank 1 of round 1, whose outcome its leaving is: b re-forms without it,
+  // spending no restart.
+  const auto left = Failure::from_json(shared.get("news/r/1/outcome", Deadline::after(kHang)));
+  CHECK(left.kind == Failure::Kind::kMembership);
+  CHECK_THAT(left.message, Catch::Matchers::StartsWith("node 1 (hostC) left: --node-check=refuse"));
+  CHECK(shared.get("r/1/hb/1", Deadline::after(kHang)) == kHeartbeatDone);
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(b.runner, 1); }, kHang));
+  auto check = node_check_event(dir.file("c.jsonl"));
+  REQUIRE(check.is_object());
+  CHECK(check["late"] == true);
+  CHECK(check["compared_with"] == 2);  // a's and b's reports
+  CHECK(check["node"] == 1);
+  // Before its first round a node has no group rank.
+  std::istringstream events(test::read_file(dir.file("c.jsonl")));
+  std::string line;
+  REQUIRE(std::getline(events, line));
+  CHECK(nlohmann::json::parse(line)["node"].is_null());
+  b.runner.exit_all(0);
+  const auto rb = b.finish();
+  CHECK(exit_code_of(rb) == 0);
+  CHECK(rb.restarts == 0);
+}

@@ -66,7 +66,6 @@ LaunchConfig elastic_config(int min_nodes, int max_nodes, int nproc, int max_res
   return c;
 }
 
-
 struct NodeOptions {
   bool hosts_store = false;  // waits for the others' goodbyes at the end
   // Runs before each set on the agent's own store connection (not on the fresh ones it opens).
@@ -137,6 +136,27 @@ nlohmann::json node_check_event(const std::string& path) {
     if (j["event"] == "node_check") return j;
   }
   return nullptr;
+}
+
+// An elastic job under --node-check=refuse that measures no links (they have tests of their
+// own).
+LaunchConfig refusing_config(int min_nodes, int max_nodes) {
+  auto c = elastic_config(min_nodes, max_nodes, 1);
+  c.node_check = NodeCheck::kRefuse;
+  c.node_check_mib = 0;
+  return c;
+}
+
+// Waits until `n` started its first workers, or ended: the check passes unless this machine
+// itself is short of something (its temp directory's room, /dev/shm), which ends every node
+// alike and skips the test.
+bool started_unless_refused(Node& n) {
+  REQUIRE(test::wait_until([&] {
+    return n.runner.starts() >= 1 || n.result.wait_for(0s) == std::future_status::ready;
+  }, kHang));
+  if (n.runner.starts() >= 1) return true;
+  WARN("skipped: the check names this machine itself: " << n.finish().reason);
+  return false;
 }
 
 std::map<std::string, std::string> env_of(const WorkerLaunch& w) {
@@ -771,21 +791,12 @@ TEST_CASE("agent, elastic --node-check=refuse: a node named after the first roun
   store::MemoryStore shared;
   test::TempDir dir;
   for (const char* d : {"a", "c"}) std::filesystem::create_directories(dir.file(d));
-  auto config = elastic_config(1, 3, 1);
-  config.node_check = NodeCheck::kRefuse;
-  config.node_check_mib = 0;
+  const auto config = refusing_config(1, 3);
   NodeOptions oa;
   oa.events_file = dir.file("a.jsonl");
   Node a(shared, config, "hostA", dir.file("a"), oa);
-  // Round 0 closes with a alone after the last call, and its check passes unless this machine
-  // itself is short of something (its temp directory's room, /dev/shm).
-  REQUIRE(test::wait_until([&] {
-    return a.runner.starts() == 1 || a.result.wait_for(0s) == std::future_status::ready;
-  }, kHang));
-  if (a.runner.starts() == 0) {
-    WARN("skipped: the check names this machine itself: " << a.finish().reason);
-    return;
-  }
+  // Round 0 closes with a alone after the last call.
+  if (!started_unless_refused(a)) return;
   // b's log directory cannot be made: it is named before it asks to join, and ends.
   NodeOptions ob;
   ob.events_file = dir.file("b.jsonl");
@@ -822,16 +833,13 @@ TEST_CASE("agent, elastic --node-check=refuse: a node named after the first roun
   CHECK(c.exit_code() == 0);
 }
 
-
 TEST_CASE("agent, elastic --node-check=refuse: a spare that found the first round open looks "
           "once it joins a later round, and leaves it before any worker starts",
           "[agent][node_check][elastic]") {
   store::MemoryStore shared;
   test::TempDir dir;
   for (const char* d : {"a", "b"}) std::filesystem::create_directories(dir.file(d));
-  auto config = elastic_config(1, 2, 1);
-  config.node_check = NodeCheck::kRefuse;
-  config.node_check_mib = 0;
+  const auto config = refusing_config(1, 2);
   // Round 0's record waits for c's descriptor: c looks while the round is still open, and
   // joins it once it is full.
   NodeOptions members;
@@ -847,14 +855,8 @@ TEST_CASE("agent, elastic --node-check=refuse: a spare that found the first roun
   NodeOptions oc;
   oc.events_file = dir.file("c.jsonl");
   Node c(shared, config, "hostC", dir.file("c/missing"), oc);
-  REQUIRE(test::wait_until([&] {
-    return (a.runner.starts() == 1 && b.runner.starts() == 1) ||
-           a.result.wait_for(0s) == std::future_status::ready;
-  }, kHang));
-  if (a.runner.starts() == 0) {
-    WARN("skipped: the check names this machine itself: " << a.finish().reason);
-    return;
-  }
+  if (!started_unless_refused(a)) return;
+  REQUIRE(b.runner.wait_for_start(1));
   CHECK(env_of_start(b.runner, 0, 0, "WORLD_SIZE") == "2");
   // a leaves; the spare c and b form round 1, where c is a member before it has looked.
   a.agent->on_signal(SIGTERM);

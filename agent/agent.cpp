@@ -130,7 +130,10 @@ RunResult Agent::run_rounds() {
   if (config_.node_check != NodeCheck::kOff) {
     if (const auto first = rdzv.closed_first_round()) {
       node_checked_ = true;
-      if (auto end = check_late_node(*first)) return std::move(*end);
+      // A member publishes its report within its look's deadline of the round's close.
+      const auto reports_by =
+          Deadline::after(config_.rdzv_conf.read_timeout + kNodeProbeTimeout);
+      if (auto end = check_late_node(*first, reports_by)) return std::move(*end);
     }
   }
   while (true) {

@@ -86,8 +86,9 @@ class Agent {
   };
   // --node-check at the job's first round.
   NodeCheckOutcome check_nodes();
-  // --node-check on a node that comes after it; a result when the node is to stay out.
-  std::optional<RunResult> check_late_node(const FirstRound& first);
+  // --node-check on a node that comes after it, judged against the first round's reports there
+  // by `reports_by`; a result when the node is to stay out.
+  std::optional<RunResult> check_late_node(const FirstRound& first, Deadline reports_by);
   // --node-check on a node that found the first round open, became a member of a later one and
   // has not looked yet; a result when the node is to stay out.
   std::optional<RunResult> check_joined_late();

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.hpp"
+#include "agent/attempt.hpp"
 #include "agent/link_check.hpp"
 #include "agent/node_check.hpp"
 #include "agent/node_check_table.hpp"
@@ -154,16 +155,15 @@ Agent::NodeCheckOutcome Agent::check_nodes() {
 // member of that round, by the same rules, against what the members saw, before it asks to
 // join: under refuse and exclude a node named stays out, and the job runs on undisturbed
 // (asking to join would have ended its round).
-std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
+std::optional<RunResult> Agent::check_late_node(const FirstRound& first, Deadline reports_by) {
   const auto started = Clock::now();
   // Numbered after the members, as one more of them.
   NodeProbe mine = probe_node(probe_inputs(first.members, config_.nproc_per_node));
+  mine.serves_store = ctx_.hosts_store;
   mine.min_nodes = config_.min_nodes;
-  // A member publishes its report within its look's deadline of the round's close.
-  const auto read_timeout = config_.rdzv_conf.read_timeout;
   auto [findings, compared] =
-      judge_late(read_probes(*ctx_.store, first.prefix, first.members,
-                             Deadline::after(read_timeout + kNodeProbeTimeout), read_timeout),
+      judge_late(read_probes(*ctx_.store, first.prefix, first.members, reports_by,
+                             config_.rdzv_conf.read_timeout),
                  mine);
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   emit("node_check", {{"figures", to_json(mine)},
@@ -187,6 +187,13 @@ std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
                  findings.size());
     return std::nullopt;
   }
+  if (mine.serves_store) {
+    // Staying out would end the job: its store goes with this agent.
+    spdlog::warn("node check: {} finding(s) on this node, which serves the job's rendezvous "
+                 "store and cannot stay out without ending the job; joining it (--node-check={})",
+                 findings.size(), to_string(config_.node_check));
+    return std::nullopt;
+  }
   return result(RunResult::End::kNodeCheckExcluded,
                 fmt::format("--node-check={}: this node came after the job's first round and "
                             "stays out of it: {}",
@@ -195,8 +202,8 @@ std::optional<RunResult> Agent::check_late_node(const FirstRound& first) {
 
 // A node that found the first round still open but was not taken into it (a spare while the
 // round was full, or one that came as it closed) is a member of a later round before it looks.
-// It looks now, before any worker of that round starts. One that stays out leaves the round as
-// a node that stops does: its outcome, a change of members, has the others re-form without it,
+// It looks now, before its own workers start. One that stays out leaves the round as a node
+// that stops does: its outcome, a change of members, has the others re-form without it,
 // spending no restart.
 std::optional<RunResult> Agent::check_joined_late() {
   const auto first = ctx_.rendezvous->closed_first_round();
@@ -205,18 +212,19 @@ std::optional<RunResult> Agent::check_joined_late() {
                  round_->id);
     return std::nullopt;
   }
-  auto end = check_late_node(*first);
+  // The first round's members published their reports before any later round formed; one
+  // missing is a member that died first. The others watch this node's keep-alive meanwhile,
+  // which beats only once its workers start: a report that may never come is waited for no
+  // longer than one beat.
+  auto end = check_late_node(*first, Deadline::after(config_.rdzv_conf.keep_alive_interval));
   if (!end) return std::nullopt;
-  publish_check_outcome(Failure::Kind::kMembership, 0,
-                        fmt::format("node {} ({}) left: {}", round_->ranks.group_rank, ctx_.host,
-                                    end->reason),
-                        "its leaving");
-  try {
-    ctx_.rendezvous->leave_round(*round_, *ctx_.store);
-  } catch (const Error& e) {
-    ctx_.rendezvous->job_ended();
-    spdlog::warn("node check: leaving round {}: {}", round_->id, e.what());
-  }
+  announce_leaving(ctx_, *round_,
+                   agent_failure(ctx_.host, round_->ranks.group_rank, round_->restart_count,
+                                 Failure::Kind::kMembership, kExitNodeCheck,
+                                 fmt::format("node {} ({}) left: {}", round_->ranks.group_rank,
+                                             ctx_.host, end->reason)),
+                   "its leaving");
+  ctx_.rendezvous->job_ended();
   return end;
 }
 

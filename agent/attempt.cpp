@@ -480,12 +480,24 @@ void announce_stop(AgentContext& ctx, const Round& round, int sig) {
                                 : fmt::format("the agent on {} received {}", ctx.host,
                                               signal_name(sig)));
   f.signal = sig;
+  announce_leaving(ctx, round, f, signal_name(sig));
+}
+
+void announce_leaving(AgentContext& ctx, const Round& round, const Failure& f,
+                      const std::string& what) {
   try {
-    auto store = ctx.open_store(Deadline::after(2s));
-    RoundChannel(*store, round, std::chrono::milliseconds(2000)).publish_outcome(f.to_json());
-    if (reform) ctx.rendezvous->leave_round(round, *store);
+    const auto deadline = Deadline::after(2s);
+    auto store = ctx.open_store(deadline);
+    const auto mine = f.to_json();
+    const auto decided = RoundChannel(*store, round, std::chrono::milliseconds(2000))
+                             .publish_outcome(mine) == mine;
+    // Only a round that re-forms because this node leaves goes on without it. Another outcome
+    // may keep the same members, whose ring must then find this node gone.
+    if (decided && f.kind == Failure::Kind::kMembership) {
+      ctx.rendezvous->leave_round(round, *store, deadline);
+    }
   } catch (const std::exception& e) {
-    spdlog::warn("could not tell the other nodes about {}: {}", signal_name(sig), e.what());
+    spdlog::warn("could not tell the other nodes about {}: {}", what, e.what());
   }
 }
 

@@ -129,4 +129,10 @@ class Attempt {
 // this node. Logged, not thrown, when the store cannot be reached.
 void announce_stop(AgentContext& ctx, const Round& round, int sig);
 
+// Publishes `f` as `round`'s outcome in the same way; when it decided the round and is a change
+// of members, this node also leaves the round's keep-alive (RendezvousHandler::leave_round).
+// `what` names the news in the warning when the store cannot be reached.
+void announce_leaving(AgentContext& ctx, const Round& round, const Failure& f,
+                      const std::string& what);
+
 }  // namespace ddprun

@@ -571,11 +571,11 @@ void ElasticRendezvous::stop_ring() {
   if (keep_alive_source_) keep_alive_source_->stop();
 }
 
-void ElasticRendezvous::leave_early(const Round& round) { leave_round(round, store_); }
+void ElasticRendezvous::leave_early(const Round& round) { leave_round(round, store_, op()); }
 
-void ElasticRendezvous::leave_round(const Round& round, store::Store& store) {
+void ElasticRendezvous::leave_round(const Round& round, store::Store& store, Deadline deadline) {
   stop_ring();  // its next beat would overwrite the mark
-  mark_left_on_purpose(store, round, op());
+  mark_left_on_purpose(store, round, deadline);
 }
 
 void ElasticRendezvous::job_ended() { stop_ring(); }

@@ -162,7 +162,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   std::unique_ptr<KeepAlive> keep_alive(const Round& round, LostCallback on_lost,
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
-  void leave_round(const Round& round, store::Store& store) override;
+  void leave_round(const Round& round, store::Store& store, Deadline deadline) override;
   void job_ended() override;
   bool can_reform() const override { return true; }
 

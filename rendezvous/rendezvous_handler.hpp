@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/deadline.hpp"
 #include "rendezvous/rank_assignment.hpp"
 
 namespace ddprun::store {
@@ -155,11 +156,13 @@ class RendezvousHandler {
   virtual void leave_early(const Round& round) = 0;
 
   // This node leaves a round that goes on without it (an elastic node stopped by a signal, one
-  // the node check keeps out), once the round's outcome has told its members: its keep-alive
-  // stops, and the mark it leaves through `store` keeps the member that watches it from taking
-  // its silence for a death while they re-form. `store` is the caller's: a signal interrupts
-  // the agent's own connection. Nothing to do where members are fixed: the job stops.
-  virtual void leave_round(const Round& /*round*/, store::Store& /*store*/) {}
+  // the node check keeps out), once its outcome, a change of members, decided the round: its
+  // keep-alive stops, and the mark it leaves through `store` by `deadline` keeps the member that
+  // watches it from taking its silence for a death while they re-form. `store` is the caller's:
+  // a signal interrupts the agent's own connection. Nothing to do where members are fixed: the
+  // job stops.
+  virtual void leave_round(const Round& /*round*/, store::Store& /*store*/,
+                           Deadline /*deadline*/) {}
 
   // The job's outcome is known to this node and no round follows: whatever still watches the
   // members across rounds stops, so that nodes leaving now are not taken for dead.

@@ -838,17 +838,20 @@ TEST_CASE("agent, elastic --node-check=refuse: a spare that found the first roun
           "[agent][node_check][elastic]") {
   store::MemoryStore shared;
   test::TempDir dir;
-  for (const char* d : {"a", "b"}) std::filesystem::create_directories(dir.file(d));
-  const auto config = refusing_config(1, 2);
+  for (const char* d : {"a", "b", "d"}) std::filesystem::create_directories(dir.file(d));
+  auto config = refusing_config(1, 2);
+  // Every round closes full, whoever joins it first; and only the outcome c publishes, not its
+  // silence, ends the round it leaves.
+  config.rdzv_conf.last_call_timeout = kHang;
+  config.rdzv_conf.keep_alive_interval = 1s;
+  config.rdzv_conf.keep_alive_max_attempt = 60;
   // Round 0's record waits for c's descriptor: c looks while the round is still open, and
   // joins it once it is full.
   NodeOptions members;
   members.before_set = [&](const std::string& key) {
     if (key == "news/r/0/closed") shared.wait({"r/0/node/2"}, Deadline::after(kHang));
   };
-  auto first = config;
-  first.rdzv_conf.last_call_timeout = kHang;  // a's round 0 waits for b
-  Node a(shared, first, "hostA", dir.file("a"), members);
+  Node a(shared, config, "hostA", dir.file("a"), members);
   shared.wait({"r/0/node/0"}, Deadline::after(kHang));
   Node b(shared, config, "hostB", dir.file("b"), members);
   shared.wait({"r/0/node/1"}, Deadline::after(kHang));
@@ -869,13 +872,12 @@ TEST_CASE("agent, elastic --node-check=refuse: a spare that found the first roun
                             "and stays out of it: log directory " + dir.file("c/missing") +
                             " is not writable"));
   CHECK(c.runner.launches().empty());
-  // It was group rank 1 of round 1, whose outcome its leaving is: b re-forms without it,
-  // spending no restart.
+  // It was group rank 1 of round 1, whose outcome its leaving is; its mark in the ring keeps
+  // b's keep-alive from taking its silence for a death.
   const auto left = Failure::from_json(shared.get("news/r/1/outcome", Deadline::after(kHang)));
   CHECK(left.kind == Failure::Kind::kMembership);
   CHECK_THAT(left.message, Catch::Matchers::StartsWith("node 1 (hostC) left: --node-check=refuse"));
   CHECK(shared.get("r/1/hb/1", Deadline::after(kHang)) == kHeartbeatDone);
-  REQUIRE(test::wait_until([&] { return latest_world_size_is(b.runner, 1); }, kHang));
   auto check = node_check_event(dir.file("c.jsonl"));
   REQUIRE(check.is_object());
   CHECK(check["late"] == true);
@@ -886,8 +888,39 @@ TEST_CASE("agent, elastic --node-check=refuse: a spare that found the first roun
   std::string line;
   REQUIRE(std::getline(events, line));
   CHECK(nlohmann::json::parse(line)["node"].is_null());
+  // b re-forms without c, spending no restart; d, healthy, takes the place.
+  Node d(shared, config, "hostD", dir.file("d"));
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(b.runner, 2) &&
+                                        b.runner.starts() == 3; }, kHang));
+  REQUIRE(d.runner.wait_for_start(1));
   b.runner.exit_all(0);
+  d.runner.exit_all(0);
   const auto rb = b.finish();
   CHECK(exit_code_of(rb) == 0);
   CHECK(rb.restarts == 0);
+  CHECK(d.exit_code() == 0);
+}
+
+TEST_CASE("agent, elastic --node-check=refuse: a late node that serves the store cannot stay "
+          "out, and joins with its finding", "[agent][node_check][elastic]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("a"));
+  const auto config = refusing_config(1, 2);
+  Node a(shared, config, "hostA", dir.file("a"));
+  if (!started_unless_refused(a)) return;
+  NodeOptions ob;
+  ob.hosts_store = true;
+  ob.events_file = dir.file("b.jsonl");
+  Node b(shared, config, "hostB", dir.file("b/missing"), ob);
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(a.runner, 2); }, kHang));
+  REQUIRE(test::wait_until([&] { return latest_world_size_is(b.runner, 2); }, kHang));
+  auto check = node_check_event(dir.file("b.jsonl"));
+  REQUIRE(check.is_object());
+  CHECK(check["figures"]["serves_store"] == true);
+  CHECK(check["findings"].size() >= 1);
+  a.runner.exit_all(0);
+  b.runner.exit_all(0);
+  CHECK(a.exit_code() == 0);
+  CHECK(b.exit_code() == 0);
 }

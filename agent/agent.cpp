@@ -130,7 +130,8 @@ RunResult Agent::run_rounds() {
   if (config_.node_check != NodeCheck::kOff) {
     if (const auto first = rdzv.closed_first_round()) {
       node_checked_ = true;
-      // A member publishes its report within its look's deadline of the round's close.
+      // A member publishes its report within its look's deadline of the round's close; this
+      // node's own look counts against the same deadline, which starts later.
       const auto reports_by =
           Deadline::after(config_.rdzv_conf.read_timeout + kNodeProbeTimeout);
       if (auto end = check_late_node(*first, reports_by)) return std::move(*end);

@@ -214,8 +214,8 @@ std::optional<RunResult> Agent::check_joined_late() {
   }
   // The first round's members published their reports before any later round formed; one
   // missing is a member that died first. The others watch this node's keep-alive meanwhile,
-  // which beats only once its workers start: a report that may never come is waited for no
-  // longer than one beat.
+  // which beats only once its workers start: the look and any wait for a report that may never
+  // come take no longer than one beat.
   auto end = check_late_node(*first, Deadline::after(config_.rdzv_conf.keep_alive_interval));
   if (!end) return std::nullopt;
   announce_leaving(ctx_, *round_,
@@ -272,8 +272,8 @@ Agent::NodeCheckOutcome Agent::exclude(const std::vector<int>& excluded,
                                                          : spdlog::level::warn,
               "node check: going on without {}: {} of {} node(s) (--node-check=exclude)", names,
               left, nodes.size());
-  publish_check_outcome(Failure::Kind::kMembership, 0, "--node-check=exclude left out " + names,
-                        "the exclusion");
+  publish_check_outcome(Failure::Kind::kMembership, kExitNodeCheck,
+                        "--node-check=exclude left out " + names, "the exclusion");
   return {true, std::nullopt};
 }
 

@@ -485,19 +485,27 @@ void announce_stop(AgentContext& ctx, const Round& round, int sig) {
 
 void announce_leaving(AgentContext& ctx, const Round& round, const Failure& f,
                       const std::string& what) {
+  // Each step's own deadline, short: a node that stops does not wait long for the store.
+  constexpr auto kStep = 2s;
+  std::unique_ptr<store::Store> store;
+  bool decided = false;
   try {
-    const auto deadline = Deadline::after(2s);
-    auto store = ctx.open_store(deadline);
+    store = ctx.open_store(Deadline::after(kStep));
     const auto mine = f.to_json();
-    const auto decided = RoundChannel(*store, round, std::chrono::milliseconds(2000))
-                             .publish_outcome(mine) == mine;
-    // Only a round that re-forms because this node leaves goes on without it. Another outcome
-    // may keep the same members, whose ring must then find this node gone.
-    if (decided && f.kind == Failure::Kind::kMembership) {
-      ctx.rendezvous->leave_round(round, *store, deadline);
-    }
+    decided = RoundChannel(*store, round, kStep).publish_outcome(mine) == mine;
   } catch (const std::exception& e) {
     spdlog::warn("could not tell the other nodes about {}: {}", what, e.what());
+    return;
+  }
+  // Only a round that re-forms because this node leaves goes on without it. Another outcome
+  // may keep the same members, whose ring must then find this node gone.
+  if (!decided || f.kind != Failure::Kind::kMembership) return;
+  try {
+    ctx.rendezvous->leave_round(round, *store, Deadline::after(kStep));
+  } catch (const std::exception& e) {
+    spdlog::warn("told the other nodes about {}, but could not mark this node as gone from "
+                 "their keep-alive: {}",
+                 what, e.what());
   }
 }
 

@@ -148,8 +148,10 @@ class PosixProcessRunner::Impl {
       }
       if (!progress.due()) continue;
       const auto waited = progress.elapsed();
-      spdlog::info("stopping workers: rank(s) {} have not exited {}s after {}{}",
-                   fmt::join(running_ranks(), ", "),
+      const auto running = running_ranks();
+      spdlog::info("stopping workers: {} not exited {}s after {}{}",
+                   running ? fmt::format("rank(s) {} have", fmt::join(*running, ", "))
+                           : std::string("the runner's thread did not say within 1s which have"),
                    std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
                    signal_name(signal),
                    signal != SIGKILL && waited < grace
@@ -158,8 +160,9 @@ class PosixProcessRunner::Impl {
     }
   }
 
-  // The global ranks of the workers that have not exited (asked on the runner thread).
-  std::vector<int> running_ranks() {
+  // The global ranks of the workers that have not exited (asked on the runner thread); nullopt
+  // when that thread does not answer within a second.
+  std::optional<std::vector<int>> running_ranks() {
     auto task = std::make_shared<std::packaged_task<std::vector<int>()>>([this] {
       std::vector<int> ranks;
       for (const auto& w : workers_) {
@@ -169,7 +172,7 @@ class PosixProcessRunner::Impl {
     });
     auto result = task->get_future();
     asio::post(io_, [task] { (*task)(); });
-    if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {};
+    if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return std::nullopt;
     return result.get();
   }
 

@@ -184,8 +184,10 @@ AttemptOutcome Attempt::wait_for_outcome(std::optional<AttemptOutcome> outcome) 
 }
 
 // Group rank 0 publishes the port right after the rendezvous; if it has not within the
-// keep-alive deadline it is gone, and waiting longer would only hang. A port the round already
-// carries (offer_next_master_port) is not read again.
+// keep-alive deadline it is gone, and waiting longer would only hang. A node that decides the
+// round before the port is published (one leaving, or the first here to give up) withdraws the
+// port, which ends every other node's wait at once. A port the round already carries
+// (offer_next_master_port) is not read again.
 std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
   if (round_.ranks.group_rank == 0) {
     channel_.publish_master_port(round_.master_port ? *round_.master_port
@@ -195,7 +197,10 @@ std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
   const auto& conf = config_.rdzv_conf;
   const auto wait = conf.keep_alive_interval * std::max(1, conf.keep_alive_max_attempt) + 5s;
   try {
-    return channel_.master_port(Deadline::after(wait));
+    if (auto port = channel_.master_port(Deadline::after(wait))) return port;
+    // Withdrawn after the outcome was published: it is there to read.
+    failed = decide(channel_.outcome(Deadline::after(conf.read_timeout)));
+    return std::nullopt;
   } catch (const TimeoutError&) {
     auto f = failure(ctx_.rendezvous->can_reform() ? Failure::Kind::kMembership
                                                    : Failure::Kind::kAgent,
@@ -204,6 +209,7 @@ std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
                                  round_.host_of(0), format_duration(wait)));
     f.lost_node = 0;
     failed = publish(f);
+    channel_.withdraw_master_port();
     return std::nullopt;
   }
 }
@@ -497,14 +503,17 @@ void announce_leaving(AgentContext& ctx, const Round& round, const Failure& f,
     spdlog::warn("could not tell the other nodes about {}: {}", what, e.what());
     return;
   }
-  // Only a round that re-forms because this node leaves goes on without it. Another outcome
-  // may keep the same members, whose ring must then find this node gone.
-  if (!decided || f.kind != Failure::Kind::kMembership) return;
   try {
-    ctx.rendezvous->leave_round(round, *store, Deadline::after(kStep));
+    // This node may be group rank 0, leaving before it published the workers' port: the
+    // round is decided, so the others need not wait for it.
+    RoundChannel(*store, round, kStep).withdraw_master_port();
+    // Only a round that re-forms because this node leaves goes on without it. Another
+    // outcome may keep the same members, whose ring must then find this node gone.
+    if (decided && f.kind == Failure::Kind::kMembership) {
+      ctx.rendezvous->leave_round(round, *store, Deadline::after(kStep));
+    }
   } catch (const std::exception& e) {
-    spdlog::warn("told the other nodes about {}, but could not mark this node as gone from "
-                 "their keep-alive: {}",
+    spdlog::warn("told the other nodes about {}, but could not end their wait for this node: {}",
                  what, e.what());
   }
 }

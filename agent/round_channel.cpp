@@ -17,6 +17,9 @@ namespace {
 constexpr const char* kAllStopped = "all_stopped";
 constexpr const char* kNextMasterPort = "next_master_port";
 constexpr const char* kNextRound = "next_round";
+// The master port's value once the round was decided without one: not a number, so that no
+// reader can take it for a port.
+constexpr const char* kNoMasterPort = "withdrawn";
 
 }  // namespace
 
@@ -39,8 +42,14 @@ void RoundChannel::publish_master_port(int port) {
   news_.set("master_port", std::to_string(port), op());
 }
 
-int RoundChannel::master_port(Deadline deadline) {
-  return static_cast<int>(store::parse_counter(news_.get("master_port", deadline), "master_port"));
+std::optional<int> RoundChannel::master_port(Deadline deadline) {
+  const auto value = news_.get("master_port", deadline);
+  if (value == kNoMasterPort) return std::nullopt;
+  return static_cast<int>(store::parse_counter(value, "master_port"));
+}
+
+void RoundChannel::withdraw_master_port() {
+  news_.compare_set("master_port", "", kNoMasterPort, op());
 }
 
 void RoundChannel::offer_next_master_port(int port) {
@@ -50,6 +59,8 @@ void RoundChannel::offer_next_master_port(int port) {
 std::string RoundChannel::publish_outcome(const std::string& value) {
   return news_.compare_set("outcome", "", value, op());
 }
+
+std::string RoundChannel::outcome(Deadline deadline) { return news_.get("outcome", deadline); }
 
 std::optional<std::string> RoundChannel::report_success() {
   store_.set(fmt::format("done/{}", round_.ranks.group_rank), "1", op());

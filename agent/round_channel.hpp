@@ -46,15 +46,22 @@ class RoundChannel {
   // outcome watch queued on it (Store::pipeline_get) to go in the same write.
   void arrive_on(store::Store& connection) { arrival_ = &connection; }
 
-  // Group rank 0 publishes the port of the workers' store; the others wait for it.
+  // Group rank 0 publishes the port of the workers' store; the others wait for it. nullopt:
+  // the round was decided before group rank 0 published one (withdraw_master_port), and its
+  // outcome says why.
   void publish_master_port(int port);
-  int master_port(Deadline deadline);
+  std::optional<int> master_port(Deadline deadline);
+  // After publishing an outcome: ends the others' wait for a port that may never come, where
+  // none was published (a group rank 0 that leaves before it publishes one).
+  void withdraw_master_port();
   // Group rank 0 offers the next round's port before it settles; the chooser puts it into
   // the root cause.
   void offer_next_master_port(int port);
 
   // Writes `value` as the round's outcome unless one was written already; returns the outcome.
   std::string publish_outcome(const std::string& value);
+  // The round's outcome, waiting for it until `deadline`.
+  std::string outcome(Deadline deadline);
   // This node's workers all exited 0. When it was the last node to say so, it publishes
   // success and returns the round's outcome (success, unless a failure was published first);
   // otherwise nullopt: the outcome comes from the others.

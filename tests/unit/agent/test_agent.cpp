@@ -498,6 +498,35 @@ TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's 
   CHECK(signalled == 1);
 }
 
+TEST_CASE("agent: node 0 stopped before it publishes the workers' port does not keep the "
+          "others waiting for it", "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  // The others would wait for the port up to the keep-alive's limit plus 5 s: far beyond kHang.
+  auto c0 = config_for(2, 0, 1);
+  c0.rdzv_conf.keep_alive_interval = 1s;
+  c0.rdzv_conf.keep_alive_max_attempt = 60;
+  auto c1 = c0;
+  c1.node_rank = 1;
+  // Node 0's signal comes as it is about to publish the port, which the signal interrupts.
+  std::atomic<Agent*> agent0{nullptr};
+  std::atomic<int> signalled{0};
+  NodeOptions o0;
+  o0.before_set = [&](const std::string& key) {
+    if (key.ends_with("/master_port") && !signalled++) agent0.load()->on_signal(SIGTERM);
+  };
+  Node n0(shared, c0, "hostA", dir.path(), std::move(o0));
+  agent0 = n0.agent.get();
+  Node n1(shared, c1, "hostB", dir.path());
+  CHECK(n0.exit_code() == 128 + SIGTERM);
+  const auto r1 = n1.finish();
+  CHECK(r1.end == RunResult::End::kFailed);
+  CHECK(r1.reason == "the agent on hostA received SIGTERM");
+  CHECK(n1.runner.starts() == 0);
+  CHECK(n0.runner.starts() == 0);
+  CHECK(signalled == 1);
+}
+
 TEST_CASE("agent: a signal during the rendezvous ends it at once", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;

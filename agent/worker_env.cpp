@@ -1,5 +1,8 @@
 #include "agent/worker_env.hpp"
 
+#include <optional>
+
+#include "common/python_template.hpp"
 #include "common/strings.hpp"
 
 namespace ddprun {
@@ -68,16 +71,21 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
   return env;
 }
 
+std::string substitute_local_rank_arg(std::string_view arg, int local_rank) {
+  const auto value = std::to_string(local_rank);
+  return template_substitute(arg, [&value](std::string_view name) -> std::optional<std::string> {
+    if (name == "local_rank") return value;
+    return std::nullopt;
+  });
+}
+
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,
                                                int local_rank) {
-  static const std::string kToken = "${local_rank}";
   std::vector<std::string> out = argv;
-  const auto value = std::to_string(local_rank);
-  for (auto& arg : out) {
-    for (auto pos = arg.find(kToken); pos != std::string::npos;
-         pos = arg.find(kToken, pos + value.size())) {
-      arg.replace(pos, kToken.size(), value);
-    }
+  // From 1: argv[0] is what torchrun calls the entrypoint (the interpreter, or the program under
+  // --no-python), which it starts as given.
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    out[i] = substitute_local_rank_arg(out[i], local_rank);
   }
   return out;
 }

@@ -3,6 +3,7 @@
 // A pure function, so every value is unit-tested against the contract.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/env_map.hpp"
@@ -34,7 +35,13 @@ struct WorkerEnvInput {
 // Returns `base` overlaid with the worker variables.
 EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in);
 
-// Replaces every "${local_rank}" in the program arguments (torchrun's legacy substitution).
+// One argument as worker `local_rank` gets it from torchrun: "$local_rank" and "${local_rank}"
+// replaced by the local rank, "$$" by "$", any other placeholder left as written (Python's
+// string.Template.safe_substitute, common/python_template.hpp).
+std::string substitute_local_rank_arg(std::string_view arg, int local_rank);
+
+// The command line with every argument after argv[0] substituted as above. argv[0], the
+// interpreter or the --no-python program, is left as given, as torchrun starts its entrypoint.
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv,
                                                int local_rank);
 

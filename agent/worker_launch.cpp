@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string_view>
+#include <utility>
 
 #include <unistd.h>
 
@@ -15,25 +17,40 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void replace_all(std::string& s, const std::string& token, const std::string& value) {
-  for (auto pos = s.find(token); pos != std::string::npos; pos = s.find(token, pos + value.size())) {
-    s.replace(pos, token.size(), value);
-  }
-}
-
 bool has(Std streams, Std bit) {
   return (static_cast<int>(streams) & static_cast<int>(bit)) != 0;
 }
 
-// Renders a --log-line-prefix template for one worker ("{time}" is left for per-line use).
+// Renders a --log-line-prefix template for one worker, in one pass so that a literal "{{rank}}"
+// stays text. "{time}" is left for each line, and literal braces stay doubled until then
+// (render_time_prefix reads both), the values' own braces doubled with them.
 std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int node,
                           const std::string& host, const std::string& role) {
-  std::string out = tmpl;
-  replace_all(out, "{rank}", std::to_string(rank));
-  replace_all(out, "{local_rank}", std::to_string(local_rank));
-  replace_all(out, "{node}", std::to_string(node));
-  replace_all(out, "{host}", host);
-  replace_all(out, "{role}", role);
+  const std::pair<std::string_view, std::string> values[] = {
+      {"{rank}", std::to_string(rank)}, {"{local_rank}", std::to_string(local_rank)},
+      {"{node}", std::to_string(node)}, {"{host}", host}, {"{role}", role}};
+  std::string out;
+  for (std::size_t i = 0; i < tmpl.size();) {
+    const char c = tmpl[i];
+    if ((c == '{' || c == '}') && i + 1 < tmpl.size() && tmpl[i + 1] == c) {
+      out.append(2, c);
+      i += 2;
+      continue;
+    }
+    const auto* value = std::find_if(std::begin(values), std::end(values), [&](const auto& v) {
+      return tmpl.compare(i, v.first.size(), v.first) == 0;
+    });
+    if (value == std::end(values)) {
+      out += c;
+      ++i;
+      continue;
+    }
+    for (char v : value->second) {
+      out += v;
+      if (v == '{' || v == '}') out += v;
+    }
+    i += value->first.size();
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/worker_env.hpp"
 #include "common/exit_codes.hpp"
 #include "launcher/modes.hpp"
 
@@ -24,15 +25,17 @@ std::vector<int> handled_signals(const LaunchConfig& config) {
 ProgramCheck check_worker_program(const LaunchConfig& config) {
   const char* path = std::getenv("PATH");
   auto check = check_program(config.argv.at(0), path ? path : "");
-  // A script named with ${local_rank} is a different file for each worker (torchrun substitutes
-  // it in the whole command line): not checked here.
-  if (check.exit_code == 0 && !config.no_python && !config.module &&
-      config.program.find("${local_rank}") == std::string::npos &&
-      !std::filesystem::exists(config.program)) {
+  if (check.exit_code != 0 || config.no_python || config.module) return check;
+  // torchrun substitutes the local rank in the script's name as in every argument: a name that
+  // differs between two local ranks is each worker's own file, not checked here; any other is
+  // checked as the workers will get it ("a$$b.py" runs a$b.py).
+  const auto script = substitute_local_rank_arg(config.program, 0);
+  if (script != substitute_local_rank_arg(config.program, 1)) return check;
+  if (!std::filesystem::exists(script)) {
     std::error_code ec;
     const auto cwd = std::filesystem::current_path(ec);
     check.exit_code = kExitNotFound;
-    check.message = fmt::format("{}: no such file in {}", config.program, cwd.string());
+    check.message = fmt::format("{}: no such file in {}", script, cwd.string());
   }
   return check;
 }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/python_template.hpp"
 #include "common/random.hpp"
 #include "common/strings.hpp"
 
@@ -284,50 +285,25 @@ std::string validate_log_line_prefix(std::string_view text, std::string_view lab
   return std::string(text);
 }
 
-std::string convert_log_line_prefix_template(std::string_view text, std::string_view label) {
-  auto is_ident = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+std::string convert_log_line_prefix_template(std::string_view text, std::string_view /*label*/) {
+  // torchrun's names, as ddprun's placeholders; any other stays as written, as torchrun's
+  // safe_substitute leaves it.
+  auto placeholder = [](std::string_view name) -> std::optional<std::string> {
+    if (name == "rank" || name == "local_rank") return fmt::format("{{{}}}", name);
+    if (name == "role_name") return std::string("{role}");
+    return std::nullopt;
   };
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '{' || c == '}') {
-      out += std::string(2, c);
-      continue;
-    }
-    if (c != '$') {
+  // Every brace of the user's text doubled: ddprun's prefix reads a single one as its own
+  // placeholder, and "{rank}" written in torchrun's template is text, not the rank.
+  auto escape_braces = [](std::string_view literal) {
+    std::string out;
+    for (char c : literal) {
       out += c;
-      continue;
+      if (c == '{' || c == '}') out += c;
     }
-    if (i + 1 < text.size() && text[i + 1] == '$') {
-      out += '$';
-      ++i;
-      continue;
-    }
-    std::string_view name;
-    if (i + 1 < text.size() && text[i + 1] == '{') {
-      auto close = text.find('}', i);
-      if (close == std::string_view::npos) fail(label, text, "unmatched '${'");
-      name = text.substr(i + 2, close - i - 2);
-      i = close;
-    } else {
-      auto end = i + 1;
-      while (end < text.size() && is_ident(text[end])) ++end;
-      name = text.substr(i + 1, end - i - 1);
-      i = end - 1;
-    }
-    if (name == "rank" || name == "local_rank") {
-      out += fmt::format("{{{}}}", name);
-    } else if (name == "role_name") {
-      out += "{role}";
-    } else {
-      fail(label, text,
-           fmt::format("unknown placeholder '${}' (known: ${{rank}}, ${{local_rank}}, "
-                       "${{role_name}})",
-                       name));
-    }
-  }
-  return out;
+    return out;
+  };
+  return template_substitute(text, placeholder, escape_braces);
 }
 
 std::string random_run_id() {

@@ -61,8 +61,10 @@ std::string parse_choice(std::string_view text, std::string_view label,
 // {time}; "{{" and "}}" stand for literal braces (fmt syntax, which the agent expands).
 std::string validate_log_line_prefix(std::string_view text, std::string_view label);
 
-// Converts torchrun's string.Template prefix (${rank}, ${local_rank}, ${role_name}, $rank,
-// "$$") to ddprun's syntax, escaping literal braces.
+// Converts torchrun's string.Template prefix to ddprun's syntax: $rank, $local_rank and
+// $role_name (or ${...}) become {rank}, {local_rank} and {role}, "$$" a "$", and everything else
+// stays text as torchrun's safe_substitute leaves it (any other placeholder, a stray "$"), with
+// its braces doubled. Never fails; `label` is kept for the callers' uniform shape.
 std::string convert_log_line_prefix_template(std::string_view text, std::string_view label);
 
 // A random run id shaped like a UUID4 ("3f2b9c1e-...-..."), as torchrun's --standalone uses.

@@ -24,14 +24,29 @@ namespace ddprun {
 namespace asio = boost::asio;
 
 std::string render_time_prefix(const std::string& prefix) {
-  auto pos = prefix.find("{time}");
-  if (pos == std::string::npos) return prefix;
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
-  auto stamp = fmt::format("{:%H:%M:%S}.{:03d}", fmt::localtime(std::chrono::system_clock::to_time_t(now)),
-                           ms.count());
-  std::string out = prefix;
-  out.replace(pos, 6, stamp);
+  if (prefix.find_first_of("{}") == std::string::npos) return prefix;
+  std::string stamp;
+  std::string out;
+  for (std::size_t i = 0; i < prefix.size();) {
+    const char c = prefix[i];
+    if ((c == '{' || c == '}') && i + 1 < prefix.size() && prefix[i + 1] == c) {
+      out += c;
+      i += 2;
+    } else if (prefix.compare(i, 6, "{time}") == 0) {
+      if (stamp.empty()) {
+        const auto now = std::chrono::system_clock::now();
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+        stamp = fmt::format("{:%H:%M:%S}.{:03d}",
+                            fmt::localtime(std::chrono::system_clock::to_time_t(now)), ms.count());
+      }
+      out += stamp;
+      i += 6;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
   return out;
 }
 

@@ -80,7 +80,8 @@ void write_all(int fd, std::string_view data);
 // when it fails; the job's summary names them again (output was lost).
 std::vector<std::string> lost_output_files();
 
-// Renders "{time}" in a prefix for the current local time (HH:MM:SS.mmm).
+// The last step of a worker's prefix, for each batch of lines: "{time}" becomes the local time
+// (HH:MM:SS.mmm), and "{{" and "}}", kept until now, single braces.
 std::string render_time_prefix(const std::string& prefix);
 
 }  // namespace ddprun

@@ -294,10 +294,11 @@ TEST_CASE("hang: a worker stopped by SIGSTOP is named so, and continued to end i
   // With or without gdb: the stop is the agent's own knowledge of its child, not the stack's.
   TempDir dir;
   // A grace of 10 minutes: a stopped worker with a handler for SIGTERM acts on it only once
-  // continued, and would otherwise take all of it.
+  // continued, and would otherwise take all of it. The shell gets "$$" written "$$$$": ddprun,
+  // as torchrun, reads "$$" as one "$".
   DdprunProcess p({"--nproc-per-node=2", "--hang-timeout=1", "--shutdown-timeout=600",
                    "--log-dir=" + dir.file("logs"), "--master-port=0", "--no-python", "sh", "-c",
-                   "trap 'exit 0' TERM; echo up; if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; "
+                   "trap 'exit 0' TERM; echo up; if [ \"$RANK\" = 1 ]; then kill -STOP $$$$; fi; "
                    "sleep 600 & wait"});
   REQUIRE(p.wait(kBound) == 122);
   const auto out = p.output();

@@ -333,10 +333,11 @@ TEST_CASE("hard to break: a worker the kernel's OOM killer ends is reported out 
     INFO(p.output());
     CHECK_THAT(p.output(), Catch::Contains("killed by SIGKILL: out of memory (the kernel's OOM killer)"));
   }
-  // A SIGKILL from anyone else is not called out of memory.
+  // A SIGKILL from anyone else is not called out of memory. The worker's shell gets "$$"
+  // written "$$$$": ddprun, as torchrun, reads "$$" as one "$" (the wrapper's is its own).
   {
     DdprunProcess p({"--nproc-per-node=1", "--master-port=0", "--no-python", "sh", "-c",
-                     "kill -9 $$"},
+                     "kill -9 $$$$"},
                     {}, {"sh", "-c", "echo $$ > " + cgroup + "/cgroup.procs && exec \"$@\"", "sh"});
     CHECK(p.wait(60s) == 137);
     CHECK_THAT(p.output(), Catch::Contains("killed by SIGKILL"));

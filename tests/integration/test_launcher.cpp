@@ -142,6 +142,35 @@ TEST_CASE("ddprun: --pass-local-rank gives each worker torch.distributed.launch'
   CHECK(read_lines(dir.file("args_1")) == std::vector<std::string>{"--local_rank=1 --lr 0.1"});
 }
 
+TEST_CASE("ddprun: the arguments get the local rank in torchrun's forms, and $$ as $",
+          "[launcher]") {
+  TempDir dir;
+  const auto script = dir.file("train.sh");
+  std::ofstream(script) << "echo \"$*\" > \"$OUT_DIR/args_$LOCAL_RANK\"\n";
+  DdprunProcess p({"--standalone", "--nproc-per-node=2", script, "ckpt_$local_rank",
+                   "${local_rank}x", "a$$b", "$RANK", "$local_rankX"},
+                  {{"PYTHON_EXEC", "/bin/sh"}, {"OUT_DIR", dir.path()}});
+  REQUIRE(p.wait() == 0);
+  CHECK(read_lines(dir.file("args_0")) ==
+        std::vector<std::string>{"ckpt_0 0x a$b $RANK $local_rankX"});
+  CHECK(read_lines(dir.file("args_1")) ==
+        std::vector<std::string>{"ckpt_1 1x a$b $RANK $local_rankX"});
+}
+
+TEST_CASE("ddprun: a log line prefix's doubled braces print single, and no placeholder in them",
+          "[launcher]") {
+  DdprunProcess p({"--standalone", "--nproc-per-node=2", "--log-line-prefix={{rank}}{rank}|",
+                   "--no-python", "echo", "hi"});
+  REQUIRE(p.wait() == 0);
+  CHECK_THAT(p.output(), Catch::Contains("{rank}0|hi\n"));
+  CHECK_THAT(p.output(), Catch::Contains("{rank}1|hi\n"));
+  // torchrun's template: its text kept as written, braces and an unknown placeholder too.
+  DdprunProcess t({"--standalone", "--nproc-per-node=1", "--no-python", "echo", "hi"},
+                  {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}{x}$$ $other|"}});
+  REQUIRE(t.wait() == 0);
+  CHECK_THAT(t.output(), Catch::Contains("0{x}$ $other|hi\n"));
+}
+
 TEST_CASE("ddprun: a worker that fails once is restarted and the job succeeds", "[launcher]") {
   TempDir dir;
   auto events_file = dir.file("events.jsonl");
@@ -621,10 +650,31 @@ TEST_CASE("ddprun: a Python script that does not exist is refused before anythin
   CHECK(p.wait() == 127);
   CHECK_THAT(p.output(), Catch::Contains("no_such_script.py: no such file in "));
   CHECK_THAT(p.output(), !Catch::Contains("starting 2 workers"));
-  // A name with ${local_rank} is each worker's own file: left to the workers.
+  // A name with the local rank ($local_rank or ${local_rank}) is each worker's own file: left to
+  // the workers.
   DdprunProcess per_rank({"--nproc-per-node=2", "rank_${local_rank}.py"},
                          {{"PYTHON_EXEC", "/bin/true"}});
   CHECK(per_rank.wait() == 0);
+  DdprunProcess per_rank_bare({"--nproc-per-node=2", "--master-port=0", "rank_$local_rank.py"},
+                              {{"PYTHON_EXEC", "/bin/true"}});
+  CHECK(per_rank_bare.wait() == 0);
+}
+
+TEST_CASE("ddprun: a script's name is checked as the workers get it, a doubled dollar as one",
+          "[launcher]") {
+  TempDir dir;
+  std::ofstream(dir.file("a$b.py")) << "\n";
+  DdprunProcess found({"--nproc-per-node=2", "--master-port=0", dir.file("a$$b.py")},
+                      {{"PYTHON_EXEC", "/bin/true"}});
+  CHECK(found.wait() == 0);
+  // "a$b.py" itself names a$b.py as the workers get it: "$b" is a placeholder torchrun keeps.
+  DdprunProcess kept({"--nproc-per-node=2", "--master-port=0", dir.file("a$b.py")},
+                     {{"PYTHON_EXEC", "/bin/true"}});
+  CHECK(kept.wait() == 0);
+  DdprunProcess missing({"--nproc-per-node=2", dir.file("no$$such.py")},
+                        {{"PYTHON_EXEC", "/bin/true"}});
+  CHECK(missing.wait() == 127);
+  CHECK_THAT(missing.output(), Catch::Contains(dir.file("no$such.py") + ": no such file in "));
 }
 
 TEST_CASE("ddprun: a log file that cannot be written is reported, and the summary says so",

@@ -247,11 +247,12 @@ TEST_CASE("a static two-node job from this machine, from its store and as metric
 TEST_CASE("a worker stopped by SIGSTOP shows so in ddprun status, and a signal ends the job "
           "at once", "[status]") {
   Runtime rt;
-  // A grace of 10 minutes: a stopped worker that was not continued would take all of it.
+  // A grace of 10 minutes: a stopped worker that was not continued would take all of it. The
+  // shell gets "$$" written "$$$$": ddprun, as torchrun, reads "$$" as one "$".
   DdprunProcess p({"--nproc-per-node=2", "--rdzv-id=stopped-worker", "--shutdown-timeout=600",
                    "--master-port=0", "--no-python", "sh", "-c",
                    "trap 'exit 0' TERM; echo \"rank $RANK up\"; "
-                   "if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; sleep 600 & wait"},
+                   "if [ \"$RANK\" = 1 ]; then kill -STOP $$$$; fi; sleep 600 & wait"},
                   rt.env());
   const std::vector<std::string> here{"--rdzv-id=stopped-worker"};
   std::map<int, std::pair<std::string, std::string>> ranks;

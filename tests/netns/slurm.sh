@@ -118,9 +118,10 @@ check_one_task_per_node() {
 check_signal_reaches_workers() {
   local out=$work/signal job rc=0
   mkdir -p "$out"
+  # The shell's $$ is written $$$$: ddprun, as torchrun, reads $$ in a worker's arguments as $.
   on_login timeout 120 srun -N2 --ntasks-per-node=1 -J ddprun-signal "$ddprun" \
     --nproc-per-node=1 --signals-to-handle=SIGTERM,SIGUSR1 --no-python sh -c \
-    "trap 'echo USR1 > $out/got_\$RANK; kill \$s; exit 0' USR1; trap 'echo TERM > $out/got_\$RANK; kill \$s; exit 0' TERM; echo \$\$ > $out/pid_\$RANK; while :; do sleep infinity & s=\$!; wait \$s; done" \
+    "trap 'echo USR1 > $out/got_\$RANK; kill \$s; exit 0' USR1; trap 'echo TERM > $out/got_\$RANK; kill \$s; exit 0' TERM; echo \$\$\$\$ > $out/pid_\$RANK; while :; do sleep infinity & s=\$!; wait \$s; done" \
     >"$out/log" 2>&1 &
   local srun_pid=$!
   both_running() { [[ -f $out/pid_0 && -f $out/pid_1 ]]; }
@@ -207,7 +208,8 @@ check_scancel_leaves_nothing() {
   : >"$out/gate"
   exec 7>"$out/gate"
   flock -x 7  # closed: the workers wait here for as long as the test holds it
-  sbatch_script cancel "$ddprun --hosts=slurm --nproc-per-node=2 --no-python sh -c 'echo \$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
+  # $$$$: the workers' shell gets $$ (ddprun, as torchrun, reads $$ as $).
+  sbatch_script cancel "$ddprun --hosts=slurm --nproc-per-node=2 --no-python sh -c 'echo \$\$\$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
   job=$(on_login sbatch --parsable -N2 -o "$out/log" "$work/cancel.sbatch")
   all_pids() { [[ $(ls "$out"/pid_* 2>/dev/null | wc -l) == 4 ]]; }
   until_true 60 all_pids || { cat "$out/log"; fail "the 4 workers did not start"; }

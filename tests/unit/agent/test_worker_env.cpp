@@ -146,22 +146,41 @@ TEST_CASE("current_environment reads this process's environment", "[agent][env]"
   CHECK(env.at("DDPRUN_TEST_ENV_PROBE") == "v=1 2");
 }
 
-TEST_CASE("${local_rank} is replaced in every argument, every occurrence", "[agent][env]") {
+TEST_CASE("$local_rank and ${local_rank} are replaced in every argument, every occurrence",
+          "[agent][env]") {
   using Args = std::vector<std::string>;
-  const Args argv{"train.py", "--local_rank=${local_rank}", "--out=/ckpt/${local_rank}/r${local_rank}.pt",
-                  "${local_rank}${local_rank}", "--epochs", "3"};
+  const Args argv{"python3", "train.py", "--local_rank=${local_rank}",
+                  "--out=/ckpt/${local_rank}/r$local_rank.pt", "${local_rank}$local_rank",
+                  "--epochs", "3"};
   CHECK(ddprun::substitute_local_rank(argv, 1) ==
-        Args{"train.py", "--local_rank=1", "--out=/ckpt/1/r1.pt", "11", "--epochs", "3"});
+        Args{"python3", "train.py", "--local_rank=1", "--out=/ckpt/1/r1.pt", "11", "--epochs",
+             "3"});
   // A multi-digit rank: the scan continues after the inserted text.
   CHECK(ddprun::substitute_local_rank(argv, 12) ==
-        Args{"train.py", "--local_rank=12", "--out=/ckpt/12/r12.pt", "1212", "--epochs", "3"});
+        Args{"python3", "train.py", "--local_rank=12", "--out=/ckpt/12/r12.pt", "1212",
+             "--epochs", "3"});
 }
 
-TEST_CASE("arguments without ${local_rank} are left alone", "[agent][env]") {
+TEST_CASE("the script's name is substituted, the first argument (torchrun's entrypoint) is not",
+          "[agent][env]") {
   using Args = std::vector<std::string>;
-  const Args argv{"train.py", "--local_rank", "$local_rank", "{local_rank}", "${LOCAL_RANK}", ""};
+  CHECK(ddprun::substitute_local_rank({"python3", "-u", "rank_$local_rank.py"}, 2) ==
+        Args{"python3", "-u", "rank_2.py"});
+  CHECK(ddprun::substitute_local_rank({"run_$local_rank", "a$$b"}, 2) ==
+        Args{"run_$local_rank", "a$b"});
+}
+
+TEST_CASE("torchrun's other template text: $$ is a $, the rest stays as written",
+          "[agent][env]") {
+  using Args = std::vector<std::string>;
+  const Args argv{"train.py", "--local_rank", "{local_rank}", "$LOCAL_RANK", "${LOCAL_RANK}",
+                  "$local_rankX", "$rank", "${rank}", "$", "$1", "${local_rank", ""};
   CHECK(ddprun::substitute_local_rank(argv, 3) == argv);
+  CHECK(ddprun::substitute_local_rank({"x", "a$$b", "$$local_rank", "$local_rank.x"}, 3) ==
+        Args{"x", "a$b", "$local_rank", "3.x"});
   CHECK(ddprun::substitute_local_rank({}, 3).empty());
+  CHECK(ddprun::substitute_local_rank_arg("ckpt_$local_rank", 4) == "ckpt_4");
+  CHECK(ddprun::substitute_local_rank_arg("a$$b.py", 4) == "a$b.py");
 }
 
 TEST_CASE("worker env: the FileTimer's FIFO and torch 2.x's Flight Recorder settings",

@@ -199,4 +199,7 @@ TEST_CASE("cli: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, after the flag and PET_",
   CHECK(parse_ok({"--log-line-prefix-template=${local_rank}|", "x.py"},
                  {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]: "}})
             .log_line_prefix == "{local_rank}|");
+  // As torchrun's safe_substitute: a name it does not know stays as written, not an error.
+  CHECK(parse_ok({"--log-line-prefix-template=${gpu}$$", "x.py"}).log_line_prefix ==
+        "${{gpu}}$");
 }

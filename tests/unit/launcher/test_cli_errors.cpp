@@ -133,8 +133,6 @@ TEST_CASE("signals, local ranks, choices and prefixes", "[launcher][cli][errors]
   expect_usage_error({"--start-method=thread", "x.py"}, {"--start-method=thread"});
   expect_usage_error({"--log-level=verbose", "x.py"}, {"--log-level=verbose"});
   expect_usage_error({"--log-line-prefix={nope}", "x.py"}, {"--log-line-prefix", "{nope}"});
-  expect_usage_error({"--log-line-prefix-template=${gpu}", "x.py"},
-                     {"--log-line-prefix-template", "$gpu"});
   expect_usage_error({"--role=", "x.py"}, {"--role"});
   expect_usage_error({"--fold-output=sometimes", "x.py"},
                      {"--fold-output=sometimes", "auto, on, exact or off"});

@@ -143,8 +143,23 @@ TEST_CASE("log line prefixes", "[launcher][parsers]") {
   CHECK(convert_log_line_prefix_template("[${role_name}${local_rank}|${rank}]:", "t") ==
         "[{role}{local_rank}|{rank}]:");
   CHECK(convert_log_line_prefix_template("$rank-$$-{x}", "t") == "{rank}-$-{{x}}");
-  CHECK_THROWS_WITH(convert_log_line_prefix_template("${rank", "t"), Contains("unmatched"));
-  CHECK_THROWS_WITH(convert_log_line_prefix_template("$host", "t"), Contains("'$host'"));
+  CHECK(convert_log_line_prefix_template("$local_rank.$role_name", "t") == "{local_rank}.{role}");
+}
+
+TEST_CASE("log line prefix templates: what torchrun leaves as written stays text",
+          "[launcher][parsers]") {
+  // torchrun's safe_substitute keeps unknown names and stray "$" as written; ddprun keeps
+  // them as text, braces doubled so that none becomes one of its own placeholders.
+  CHECK(convert_log_line_prefix_template("$host|$gpu", "t") == "$host|$gpu");
+  CHECK(convert_log_line_prefix_template("${gpu}", "t") == "${{gpu}}");
+  CHECK(convert_log_line_prefix_template("${rank", "t") == "${{rank");
+  CHECK(convert_log_line_prefix_template("$RANK ${Rank}", "t") == "$RANK ${{Rank}}");
+  CHECK(convert_log_line_prefix_template("$rankX $1 $ $", "t") == "$rankX $1 $ $");
+  CHECK(convert_log_line_prefix_template("{rank}", "t") == "{{rank}}");
+  CHECK(convert_log_line_prefix_template("${ rank}", "t") == "${{ rank}}");
+  // "$$" is one "$", and the name after it is text.
+  CHECK(convert_log_line_prefix_template("$$rank$$${rank}$$", "t") == "$rank${rank}$");
+  CHECK(convert_log_line_prefix_template("", "t").empty());
 }
 
 TEST_CASE("random_run_id looks like a UUID4 and differs each time", "[launcher][parsers]") {

@@ -150,6 +150,12 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     for (const auto& piece : pieces) {
       const std::string& line = piece.text;
       if (!is_err) {
+        if (const auto at = report_begins_at(line); at != std::string::npos && at > 0) {
+          write_all(STDOUT_FILENO, batch);
+          batch.clear();
+          deliver({SplitLine{line.substr(0, at)}, SplitLine{line.substr(at)}}, false);
+          continue;
+        }
         if (auto report = decode_report(token, line)) {
           write_all(STDOUT_FILENO, batch);
           batch.clear();

@@ -22,13 +22,16 @@ constexpr std::array<std::string_view, 5> kForwardedNames = {
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHON_EXEC", "VIRTUAL_ENV"};
 constexpr std::array<std::string_view, 7> kForwardedPrefixes = {
     "CUDA_", "NCCL_", "GLOO_", "OMP_", "MKL_", "TORCH_", "PET_"};
-// PET_* of the flags that only the head reads: a remote agent must not start a cluster itself,
-// and the head gives every agent its own node rank, master and slots.
-constexpr std::array<std::string_view, 11> kHeadOnlyPet = {
-    "PET_HOSTS",        "PET_HOSTFILE",        "PET_SSH_COMMAND", "PET_REMOTE_DDPRUN",
-    "PET_CONNECT_TIMEOUT", "PET_HANGUP_TIMEOUT", "PET_FANOUT",      "PET_DRY_RUN",
-    "PET_TREE_THRESHOLD",
-    "PET_NODE_RANK",    "PET_LOCAL_ADDR"};
+// PET_* of the flags that mean something only to the command, or that it sets for each host
+// itself: a remote agent must not start a cluster itself (PET_HOSTS), run alone
+// (PET_STANDALONE) or look for the command's files on its own host (PET_TOKEN_FILE). Every
+// flag with such a role in launcher/cli.cpp is here (a launcher test checks it).
+constexpr std::array<std::string_view, 20> kHeadOnlyPet = {
+    "PET_HOSTS",          "PET_HOSTFILE",          "PET_SSH_COMMAND",  "PET_REMOTE_DDPRUN",
+    "PET_NO_STAGE",       "PET_CONNECT_TIMEOUT",   "PET_HANGUP_TIMEOUT", "PET_FANOUT",
+    "PET_TREE_THRESHOLD", "PET_DRY_RUN",           "PET_TOKEN_FILE",   "PET_NNODES",
+    "PET_NODE_RANK",      "PET_MASTER_ADDR",       "PET_MASTER_PORT",  "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",        "PET_STANDALONE",        "PET_LOCAL_ADDR",   "PET_NPROC_PER_NODE"};
 
 bool valid_env_name(std::string_view name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
@@ -131,6 +134,8 @@ const char* to_string(Report::Kind kind) {
 std::string encode_report(std::string_view token, const Report& r) {
   return fmt::format("{}{} {} {}", kReportMarker, token, to_string(r.kind), r.body.dump());
 }
+
+std::size_t report_begins_at(std::string_view line) { return line.find(kReportMarker); }
 
 std::optional<Report> decode_report(std::string_view token, std::string_view line) {
   if (!line.starts_with(kReportMarker)) return std::nullopt;

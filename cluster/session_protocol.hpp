@@ -87,6 +87,9 @@ std::string encode_report(std::string_view token, const Report& report);  // wit
 // nullopt when the line is not a report of a known kind carrying this token (an ordinary
 // output line).
 std::optional<Report> decode_report(std::string_view token, std::string_view line);
+// Where a report begins inside `line`, npos when nowhere. Past 0: a worker writing to the
+// agent's stdout itself (--raw-output) left its last line unended, and the report follows it.
+std::size_t report_begins_at(std::string_view line);
 
 // A random hex token (128 bits).
 std::string random_token();

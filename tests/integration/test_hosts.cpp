@@ -103,6 +103,35 @@ TEST_CASE("every lines reaches the console whole, with its host and rank", "[hos
   CHECK(lines_of == std::map<std::string, int>{{"0", 2000}, {"1", 2000}, {"2", 2000}, {"3", 2000}});
 }
 
+TEST_CASE("--raw-output: a worker's last line without its end does not hide the host's result",
+          "[hosts]") {
+  // The raw worker writes to the agent's own stdout, where the agent's report follows it on
+  // the same line.
+  DdprunProcess p({"--hosts=127.0.0.1,127.0.0.2", "--ssh-command=" LOCAL_SSH, "--raw-output",
+                   "--master-port=" + std::to_string(free_port()), "--no-python", "sh", "-c",
+                   "printf 'unended from rank %s' \"$RANK\""});
+  REQUIRE(p.wait(kHang) == 0);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("unended from rank 0\n"));
+  CHECK_THAT(out, Contains("unended from rank 1\n"));
+  CHECK_THAT(out, Contains("job finished on 2 hosts"));
+  CHECK(out.find("\x1e") == std::string::npos);  // no report reached the console
+}
+
+TEST_CASE("PET_STANDALONE stays with the command: the hosts still form one job", "[hosts]") {
+  TempDir dir;
+  DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2", {"-x", "FAKE_MODE=env", "-x",
+                                                   "FAKE_ENV_DIR=" + dir.path()}),
+                  {{"PET_STANDALONE", "1"}});
+  REQUIRE(p.wait(kHang) == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto env = read_env_file(dir.file("env_" + std::to_string(rank) + ".txt"));
+    INFO("rank " << rank);
+    CHECK(env["WORLD_SIZE"] == "2");
+    CHECK(env["GROUP_RANK"] == std::to_string(rank));
+  }
+}
+
 TEST_CASE("an unreachable host is reported before anything starts", "[hosts]") {
   TempDir dir;
   DdprunProcess p(on_hosts("127.0.0.1,unreachable.invalid,127.0.0.3",

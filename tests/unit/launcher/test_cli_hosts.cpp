@@ -2,8 +2,11 @@
 // told, and the mistakes caught before any host is contacted.
 
 #include <algorithm>
+#include <cctype>
 
 #include "cli_test_helpers.hpp"
+#include "cluster/remote_command.hpp"
+#include "cluster/session_protocol.hpp"
 
 using namespace ddprun;
 using namespace ddprun::test;
@@ -39,6 +42,44 @@ TEST_CASE("cli: --hosts describes the job the remote agents form", "[launcher][c
     CHECK_FALSE(flag.starts_with("--nproc-per-node"));
   }
   CHECK(c.ssh_command == std::vector<std::string>{"ssh", "-o", "BatchMode=yes"});
+}
+
+TEST_CASE("cli: --hosts tells each agent its worker count, one unless the flag or the host "
+          "says otherwise", "[launcher][cli][hosts]") {
+  const auto nproc_of = [](const LaunchConfig& config, std::size_t host) {
+    std::vector<std::string> found;
+    for (const auto& a : agent_args(config, host)) {
+      if (a == "--") break;
+      if (a.starts_with("--nproc-per-node=")) found.push_back(a);
+    }
+    return found;
+  };
+  // An agent under srun left to choose would take the Slurm step's GPU count.
+  auto plain = parse_ok({"--hosts=a,b:3", "x.py"});
+  CHECK(nproc_of(plain, 0) == std::vector<std::string>{"--nproc-per-node=1"});
+  CHECK(nproc_of(plain, 1) == std::vector<std::string>{"--nproc-per-node=3"});
+  auto gpu = parse_ok({"--hosts=a,b:3", "--nproc-per-node=gpu", "x.py"});
+  CHECK(nproc_of(gpu, 0) == std::vector<std::string>{"--nproc-per-node=gpu"});
+}
+
+TEST_CASE("cli: the PET_* form of every flag the command keeps or sets per host stays with "
+          "the command", "[launcher][cli][hosts]") {
+  // Forwarded, PET_STANDALONE would make every agent a job of its own, and PET_TOKEN_FILE
+  // would send each agent looking for the command's file on its own host.
+  int checked = 0;
+  for (auto role : {HostsRole::kNeedsHosts, HostsRole::kCommandOnly, HostsRole::kSetPerHost}) {
+    for (auto flag : flags_with_hosts_role(role)) {
+      std::string pet = "PET_";
+      for (char ch : flag) {
+        pet += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      }
+      CAPTURE(pet);
+      CHECK_FALSE(forwarded_by_default(pet));
+      ++checked;
+    }
+  }
+  CHECK(checked > 0);
+  CHECK(forwarded_by_default("PET_MAX_RESTARTS"));  // flags that travel still do
 }
 
 TEST_CASE("cli: --hosts with its own flags and an elastic rendezvous", "[launcher][cli][hosts]") {

@@ -220,12 +220,14 @@ std::optional<std::string> with_our_spelling(std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto& arg = args[i];
     if (arg == "--" || arg.size() < 2 || arg[0] != '-') return std::nullopt;
-    if (arg[1] != '-') {  // -r 3, -r3, -x NAME
+    if (arg[1] != '-') {  // -r 3, -r3, -r=3, -x NAME
       const auto letter = std::string_view(arg).substr(1, 1);
       const auto* spec = find_option({}, letter);
       const bool takes_value =
           letter == kForwardShort || (spec != nullptr && !spec->value_name.empty());
       if (takes_value && arg.size() == 2) ++i;
+      // argparse reads -r=3 as -r 3; CLI11 would keep the '='.
+      if (takes_value && arg.size() > 3 && arg[2] == '=') arg.erase(2, 1);
       continue;
     }
     const auto end = std::min(arg.find('='), arg.size());

@@ -449,6 +449,10 @@ RawOptions with_slurm_step(const RawOptions& raw, const std::map<std::string, st
   if (auto it = raw.find("rdzv-backend"); it != raw.end() && trim(it->second.text) != "static") {
     return raw;
   }
+  if (std::all_of(std::begin(kSlurmStepFlags), std::end(kSlurmStepFlags),
+                  [&](std::string_view flag) { return raw.contains(std::string(flag)); })) {
+    return raw;
+  }
   auto values = slurm_step_values(env);
   if (!values) return raw;
   RawOptions filled = raw;

@@ -21,6 +21,11 @@ struct SlurmValue {
   std::string source;  // "SLURM_NODEID", "first of SLURM_STEP_NODELIST=n[1-2]"
 };
 
+// Every flag a task of a Slurm step can fill in. A task given all of them takes nothing from
+// the step, and runs wherever it runs (an interactive srun --pty shell of several tasks).
+inline constexpr std::string_view kSlurmStepFlags[] = {
+    "nnodes", "node-rank", "master-addr", "master-port", "rdzv-id", "nproc-per-node"};
+
 // The flags a task of a Slurm step implies, in the order they are shown; nullopt when this
 // process is not a task of a step. Throws ConfigError when the step runs more than one task
 // on a node (one agent per node starts all of that node's workers).

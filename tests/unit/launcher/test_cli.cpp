@@ -138,6 +138,11 @@ TEST_CASE("short options -r and -t take attached or separate values", "[launcher
   CHECK(c.tee.for_rank(0) == Std::kOut);
   CHECK(c.tee.for_rank(1) == Std::kErr);
   CHECK(c.tee.for_rank(2) == Std::kNone);
+  // argparse's -r=3 too; the program's own -t=1 is left as it is.
+  c = parse_ok({"-r=3", "-t=0:1,1:2", "x.py", "-t=1"});
+  CHECK(c.redirects.for_rank(7) == Std::kAll);
+  CHECK(c.tee.for_rank(1) == Std::kErr);
+  CHECK(c.argv == Args{"python3", "-u", "x.py", "-t=1"});
 }
 
 TEST_CASE("an empty --flag= value stays empty and does not swallow the program",

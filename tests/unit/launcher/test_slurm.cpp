@@ -73,6 +73,24 @@ TEST_CASE("slurm: more than one task per node is a usage error saying how to fix
   expect_usage_error({"train.py"}, {"SLURM_STEP_NODELIST=n[1-"}, env);
 }
 
+TEST_CASE("slurm: a task given every flag the step could fill in takes nothing from it",
+          "[launcher][slurm]") {
+  // An interactive shell of a step of several tasks (srun --ntasks-per-node=4 --pty bash).
+  auto env = step_env();
+  env["SLURM_STEP_TASKS_PER_NODE"] = "4";
+  env["SLURM_STEP_NODELIST"] = "n[1-";
+  auto c = parse_ok({"--nnodes=1", "--node-rank=0", "--master-addr=127.0.0.1",
+                     "--master-port=29511", "--rdzv-id=mine", "--nproc-per-node=4", "train.py"},
+                    env);
+  CHECK(c.max_nodes == 1);
+  CHECK(c.master_port == 29511);
+  CHECK(c.nproc_per_node == 4);
+  // One flag short, the step is read, and its tasks refused.
+  expect_usage_error({"--nnodes=1", "--node-rank=0", "--master-addr=127.0.0.1",
+                      "--master-port=29511", "--rdzv-id=mine", "train.py"},
+                     {"4 tasks on a node"}, env);
+}
+
 TEST_CASE("slurm: --hosts=slurm is every node of the allocation, reached with srun",
           "[launcher][slurm]") {
   Env env{{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NODELIST", "gpu[1-3]"}};

@@ -60,6 +60,13 @@ std::vector<std::string> remote_shell_command(const ClusterConfig& cluster, std:
   // sends no end of connection) within about the hangup timeout, as the host's agent does.
   // Last among the options: ssh takes the first value given, so the user's own wins.
   if (std::filesystem::path(argv.front()).filename() == "ssh") {
+    // An --ssh-command of its own ("ssh -p 2222") keeps BatchMode: a host that asks for a
+    // password or a new host key's confirmation fails at once, instead of prompting on a
+    // terminal the command does not read.
+    const bool batch_mode_given = std::any_of(argv.begin(), argv.end(), [](const auto& a) {
+      return a.find("BatchMode") != std::string::npos;
+    });
+    if (!batch_mode_given) argv.insert(argv.end(), {"-o", "BatchMode=yes"});
     const auto interval = std::max<long long>(
         1, std::chrono::duration_cast<std::chrono::seconds>(cluster.hangup_timeout).count() / 3);
     argv.insert(argv.end(), {"-o", fmt::format("ServerAliveInterval={}", interval), "-o",

@@ -356,6 +356,15 @@ void build_workers_and_output(const OptionReader& options,
   if (auto* v = options.find("monitor-interval")) {
     config.monitor_interval = parse_seconds(v->text, v->label);
   }
+  // Whichever of torchrun's event handlers is named, ddprun's events go to --events-file.
+  if (auto* v = options.find("event-log-handler")) parse_nonempty(*v);
+  if (auto* v = options.find("logs-specs")) {
+    throw ConfigError(fmt::format(
+        "{}={}: torchrun's logs_specs plug-ins are Python classes, which ddprun does not load; "
+        "it writes the logs as torchrun's default does (see --log-dir, --redirects, --tee and "
+        "--local-ranks-filter)",
+        v->label, v->text));
+  }
   if (auto* v = options.find("max-restarts")) {
     config.max_restarts = parse_int_at_least(v->text, v->label, 0);
   }

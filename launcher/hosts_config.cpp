@@ -138,8 +138,14 @@ RawOptions build_hosts_config(const RawOptions& raw, const std::vector<std::stri
     if (!value.from_command_line || hosts_role(key) != HostsRole::kTravels) continue;
     cluster.agent_flags.push_back(fmt::format("--{}={}", key, value.text));
   }
-  if (options.find("log-line-prefix") == nullptr &&
-      options.find("log-line-prefix-template") == nullptr) {
+  // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, which no forwarded family holds, travels
+  // as the flag (a PET_* one travels as it is).
+  const auto* prefix_template = options.find("log-line-prefix-template");
+  if (prefix_template != nullptr && !prefix_template->from_command_line &&
+      !prefix_template->label.starts_with("PET_")) {
+    cluster.agent_flags.push_back("--log-line-prefix-template=" + prefix_template->text);
+  }
+  if (options.find("log-line-prefix") == nullptr && prefix_template == nullptr) {
     cluster.agent_flags.push_back("--log-line-prefix=[{host}:{rank}]:");
   }
   out.config.cluster = std::move(cluster);

@@ -7,11 +7,13 @@
 #include <climits>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/failure_record.hpp"
 #include "common/python_template.hpp"
 #include "common/random.hpp"
 #include "common/strings.hpp"
@@ -30,15 +32,10 @@ std::optional<Std> parse_std(std::string_view text) {
   return static_cast<Std>(*value);
 }
 
-struct SignalName {
-  std::string_view name;
-  int number;
-};
-// The signals torchrun lets users forward; others (SIGKILL, SIGSTOP, SIGCHLD) make no sense
-// to forward or cannot be caught.
-constexpr SignalName kSignals[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
-                                   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
-                                   {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+// Signals no agent can forward: uncatchable (SIGKILL, SIGSTOP), the agent's own news of its
+// workers (SIGCHLD), or the report of a fault in the agent itself, which must end it.
+constexpr int kUnforwardable[] = {SIGKILL, SIGSTOP, SIGCHLD, SIGSEGV, SIGBUS,
+                                  SIGFPE,  SIGILL,  SIGTRAP, SIGSYS};
 
 constexpr std::string_view kPrefixPlaceholders[] = {"rank", "local_rank", "node",
                                                     "host", "role",       "time"};
@@ -202,17 +199,28 @@ std::vector<int> parse_signals(std::string_view text, std::string_view label) {
     if (name.empty()) fail(label, text, "empty signal name");
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    if (!name.starts_with("SIG")) name = "SIG" + name;
-    auto it = std::find_if(std::begin(kSignals), std::end(kSignals),
-                           [&](const SignalName& s) { return s.name == name; });
-    if (it == std::end(kSignals)) {
-      fail(label, text,
-           fmt::format("unknown signal '{}' (expected SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 "
-                       "or SIGUSR2)",
-                       trim(raw_item)));
+    if (name.starts_with("SIG")) name.erase(0, 3);
+    // Any name of Python's signal module that names a standard signal, as torchrun takes it.
+    int number = 0;
+    for (int s = 1; s < SIGRTMIN && number == 0; ++s) {
+      const char* abbrev = sigabbrev_np(s);
+      if (abbrev != nullptr && name == abbrev) number = s;
     }
-    if (std::find(numbers.begin(), numbers.end(), it->number) == numbers.end()) {
-      numbers.push_back(it->number);
+    if (number == 0) {
+      fail(label, text, fmt::format("unknown signal '{}' (expected a name such as SIGTERM, "
+                                    "SIGUSR1 or SIGXCPU)",
+                                    trim(raw_item)));
+    }
+    if (std::find(std::begin(kUnforwardable), std::end(kUnforwardable), number) !=
+        std::end(kUnforwardable)) {
+      fail(label, text, fmt::format("{} cannot be forwarded: {}", signal_name(number),
+                                    number == SIGKILL || number == SIGSTOP
+                                        ? "no process can catch it"
+                                        : number == SIGCHLD ? "the agent needs it for itself"
+                                                            : "it reports a fault of the agent"));
+    }
+    if (std::find(numbers.begin(), numbers.end(), number) == numbers.end()) {
+      numbers.push_back(number);
     }
   }
   return numbers;

@@ -128,6 +128,11 @@ TEST_CASE("dry run: the reference's example prints what the reference shows", "[
   CHECK_THAT(out, Contains("  1     10.0.0.2  1        2 of 3\n"));
   CHECK_THAT(out, Contains("  command for node 0: ssh -o BatchMode=yes -o ServerAliveInterval=3 "
                            "-o ServerAliveCountMax=3 10.0.0.1 '<staging script>'\n"));
+  // An ssh command of the user's own still never prompts.
+  DdprunProcess own({"--dry-run", "--hosts=10.0.0.1", "--ssh-command=ssh -p 2222", "train.py"});
+  REQUIRE(own.wait(30s) == 0);
+  CHECK_THAT(own.output(), Contains("  command for node 0: ssh -p 2222 -o BatchMode=yes "
+                                    "-o ServerAliveInterval=3 -o ServerAliveCountMax=3 10.0.0.1 "));
   CHECK_THAT(out, Contains("    its agent's arguments (in the session's hello): "
                            "'--log-line-prefix=[{host}:{rank}]:' --nnodes=2 --node-rank=0 "
                            "--master-addr=10.0.0.1 --master-port=29500 --rdzv-id="));

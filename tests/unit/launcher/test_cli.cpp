@@ -86,6 +86,7 @@ TEST_CASE("every value flag takes both spellings and both value forms", "[launch
       {"log-line-prefix-template", "${role_name}${rank}|",
        [](auto& c) { CHECK(c.log_line_prefix == "{role}{rank}|"); }},
       {"events-file", "/tmp/ev.jsonl", [](auto& c) { CHECK(c.events_file == "/tmp/ev.jsonl"); }},
+      {"event-log-handler", "console", [](auto& c) { CHECK(c.events_file.empty()); }},
       {"log-level", "debug", [](auto& c) { CHECK(c.log_level == "debug"); }},
   };
   for (const auto& test_case : cases) {

@@ -131,6 +131,8 @@ TEST_CASE("signals, local ranks, choices and prefixes", "[launcher][cli][errors]
   expect_usage_error({"--local-ranks-filter=0,-1", "x.py"}, {"--local-ranks-filter", "'-1'"});
   expect_usage_error({"--local-ranks-filter=0,,1", "x.py"}, {"--local-ranks-filter"});
   expect_usage_error({"--start-method=thread", "x.py"}, {"--start-method=thread"});
+  expect_usage_error({"--logs_specs=my_specs", "x.py"},
+                     {"--logs-specs=my_specs", "Python classes", "--log-dir"});
   expect_usage_error({"--log-level=verbose", "x.py"}, {"--log-level=verbose"});
   expect_usage_error({"--log-line-prefix={nope}", "x.py"}, {"--log-line-prefix", "{nope}"});
   expect_usage_error({"--role=", "x.py"}, {"--role"});

@@ -82,6 +82,21 @@ TEST_CASE("cli: the PET_* form of every flag the command keeps or sets per host 
   CHECK(forwarded_by_default("PET_MAX_RESTARTS"));  // flags that travel still do
 }
 
+TEST_CASE("cli: --hosts passes torchrun's prefix template from the environment on to the "
+          "agents", "[launcher][cli][hosts]") {
+  auto config = parse_ok({"--hosts=a,b", "x.py"},
+                         {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}: "}});
+  REQUIRE(config.cluster);
+  CHECK(has(config.cluster->agent_flags, "--log-line-prefix-template=${rank}: "));
+  CHECK_FALSE(has(config.cluster->agent_flags, "--log-line-prefix=[{host}:{rank}]:"));
+  // PET_* reaches the agents in their environment.
+  config = parse_ok({"--hosts=a,b", "x.py"}, {{"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}: "}});
+  REQUIRE(config.cluster);
+  for (const auto& flag : config.cluster->agent_flags) {
+    CHECK_FALSE(flag.starts_with("--log-line-prefix"));
+  }
+}
+
 TEST_CASE("cli: --hosts with its own flags and an elastic rendezvous", "[launcher][cli][hosts]") {
   auto config = parse_ok({"--hosts=a,b,c", "--rdzv-backend=c10d", "--nnodes=2:4",
                           "--ssh-command=ssh -p 2222 -i '/keys/my key'", "--master-addr=10.9.9.9",

@@ -108,8 +108,17 @@ TEST_CASE("parse_signals converts names to numbers", "[launcher][parsers]") {
   CHECK(parse_signals("SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "s") ==
         std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
   CHECK(parse_signals(" term , SIGTERM,usr2", "s") == std::vector<int>{SIGTERM, SIGUSR2});
+  // Any standard signal torchrun's signal module names, such as Slurm's SIGXCPU.
+  CHECK(parse_signals("SIGXCPU,SIGALRM,SIGPWR", "s") ==
+        std::vector<int>{SIGXCPU, SIGALRM, SIGPWR});
+  CHECK_THROWS_WITH(parse_signals("SIGTREM", "--signals-to-handle"),
+                    Contains("--signals-to-handle=SIGTREM: unknown signal 'SIGTREM'"));
   CHECK_THROWS_WITH(parse_signals("SIGSTOP", "--signals-to-handle"),
-                    Contains("--signals-to-handle=SIGSTOP: unknown signal 'SIGSTOP'"));
+                    Contains("SIGSTOP cannot be forwarded: no process can catch it"));
+  CHECK_THROWS_WITH(parse_signals("TERM,chld", "--signals-to-handle"),
+                    Contains("SIGCHLD cannot be forwarded: the agent needs it for itself"));
+  CHECK_THROWS_WITH(parse_signals("SIGSEGV", "--signals-to-handle"),
+                    Contains("it reports a fault of the agent"));
   CHECK_THROWS_WITH(parse_signals("", "--signals-to-handle"), Contains("empty signal name"));
 }
 

@@ -35,7 +35,11 @@ std::string early_end_reason(int code, const std::deque<std::string>& stderr_lin
     return fmt::format("{} not found there (see --remote-ddprun){}", remote_ddprun, detail);
   }
   if (code == 126) return fmt::format("{} cannot be executed there{}", remote_ddprun, detail);
-  if (code == kStageFailedCode) return fmt::format("not staged{}", detail);
+  // The staging script's failure, which says so; the same code from the agent itself is its
+  // internal error.
+  if (code == kStageFailedCode && last.find("cannot stage ddprun") != std::string::npos) {
+    return fmt::format("not staged{}", detail);
+  }
   for (const auto& line : stderr_lines) {
     if (line.find(std::string(kSessionFlag)) != std::string::npos) {
       return fmt::format("{} there does not support --hosts (an older ddprun?){}", remote_ddprun,

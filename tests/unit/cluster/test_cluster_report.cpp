@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "cluster/cluster_report.hpp"
+#include "cluster/remote_session.hpp"
 #include "common/failure_record.hpp"
 #include "common/exit_codes.hpp"
 
@@ -63,4 +64,17 @@ TEST_CASE("cluster: the host that left an elastic job under its minimum is the j
   CHECK(exit_code_of(r) == 128 + 15);
   (*r.hosts[0].result)["root_cause"] = nullptr;
   CHECK(exit_code_of(r) == 128 + 15);
+}
+
+TEST_CASE("cluster: why a host ended before its checks, from its code and its last line",
+          "[cluster]") {
+  CHECK(early_end_reason(255, {"ssh: connect to host a port 22: Connection refused"}, "/x") ==
+        "cannot connect: ssh: connect to host a port 22: Connection refused");
+  CHECK(early_end_reason(127, {}, "/opt/ddprun") ==
+        "/opt/ddprun not found there (see --remote-ddprun)");
+  // The staging script and the agent's own internal error share exit code 125.
+  CHECK(early_end_reason(125, {"ddprun: cannot stage ddprun 1.0 on a: no room"}, "/x") ==
+        "not staged: ddprun: cannot stage ddprun 1.0 on a: no room");
+  CHECK(early_end_reason(kExitInternal, {"ddprun@a: internal error: oops"}, "/x") ==
+        "ended with exit code 125 before its checks: ddprun@a: internal error: oops");
 }

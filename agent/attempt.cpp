@@ -196,11 +196,9 @@ std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
   if (round_.master_port) return round_.master_port;
   const auto& conf = config_.rdzv_conf;
   const auto wait = conf.keep_alive_interval * std::max(1, conf.keep_alive_max_attempt) + 5s;
+  std::optional<int> port;
   try {
-    if (auto port = channel_.master_port(Deadline::after(wait))) return port;
-    // Withdrawn after the outcome was published: it is there to read.
-    failed = decide(channel_.outcome(Deadline::after(conf.read_timeout)));
-    return std::nullopt;
+    port = channel_.master_port(Deadline::after(wait));
   } catch (const TimeoutError&) {
     auto f = failure(ctx_.rendezvous->can_reform() ? Failure::Kind::kMembership
                                                    : Failure::Kind::kAgent,
@@ -209,9 +207,18 @@ std::optional<int> Attempt::agree_master_port(AttemptOutcome& failed) {
                                  round_.host_of(0), format_duration(wait)));
     f.lost_node = 0;
     failed = publish(f);
-    channel_.withdraw_master_port();
+    try {
+      channel_.withdraw_master_port();
+    } catch (const Error& e) {
+      // The others find the outcome anyway, by their own deadline.
+      spdlog::warn("could not withdraw the workers' master port: {}", e.what());
+    }
     return std::nullopt;
   }
+  if (port) return port;
+  // Withdrawn after the outcome was published: it is there to read.
+  failed = decide(channel_.outcome(Deadline::after(conf.read_timeout)));
+  return std::nullopt;
 }
 
 std::optional<AttemptOutcome> Attempt::start_workers() {

@@ -35,10 +35,12 @@ std::string early_end_reason(int code, const std::deque<std::string>& stderr_lin
     return fmt::format("{} not found there (see --remote-ddprun){}", remote_ddprun, detail);
   }
   if (code == 126) return fmt::format("{} cannot be executed there{}", remote_ddprun, detail);
-  // The staging script's failure, which says so; the same code from the agent itself is its
-  // internal error.
-  if (code == kStageFailedCode && last.find("cannot stage ddprun") != std::string::npos) {
-    return fmt::format("not staged{}", detail);
+  // The staging script's failure, which says so (srun may print a line of its own after it);
+  // the same code from the agent itself is its internal error.
+  if (code == kStageFailedCode) {
+    for (const auto& line : stderr_lines) {
+      if (line.find("cannot stage ddprun") != std::string::npos) return "not staged: " + line;
+    }
   }
   for (const auto& line : stderr_lines) {
     if (line.find(std::string(kSessionFlag)) != std::string::npos) {

@@ -8,6 +8,7 @@
 
 #include "cluster/host_list.hpp"
 #include "cluster/session_protocol.hpp"
+#include "common/env_map.hpp"
 #include "common/error.hpp"
 #include "common/launch_config.hpp"
 #include "common/strings.hpp"
@@ -98,6 +99,14 @@ RawOptions build_hosts_config(const RawOptions& raw, const std::vector<std::stri
   }
   // srun does its own fan-out (slurmctld and the slurmds); agents never start other agents.
   if (cluster.via_srun) cluster.tree_threshold = std::numeric_limits<int>::max();
+  // One worker per node unless said, as with any --hosts; an srun ddprun would take the GPUs.
+  if (const auto gpus = parse_int(env_value(env, "SLURM_GPUS_ON_NODE"));
+      cluster.via_srun && gpus && *gpus > 0 && options.find("nproc-per-node") == nullptr) {
+    out.warnings.push_back(fmt::format(
+        "{}=slurm: each node runs 1 worker, though the allocation has {} GPU(s) on a node "
+        "(SLURM_GPUS_ON_NODE): give --nproc-per-node={} or --nproc-per-node=gpu for one per GPU",
+        options.label("hosts"), *gpus, *gpus));
+  }
   forwarded_environment(env, forward);  // checks the names
   cluster.forward = forward;
 
@@ -142,7 +151,8 @@ RawOptions build_hosts_config(const RawOptions& raw, const std::vector<std::stri
   // as the flag (a PET_* one travels as it is).
   const auto* prefix_template = options.find("log-line-prefix-template");
   if (prefix_template != nullptr && !prefix_template->from_command_line &&
-      !prefix_template->label.starts_with("PET_")) {
+      !prefix_template->label.starts_with("PET_") &&
+      options.find("log-line-prefix") == nullptr) {
     cluster.agent_flags.push_back("--log-line-prefix-template=" + prefix_template->text);
   }
   if (options.find("log-line-prefix") == nullptr && prefix_template == nullptr) {

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cluster/head_link.hpp"
+#include "cluster/session_protocol.hpp"
 #include "cluster/subtree_relay.hpp"
 #include "common/env_map.hpp"
 #include "common/error.hpp"
@@ -82,11 +83,11 @@ int run_remote(const std::vector<std::string>& args) {
                               this_executable(), hello.version),
                   kExitHosts);
   }
-  // The agent's PET_* are the command's, from the hello. srun passes the command's whole
-  // environment on to this process as well, the PET_* forms of the command's own flags with
-  // it (PET_HOSTS would have this agent start a cluster of its own).
+  // The PET_* forms of the command's own flags and of those it sets for each host stay with
+  // it, however they reach this process: srun passes the command's whole environment on
+  // (PET_HOSTS would have this agent start a cluster of its own).
   for (const auto& [name, value] : current_environment()) {
-    if (name.starts_with("PET_") && !hello.env.contains(name)) unsetenv(name.c_str());
+    if (name.starts_with("PET_") && !forwarded_by_default(name)) unsetenv(name.c_str());
   }
   for (const auto& [name, value] : hello.env) setenv(name.c_str(), value.c_str(), 1);
   if (chdir(hello.cwd.c_str()) != 0) {

@@ -32,10 +32,14 @@ std::optional<Std> parse_std(std::string_view text) {
   return static_cast<Std>(*value);
 }
 
-// Signals no agent can forward: uncatchable (SIGKILL, SIGSTOP), the agent's own news of its
-// workers (SIGCHLD), or the report of a fault in the agent itself, which must end it.
-constexpr int kUnforwardable[] = {SIGKILL, SIGSTOP, SIGCHLD, SIGSEGV, SIGBUS,
-                                  SIGFPE,  SIGILL,  SIGTRAP, SIGSYS};
+// Signals no agent can forward: uncatchable (SIGKILL, SIGSTOP), the agent's own (SIGCHLD,
+// news of its workers; SIGPIPE, which it ignores so that a closed console cannot end it), or
+// the report of a fault in the agent itself, which must end it.
+constexpr int kUnforwardable[] = {SIGKILL, SIGSTOP, SIGCHLD, SIGPIPE, SIGSEGV,
+                                  SIGBUS,  SIGFPE,  SIGILL,  SIGTRAP, SIGSYS};
+// Python's other names for some of them, which glibc may not give.
+constexpr std::pair<std::string_view, int> kSignalAliases[] = {
+    {"IOT", SIGABRT}, {"CLD", SIGCHLD}, {"POLL", SIGIO}, {"IO", SIGIO}};
 
 constexpr std::string_view kPrefixPlaceholders[] = {"rank", "local_rank", "node",
                                                     "host", "role",       "time"};
@@ -206,6 +210,9 @@ std::vector<int> parse_signals(std::string_view text, std::string_view label) {
       const char* abbrev = sigabbrev_np(s);
       if (abbrev != nullptr && name == abbrev) number = s;
     }
+    for (const auto& [alias, signo] : kSignalAliases) {
+      if (number == 0 && name == alias) number = signo;
+    }
     if (number == 0) {
       fail(label, text, fmt::format("unknown signal '{}' (expected a name such as SIGTERM, "
                                     "SIGUSR1 or SIGXCPU)",
@@ -216,8 +223,9 @@ std::vector<int> parse_signals(std::string_view text, std::string_view label) {
       fail(label, text, fmt::format("{} cannot be forwarded: {}", signal_name(number),
                                     number == SIGKILL || number == SIGSTOP
                                         ? "no process can catch it"
-                                        : number == SIGCHLD ? "the agent needs it for itself"
-                                                            : "it reports a fault of the agent"));
+                                        : number == SIGCHLD || number == SIGPIPE
+                                              ? "the agent needs it for itself"
+                                              : "it reports a fault of the agent"));
     }
     if (std::find(numbers.begin(), numbers.end(), number) == numbers.end()) {
       numbers.push_back(number);

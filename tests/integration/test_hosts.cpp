@@ -103,7 +103,7 @@ TEST_CASE("every lines reaches the console whole, with its host and rank", "[hos
   CHECK(lines_of == std::map<std::string, int>{{"0", 2000}, {"1", 2000}, {"2", 2000}, {"3", 2000}});
 }
 
-TEST_CASE("--raw-output: a worker's last line without its end does not hide the host's result",
+TEST_CASE("raw output: a worker's last line without its end does not hide the host's result",
           "[hosts]") {
   // The raw worker writes to the agent's own stdout, where the agent's report follows it on
   // the same line.

@@ -75,6 +75,10 @@ TEST_CASE("cluster: why a host ended before its checks, from its code and its la
   // The staging script and the agent's own internal error share exit code 125.
   CHECK(early_end_reason(125, {"ddprun: cannot stage ddprun 1.0 on a: no room"}, "/x") ==
         "not staged: ddprun: cannot stage ddprun 1.0 on a: no room");
+  // srun says a line of its own after the task's.
+  CHECK(early_end_reason(125, {"ddprun: cannot stage ddprun 1.0 on a: no room",
+                               "srun: error: a: task 0: Exited with exit code 125"}, "/x") ==
+        "not staged: ddprun: cannot stage ddprun 1.0 on a: no room");
   CHECK(early_end_reason(kExitInternal, {"ddprun@a: internal error: oops"}, "/x") ==
         "ended with exit code 125 before its checks: ddprun@a: internal error: oops");
 }

@@ -89,6 +89,14 @@ TEST_CASE("cli: --hosts passes torchrun's prefix template from the environment o
   REQUIRE(config.cluster);
   CHECK(has(config.cluster->agent_flags, "--log-line-prefix-template=${rank}: "));
   CHECK_FALSE(has(config.cluster->agent_flags, "--log-line-prefix=[{host}:{rank}]:"));
+  // The flag on the command line wins, on the head as on the agents.
+  config = parse_ok({"--hosts=a,b", "--log-line-prefix={rank}:", "x.py"},
+                    {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}: "}});
+  REQUIRE(config.cluster);
+  CHECK(has(config.cluster->agent_flags, "--log-line-prefix={rank}:"));
+  for (const auto& flag : config.cluster->agent_flags) {
+    CHECK_FALSE(flag.starts_with("--log-line-prefix-template"));
+  }
   // PET_* reaches the agents in their environment.
   config = parse_ok({"--hosts=a,b", "x.py"}, {{"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}: "}});
   REQUIRE(config.cluster);

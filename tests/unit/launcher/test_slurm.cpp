@@ -107,6 +107,20 @@ TEST_CASE("slurm: --hosts=slurm is every node of the allocation, reached with sr
                      {"--ssh-command", "does not apply to --hosts=slurm"}, env);
 }
 
+TEST_CASE("slurm: --hosts=slurm on GPU nodes without a worker count says it runs one",
+          "[launcher][slurm]") {
+  Env env{{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NODELIST", "gpu[1-3]"},
+          {"SLURM_GPUS_ON_NODE", "8"}};
+  CliOutcome o = parse_command_line({"--hosts=slurm", "train.py"}, env);
+  REQUIRE(o.config);
+  REQUIRE(o.warnings.size() == 1);
+  CHECK_THAT(o.warnings[0], Catch::Contains("each node runs 1 worker"));
+  CHECK_THAT(o.warnings[0], Catch::Contains("--nproc-per-node=8"));
+  o = parse_command_line({"--hosts=slurm", "--nproc-per-node=gpu", "train.py"}, env);
+  REQUIRE(o.config);
+  CHECK(o.warnings.empty());
+}
+
 TEST_CASE("cli: torch.distributed.launch's --local_rank and --use-env", "[launcher][cli]") {
   auto c = parse_ok({"--pass-local-rank", "--nproc-per-node=2", "train.py", "--lr", "1"},
                     {{"PYTHON_EXEC", "/usr/bin/python3"}});

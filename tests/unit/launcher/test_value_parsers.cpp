@@ -111,6 +111,9 @@ TEST_CASE("parse_signals converts names to numbers", "[launcher][parsers]") {
   // Any standard signal torchrun's signal module names, such as Slurm's SIGXCPU.
   CHECK(parse_signals("SIGXCPU,SIGALRM,SIGPWR", "s") ==
         std::vector<int>{SIGXCPU, SIGALRM, SIGPWR});
+  CHECK(parse_signals("SIGIOT,SIGPOLL,SIGIO", "s") == std::vector<int>{SIGABRT, SIGIO});
+  CHECK_THROWS_WITH(parse_signals("SIGCLD", "s"), Contains("SIGCHLD cannot be forwarded"));
+  CHECK_THROWS_WITH(parse_signals("SIGPIPE", "s"), Contains("the agent needs it for itself"));
   CHECK_THROWS_WITH(parse_signals("SIGTREM", "--signals-to-handle"),
                     Contains("--signals-to-handle=SIGTREM: unknown signal 'SIGTREM'"));
   CHECK_THROWS_WITH(parse_signals("SIGSTOP", "--signals-to-handle"),

@@ -33,6 +33,7 @@
 #include "process/oom.hpp"
 #include "process/spawn.hpp"
 #include "process/standby.hpp"
+#include "process/thread_state.hpp"
 #include "process/worker_output.hpp"
 
 namespace ddprun {
@@ -88,7 +89,10 @@ class PosixProcessRunner::Impl {
         progress_interval_(progress_interval),
         standby_(std::move(standby)),
         work_(asio::make_work_guard(io_)) {
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      thread_id_ = gettid();
+      io_.run();
+    });
   }
 
   ~Impl() {
@@ -151,7 +155,9 @@ class PosixProcessRunner::Impl {
       const auto running = running_ranks();
       spdlog::info("stopping workers: {} not exited {}s after {}{}",
                    running ? fmt::format("rank(s) {} have", fmt::join(*running, ", "))
-                           : std::string("the runner's thread did not say within 1s which have"),
+                           : fmt::format("the runner's thread ({}) did not say within 1s which "
+                                         "have",
+                                         thread_whereabouts(thread_id_)),
                    std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
                    signal_name(signal),
                    signal != SIGKILL && waited < grace
@@ -754,6 +760,7 @@ class PosixProcessRunner::Impl {
   // group ended; cleared by start(). Read by stop() on the caller's thread.
   std::atomic<bool> quiet_{true};
   std::thread thread_;
+  std::atomic<pid_t> thread_id_{0};  // thread_'s, for what the kernel says of it
 };
 
 PosixProcessRunner::PosixProcessRunner(OrphanGuard* guard,

@@ -5,7 +5,8 @@ add_executable(process_unit_tests
   unit/process/test_line_splitter.cpp
   unit/process/test_oom.cpp
   unit/process/test_program_check.cpp
-  unit/process/test_standby.cpp)
+  unit/process/test_standby.cpp
+  unit/process/test_thread_state.cpp)
 target_link_libraries(process_unit_tests PRIVATE ddprun_test_main ddprun_test_support
   ddprun_process nlohmann_json::nlohmann_json)
 catch_discover_tests(process_unit_tests EXTRA_ARGS --warn NoTests TEST_PREFIX "unit: ")

@@ -34,6 +34,9 @@ namespace {
 
 constexpr auto kAskBudget = 3s;     // one look at every source
 constexpr auto kStacksBudget = 60s;  // gdb on every rank of a node
+// --watch: how many looks in a row may find no job while an agent does not answer before the
+// job counts as over (a busy agent misses one; a stopped one never answers).
+constexpr int kUnansweredFrames = 3;
 
 struct StatusOptions {
   bool json = false;
@@ -51,7 +54,7 @@ struct Lookup {
   std::vector<JobView> jobs;
   std::vector<std::string> agents;  // local: the control sockets of agents with ranks asked for
   std::string nothing;
-  std::size_t unanswered = 0;       // local: sockets that did not answer in time
+  std::vector<std::string> unanswered;  // local: the sockets that did not answer in time
 };
 
 Lookup look_locally(const StatusOptions& o) {
@@ -68,7 +71,7 @@ Lookup look_locally(const StatusOptions& o) {
     // Stacks are taken by agents, of their own ranks; a --hosts command only relays records.
     if (wanted && p.is_agent()) out.agents.push_back(p.socket);
   }
-  out.unanswered = scan.unanswered.size();
+  out.unanswered = scan.unanswered;
   if (!o.watch) {
     for (const auto& u : scan.unanswered) std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
   }
@@ -268,18 +271,26 @@ int run_status(const std::vector<std::string>& args) {
       std::setvbuf(stdout, nullptr, _IOFBF, 1 << 16);
       std::fputs("\x1b[H\x1b[2J", stdout);
     }
+    // Frames in a row that found no job while an agent did not answer.
+    int unanswered_frames = 0;
     while (true) {
       const auto next = Clock::now() + std::chrono::milliseconds(static_cast<long>(*o.watch * 1000));
       const auto found = look(o);
-      // An agent too busy to answer this once (its store slow to read) is not a job that ended.
-      if (found.jobs.empty() && found.unanswered > 0) {
+      // An agent too busy to answer this once (its store slow to read) is not a job that ended;
+      // one that stays silent (stopped, or another job's) does not keep the last frame up.
+      if (found.jobs.empty() && !found.unanswered.empty() &&
+          ++unanswered_frames < kUnansweredFrames) {
         std::this_thread::sleep_until(next);
         continue;
       }
+      unanswered_frames = 0;
       if (terminal) std::fputs("\x1b[H", stdout);
       if (found.jobs.empty()) {
         if (terminal) std::fputs("\x1b[J", stdout);
         std::fflush(stdout);
+        for (const auto& u : found.unanswered) {
+          std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
+        }
         std::fprintf(stderr, "ddprun status: %s\n", found.nothing.c_str());
         return kExitNoJob;
       }

@@ -112,8 +112,11 @@ void mark_gone(JobView& job, double now) {
   }
   for (auto& n : job.nodes) {
     if (n.has_ended() || n.round < 0 || n.round >= round) continue;
-    if (members < round_nodes && now - n.updated < kGoneAfter) continue;
-    n.state = "gone";
+    const bool fresh = now - n.updated < kGoneAfter;
+    if (members < round_nodes && fresh) continue;
+    // A live agent that waits in the rendezvous for a place in a later round (a hot spare)
+    // keeps its record fresh: it is not gone, and the job does not wait for it.
+    n.state = n.state == "rendezvous" && fresh ? "spare" : "gone";
     n.node = -1;
     n.ranks.clear();
   }

@@ -41,7 +41,8 @@ struct JobView {
 // a member of the job's newest round is shown as "gone", without rank or ranks: its record says
 // it runs in an older round (an agent that died writes no more), and either every member of the
 // newest round has written its record, or it has not been updated for kGoneAfter (`now`, unix
-// seconds): a live member publishes its change of round within moments.
+// seconds): a live member publishes its change of round within moments. A node whose fresh
+// record says it waits in the rendezvous is a spare for a later round, shown as "spare".
 inline constexpr double kGoneAfter = 15;
 std::vector<JobView> group_jobs(const std::vector<NodeStatus>& records, double now);
 

@@ -257,16 +257,27 @@ class StatusServer::Impl {
     acceptor.async_accept([this, &acceptor, control](beast::error_code ec,
                                                      typename Protocol::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) {
-        // Each listener has its own limit: clients of the metrics port, which may be reachable
-        // from other hosts, can never crowd out the user's own `ddprun status`.
-        auto& open = open_[control ? 1 : 0];
-        if (open >= options_.max_connections) {
-          socket.close();  // at the limit: the newcomer is the one turned away
-        } else {
-          ++open;
-          std::make_shared<Session<Protocol>>(std::move(socket), *this, control)->start();
+      if (ec) {
+        // Out of descriptors (EMFILE), say: the connection still waits, so an accept at once
+        // would fail again at once, in a loop. The next one comes a moment later.
+        if (!accept_failed_.exchange(true)) {
+          spdlog::warn("{}: cannot accept a connection ({}); trying again every 100ms",
+                       control ? "status socket" : "metrics port", ec.message());
         }
+        auto retry = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+        retry->async_wait([this, &acceptor, control, retry](beast::error_code timer_ec) {
+          if (!timer_ec && acceptor.is_open()) accept(acceptor, control);
+        });
+        return;
+      }
+      // Each listener has its own limit: clients of the metrics port, which may be reachable
+      // from other hosts, can never crowd out the user's own `ddprun status`.
+      auto& open = open_[control ? 1 : 0];
+      if (open >= options_.max_connections) {
+        socket.close();  // at the limit: the newcomer is the one turned away
+      } else {
+        ++open;
+        std::make_shared<Session<Protocol>>(std::move(socket), *this, control)->start();
       }
       accept(acceptor, control);
     });
@@ -277,6 +288,7 @@ class StatusServer::Impl {
   // Sessions alive, of the metrics port [0] and of the control socket [1]; they outlive io_,
   // whose end frees the last sessions.
   std::array<std::atomic<std::size_t>, 2> open_{};
+  std::atomic<bool> accept_failed_{false};  // said once: a failing accept would say it often
   asio::io_context io_;
   // Made on the first request (on the I/O thread, the only one that posts to it): a job nobody
   // watches never starts its threads.

@@ -294,6 +294,28 @@ TEST_CASE("a control socket left by a killed agent is removed even when its pid 
   CHECK_FALSE(std::filesystem::exists(path));
 }
 
+TEST_CASE("watch: an agent that never answers ends it, named, instead of freezing the frame",
+          "[status]") {
+  Runtime rt;
+  const auto dir = rt.path + "/ddprun";
+  std::filesystem::create_directory(dir);
+  ::chmod(dir.c_str(), 0700);
+  // Listening, and never answering, as a stopped agent's socket does.
+  const auto path = fmt::format("{}/{}.sock", dir, ::getpid());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 8) == 0);
+  const auto answer = status(rt, {"--watch=0.2", "--rdzv-id=silent-agent"});
+  ::close(fd);
+  CHECK(answer.code == 3);
+  CHECK_THAT(answer.output, Catch::Contains(path + ": "));
+  CHECK_THAT(answer.output, Catch::Contains("no running ddprun job 'silent-agent'"));
+}
+
 TEST_CASE("a c10d job from its store, and usage errors", "[status]") {
   Runtime rt;
   Gate finish, fail;

@@ -164,6 +164,21 @@ TEST_CASE("a node that is not a member of the newest round is gone, without its 
     CHECK(std::regex_search(table, std::regex("\n-     c +gone +0/0 ")));
   }
   {
+    // c is alive and waits for a place in a later round, a hot spare: not gone, and the job
+    // runs.
+    auto spare = c;
+    spare.state = "rendezvous";
+    const auto jobs = group_jobs({a, b, spare}, 1100);
+    const auto n = std::find_if(jobs[0].nodes.begin(), jobs[0].nodes.end(),
+                                [](const NodeStatus& x) { return x.host == "c"; });
+    REQUIRE(n != jobs[0].nodes.end());
+    CHECK(n->state == "spare");
+    CHECK(n->node == -1);
+    CHECK(jobs[0].state() == "running");
+    // Its records stopped: its agent died while it waited.
+    CHECK(gone(group_jobs({a, b, spare}, 1095 + kGoneAfter + 1)[0], "c"));
+  }
+  {
     // b has not written round 1 yet: c may be a member on its way, until its record is old.
     const auto jobs = group_jobs({a, c}, 1100);
     CHECK_FALSE(gone(jobs[0], "c"));

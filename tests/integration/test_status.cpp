@@ -45,6 +45,13 @@ struct Runtime {
     ::chmod(path.c_str(), 0700);
   }
   std::map<std::string, std::string> env() const { return {{"XDG_RUNTIME_DIR", path}}; }
+  // Its control directory, made as an agent makes it.
+  std::string control_dir() const {
+    const auto made = path + "/ddprun";
+    std::filesystem::create_directory(made);
+    ::chmod(made.c_str(), 0700);
+    return made;
+  }
 };
 
 struct Answer {
@@ -52,6 +59,17 @@ struct Answer {
   std::string out;     // stdout: the table or the JSON
   std::string output;  // stdout, then stderr
 };
+
+// A Unix socket bound at `path` in a job's control directory, not yet listening.
+int bound_unix_socket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  return fd;
+}
 
 Answer status(const Runtime& rt, std::vector<std::string> args) {
   TempDir dir;
@@ -273,19 +291,11 @@ TEST_CASE("a worker stopped by SIGSTOP shows so in ddprun status, and a signal e
 TEST_CASE("a control socket left by a killed agent is removed even when its pid is in use again",
           "[status]") {
   Runtime rt;
-  const auto dir = rt.path + "/ddprun";
-  std::filesystem::create_directory(dir);
-  ::chmod(dir.c_str(), 0700);
+  const auto dir = rt.control_dir();
   // Bound and never listened on, as an agent killed with its guardian leaves it; named after a
   // process that lives (this test), as a reused pid would be.
   const auto path = fmt::format("{}/{}.sock", dir, ::getpid());
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  ::close(fd);
+  ::close(bound_unix_socket(path));
   REQUIRE(std::filesystem::exists(path));
   // A run id of its own: other tests' jobs may run on this machine meanwhile.
   const auto answer = status(rt, {"--rdzv-id=stale-socket"});
@@ -297,17 +307,10 @@ TEST_CASE("a control socket left by a killed agent is removed even when its pid 
 TEST_CASE("watch: an agent that never answers ends it, named, instead of freezing the frame",
           "[status]") {
   Runtime rt;
-  const auto dir = rt.path + "/ddprun";
-  std::filesystem::create_directory(dir);
-  ::chmod(dir.c_str(), 0700);
+  const auto dir = rt.control_dir();
   // Listening, and never answering, as a stopped agent's socket does.
   const auto path = fmt::format("{}/{}.sock", dir, ::getpid());
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  const int fd = bound_unix_socket(path);
   REQUIRE(::listen(fd, 8) == 0);
   const auto answer = status(rt, {"--watch=0.2", "--rdzv-id=silent-agent"});
   ::close(fd);

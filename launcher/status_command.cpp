@@ -34,9 +34,9 @@ namespace {
 
 constexpr auto kAskBudget = 3s;     // one look at every source
 constexpr auto kStacksBudget = 60s;  // gdb on every rank of a node
-// --watch: how many looks in a row may find no job while an agent does not answer before the
-// job counts as over (a busy agent misses one; a stopped one never answers).
-constexpr int kUnansweredFrames = 3;
+// --watch: how long looks may find no job while an agent does not answer before the job
+// counts as over (a busy agent misses a look; a stopped one never answers).
+constexpr auto kUnansweredFor = 10s;
 
 struct StatusOptions {
   bool json = false;
@@ -271,19 +271,21 @@ int run_status(const std::vector<std::string>& args) {
       std::setvbuf(stdout, nullptr, _IOFBF, 1 << 16);
       std::fputs("\x1b[H\x1b[2J", stdout);
     }
-    // Frames in a row that found no job while an agent did not answer.
-    int unanswered_frames = 0;
+    // Since when the looks have found no job while an agent did not answer.
+    std::optional<Clock::time_point> unanswered_since;
     while (true) {
       const auto next = Clock::now() + std::chrono::milliseconds(static_cast<long>(*o.watch * 1000));
       const auto found = look(o);
       // An agent too busy to answer this once (its store slow to read) is not a job that ended;
       // one that stays silent (stopped, or another job's) does not keep the last frame up.
-      if (found.jobs.empty() && !found.unanswered.empty() &&
-          ++unanswered_frames < kUnansweredFrames) {
-        std::this_thread::sleep_until(next);
-        continue;
+      if (found.jobs.empty() && !found.unanswered.empty()) {
+        if (!unanswered_since) unanswered_since = Clock::now();
+        if (Clock::now() - *unanswered_since < kUnansweredFor) {
+          std::this_thread::sleep_until(next);
+          continue;
+        }
       }
-      unanswered_frames = 0;
+      unanswered_since.reset();
       if (terminal) std::fputs("\x1b[H", stdout);
       if (found.jobs.empty()) {
         if (terminal) std::fputs("\x1b[J", stdout);

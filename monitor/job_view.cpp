@@ -60,10 +60,12 @@ double JobView::started() const {
   return s;
 }
 bool JobView::ended() const {
-  // A node gone from the job (its agent died) never writes its end.
+  // A node gone from the job (its agent died) never writes its end; a spare's end is not the
+  // job's, which its members decide.
   return std::any_of(nodes.begin(), nodes.end(), [](const auto& n) { return n.has_ended(); }) &&
-         std::all_of(nodes.begin(), nodes.end(),
-                     [](const auto& n) { return n.has_ended() || n.state == "gone"; });
+         std::all_of(nodes.begin(), nodes.end(), [](const auto& n) {
+           return n.has_ended() || n.state == "gone" || n.state == "spare";
+         });
 }
 int JobView::exit_code() const {
   for (const auto& n : nodes) {

@@ -260,7 +260,7 @@ class StatusServer::Impl {
       if (ec) {
         // Out of descriptors (EMFILE), say: the connection still waits, so an accept at once
         // would fail again at once, in a loop. The next one comes a moment later.
-        if (!accept_failed_.exchange(true)) {
+        if (!accept_failed_[control ? 1 : 0].exchange(true)) {
           spdlog::warn("{}: cannot accept a connection ({}); trying again every 100ms",
                        control ? "status socket" : "metrics port", ec.message());
         }
@@ -270,6 +270,7 @@ class StatusServer::Impl {
         });
         return;
       }
+      accept_failed_[control ? 1 : 0] = false;
       // Each listener has its own limit: clients of the metrics port, which may be reachable
       // from other hosts, can never crowd out the user's own `ddprun status`.
       auto& open = open_[control ? 1 : 0];
@@ -288,7 +289,8 @@ class StatusServer::Impl {
   // Sessions alive, of the metrics port [0] and of the control socket [1]; they outlive io_,
   // whose end frees the last sessions.
   std::array<std::atomic<std::size_t>, 2> open_{};
-  std::atomic<bool> accept_failed_{false};  // said once: a failing accept would say it often
+  // Whether each listener's accept is failing, said once a spell: it fails every 100 ms then.
+  std::array<std::atomic<bool>, 2> accept_failed_{};
   asio::io_context io_;
   // Made on the first request (on the I/O thread, the only one that posts to it): a job nobody
   // watches never starts its threads.

@@ -177,6 +177,14 @@ TEST_CASE("a node that is not a member of the newest round is gone, without its 
     CHECK(jobs[0].state() == "running");
     // Its records stopped: its agent died while it waited.
     CHECK(gone(group_jobs({a, b, spare}, 1095 + kGoneAfter + 1)[0], "c"));
+    // Every member ended: so did the job, whatever the spare has yet to learn.
+    auto a_done = a;
+    auto b_done = b;
+    a_done.state = b_done.state = "succeeded";
+    a_done.exit_code = b_done.exit_code = 0;
+    const auto over = group_jobs({a_done, b_done, spare}, 1100);
+    CHECK(over[0].ended());
+    CHECK(over[0].state() == "succeeded");
   }
   {
     // b has not written round 1 yet: c may be a member on its way, until its record is old.

@@ -39,14 +39,8 @@ std::vector<std::string> agent_args(const LaunchConfig& config, std::size_t inde
   }
   args.push_back("--rdzv-id=" + config.rdzv_id);
   args.push_back("--local-addr=" + address_arg(host.host));
-  // Always said: an agent left to choose would take a Slurm step's GPU count (--hosts=slurm)
-  // where the plan says one worker.
-  if (host.slots) {
-    args.push_back(fmt::format("--nproc-per-node={}", *host.slots));
-  } else {
-    args.push_back("--nproc-per-node=" +
-                   (cluster.nproc_per_node.empty() ? std::string("1") : cluster.nproc_per_node));
-  }
+  args.push_back("--nproc-per-node=" +
+                 (host.slots ? std::to_string(*host.slots) : cluster.nproc_per_node));
   args.push_back("--");
   args.insert(args.end(), cluster.program_and_args.begin(), cluster.program_and_args.end());
   return args;

@@ -111,10 +111,10 @@ struct ClusterConfig {
   // rest); up to this many: the command reaches every host itself.
   int tree_threshold = 64;
   // What every remote agent gets: the flags (as "--name=value") that do not depend on the host,
-  // --nproc-per-node's text for hosts without slots (empty: the agent's default), the program
-  // and its arguments as the user gave them.
+  // --nproc-per-node's text for hosts without slots (always given: an agent left to choose
+  // would take a Slurm step's GPU count), the program and its arguments as the user gave them.
   std::vector<std::string> agent_flags;
-  std::string nproc_per_node;
+  std::string nproc_per_node = "1";
   std::vector<std::string> program_and_args;
 };
 

@@ -37,8 +37,7 @@ std::vector<int> known_sizes(const LaunchConfig& c) {
   for (const auto& host : c.cluster->hosts) {
     if (host.slots) {
       sizes.push_back(*host.slots);
-    } else if (auto n = parse_int(c.cluster->nproc_per_node.empty() ? "1"
-                                                                    : c.cluster->nproc_per_node)) {
+    } else if (auto n = parse_int(c.cluster->nproc_per_node)) {
       sizes.push_back(static_cast<int>(*n));
     } else {
       return {};  // cpu/gpu/auto: resolved on that host
@@ -80,10 +79,7 @@ json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& 
     if (c.cluster) {
       const auto& host = c.cluster->hosts[static_cast<std::size_t>(i)];
       node["host"] = host.host;
-      node["workers"] = host.slots ? json(*host.slots)
-                                   : json(c.cluster->nproc_per_node.empty()
-                                              ? std::string("1")
-                                              : c.cluster->nproc_per_node);
+      node["workers"] = host.slots ? json(*host.slots) : json(c.cluster->nproc_per_node);
       if (static_cast<std::size_t>(i) < commands.size()) node["command"] = commands[i];
     } else {
       node["host"] = c.local_addr.empty() ? json() : json(c.local_addr);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "agent/worker_env.hpp"
+#include "common/strings.hpp"
 
 namespace ddprun {
 
@@ -45,10 +46,7 @@ std::string render_prefix(const std::string& tmpl, int rank, int local_rank, int
       ++i;
       continue;
     }
-    for (char v : value->second) {
-      out += v;
-      if (v == '{' || v == '}') out += v;
-    }
+    out += double_braces(value->second);
     i += value->first.size();
   }
   return out;

@@ -83,6 +83,15 @@ std::string shell_join(const std::vector<std::string>& argv) {
   return out;
 }
 
+std::string double_braces(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '{' || c == '}') out += c;
+  }
+  return out;
+}
+
 std::vector<std::string> split_words(std::string_view text, std::string_view what) {
   std::vector<std::string> words;
   std::string word;

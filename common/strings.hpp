@@ -20,6 +20,9 @@ std::string shell_join(const std::vector<std::string>& argv);
 // escapes inside "..." and outside quotes). No expansion. Throws ConfigError naming `what` for
 // an unterminated quote.
 std::vector<std::string> split_words(std::string_view text, std::string_view what);
+// Text to stand as itself where "{name}" is a placeholder (fmt's syntax, a --log-line-prefix):
+// each brace doubled.
+std::string double_braces(std::string_view text);
 
 // Bytes (a path, an environment value, an argument: not necessarily UTF-8) as UTF-8 text that
 // JSON can carry, each byte one character (its Latin-1 reading: ASCII stays as it is), and back.

@@ -311,15 +311,7 @@ std::string convert_log_line_prefix_template(std::string_view text, std::string_
   };
   // Every brace of the user's text doubled: ddprun's prefix reads a single one as its own
   // placeholder, and "{rank}" written in torchrun's template is text, not the rank.
-  auto escape_braces = [](std::string_view literal) {
-    std::string out;
-    for (char c : literal) {
-      out += c;
-      if (c == '{' || c == '}') out += c;
-    }
-    return out;
-  };
-  return template_substitute(text, placeholder, escape_braces);
+  return template_substitute(text, placeholder, double_braces);
 }
 
 std::string random_run_id() {

@@ -32,11 +32,17 @@ std::optional<Std> parse_std(std::string_view text) {
   return static_cast<Std>(*value);
 }
 
-// Signals no agent can forward: uncatchable (SIGKILL, SIGSTOP), the agent's own (SIGCHLD,
-// news of its workers; SIGPIPE, which it ignores so that a closed console cannot end it), or
-// the report of a fault in the agent itself, which must end it.
-constexpr int kUnforwardable[] = {SIGKILL, SIGSTOP, SIGCHLD, SIGPIPE, SIGSEGV,
-                                  SIGBUS,  SIGFPE,  SIGILL,  SIGTRAP, SIGSYS};
+// Signals no agent can forward, and why: uncatchable, the agent's own (SIGCHLD, news of its
+// workers; SIGPIPE, which it ignores so that a closed console cannot end it), or the report of
+// a fault in the agent itself, which must end it.
+constexpr std::string_view kUncatchable = "no process can catch it";
+constexpr std::string_view kAgentsOwn = "the agent needs it for itself";
+constexpr std::string_view kAgentFault = "it reports a fault of the agent";
+constexpr std::pair<int, std::string_view> kUnforwardable[] = {
+    {SIGKILL, kUncatchable}, {SIGSTOP, kUncatchable}, {SIGCHLD, kAgentsOwn},
+    {SIGPIPE, kAgentsOwn},   {SIGSEGV, kAgentFault},  {SIGBUS, kAgentFault},
+    {SIGFPE, kAgentFault},   {SIGILL, kAgentFault},   {SIGTRAP, kAgentFault},
+    {SIGSYS, kAgentFault}};
 // Python's other names for some of them, which glibc may not give.
 constexpr std::pair<std::string_view, int> kSignalAliases[] = {
     {"IOT", SIGABRT}, {"CLD", SIGCHLD}, {"POLL", SIGIO}, {"IO", SIGIO}};
@@ -218,14 +224,10 @@ std::vector<int> parse_signals(std::string_view text, std::string_view label) {
                                     "SIGUSR1 or SIGXCPU)",
                                     trim(raw_item)));
     }
-    if (std::find(std::begin(kUnforwardable), std::end(kUnforwardable), number) !=
-        std::end(kUnforwardable)) {
-      fail(label, text, fmt::format("{} cannot be forwarded: {}", signal_name(number),
-                                    number == SIGKILL || number == SIGSTOP
-                                        ? "no process can catch it"
-                                        : number == SIGCHLD || number == SIGPIPE
-                                              ? "the agent needs it for itself"
-                                              : "it reports a fault of the agent"));
+    for (const auto& [signo, why] : kUnforwardable) {
+      if (signo == number) {
+        fail(label, text, fmt::format("{} cannot be forwarded: {}", signal_name(number), why));
+      }
     }
     if (std::find(numbers.begin(), numbers.end(), number) == numbers.end()) {
       numbers.push_back(number);

@@ -57,6 +57,11 @@ struct Lookup {
   std::vector<std::string> unanswered;  // local: the sockets that did not answer in time
 };
 
+// The agents that did not answer, one line each on stderr (the table goes to stdout).
+void say_unanswered(const Lookup& found) {
+  for (const auto& u : found.unanswered) std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
+}
+
 Lookup look_locally(const StatusOptions& o) {
   Lookup out;
   const auto scan = scan_local(Deadline::after(kAskBudget));
@@ -72,9 +77,6 @@ Lookup look_locally(const StatusOptions& o) {
     if (wanted && p.is_agent()) out.agents.push_back(p.socket);
   }
   out.unanswered = scan.unanswered;
-  if (!o.watch) {
-    for (const auto& u : scan.unanswered) std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
-  }
   for (auto& job : group_jobs(records, unix_seconds())) {
     if (!job.ended()) out.jobs.push_back(std::move(job));
   }
@@ -254,6 +256,7 @@ int run_status(const std::vector<std::string>& args) {
   try {
     if (!o.watch) {
       const auto found = look(o);
+      say_unanswered(found);
       if (found.jobs.empty()) {
         std::fprintf(stderr, "ddprun status: %s\n", found.nothing.c_str());
         return kExitNoJob;
@@ -290,9 +293,7 @@ int run_status(const std::vector<std::string>& args) {
       if (found.jobs.empty()) {
         if (terminal) std::fputs("\x1b[J", stdout);
         std::fflush(stdout);
-        for (const auto& u : found.unanswered) {
-          std::fprintf(stderr, "ddprun status: %s\n", u.c_str());
-        }
+        say_unanswered(found);
         std::fprintf(stderr, "ddprun status: %s\n", found.nothing.c_str());
         return kExitNoJob;
       }

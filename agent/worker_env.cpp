@@ -2,6 +2,9 @@
 
 #include <optional>
 
+#include <fmt/format.h>
+
+#include "common/failure_record.hpp"
 #include "common/python_template.hpp"
 #include "common/strings.hpp"
 
@@ -42,6 +45,13 @@ EnvMap build_worker_env(const EnvMap& base, const WorkerEnvInput& in) {
   // instead of rank 0 hosting one, and none waits out a retry for rank 0 to listen.
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
   env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
+  if (!in.signals_to_handle.empty()) {
+    // torchrun 2.x puts its --signals-to-handle in its own environment, whatever the user's
+    // environment held, and its workers inherit it; the names are Python's signal module's.
+    std::vector<std::string> names;
+    for (int s : in.signals_to_handle) names.push_back(signal_name(s));
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = fmt::format("{}", fmt::join(names, ","));
+  }
   if (in.mpi_env) {
     // Open MPI's names, for scripts written for mpirun. OMPI_COMM_WORLD_NODE_RANK is, in Open
     // MPI's words, the rank on this node across all jobs: for one job, the local rank (not the

@@ -30,6 +30,8 @@ struct WorkerEnvInput {
   // alone, the local_rank-th of the agent's list (or the local rank when the agent has none).
   bool virtual_local_rank = false;
   bool mpi_env = false;  // --mpi-env: OMPI_COMM_WORLD_* too
+  // The signals the agent passes on (TORCHELASTIC_SIGNALS_TO_HANDLE, by name); empty: unset.
+  std::vector<int> signals_to_handle;
 };
 
 // Returns `base` overlaid with the worker variables.

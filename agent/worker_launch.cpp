@@ -101,6 +101,7 @@ std::vector<WorkerLaunch> describe_launches(const LaunchConfig& config, const Ag
     in.flight_recorder_prefix = (rank_dir / "nccl_trace_rank_").string();
     in.virtual_local_rank = config.virtual_local_rank;
     in.mpi_env = config.mpi_env;
+    in.signals_to_handle = config.signals_to_handle;
 
     WorkerLaunch w;
     w.local_rank = local;

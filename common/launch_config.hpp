@@ -3,6 +3,7 @@
 // from argv and the PET_* environment; every other part receives it and never sees argv.
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -152,7 +153,9 @@ struct LaunchConfig {
   // --metrics-port (-1: off) and --metrics-addr: where the agent serves Prometheus metrics.
   int metrics_port = -1;
   std::string metrics_addr = "127.0.0.1";
-  std::vector<int> signals_to_handle;  // signal numbers
+  // The signals passed on to the workers, as numbers: torchrun's four unless
+  // --signals-to-handle names others.
+  std::vector<int> signals_to_handle{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 
   // The program.
   std::vector<std::string> argv;  // final worker command line (interpreter already prepended)

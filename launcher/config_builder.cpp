@@ -23,7 +23,6 @@
 namespace ddprun {
 namespace {
 
-constexpr const char* kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 // --node-check-mib: beyond this the check is a benchmark, not a check before the job.
 constexpr int kMaxNodeCheckMib = 1024;
 
@@ -368,9 +367,9 @@ void build_workers_and_output(const OptionReader& options,
   if (auto* v = options.find("max-restarts")) {
     config.max_restarts = parse_int_at_least(v->text, v->label, 0);
   }
-  const RawValue* signals = options.find("signals-to-handle");
-  config.signals_to_handle = signals != nullptr ? parse_signals(signals->text, signals->label)
-                                                : parse_signals(kDefaultSignals, "default");
+  if (auto* v = options.find("signals-to-handle")) {
+    config.signals_to_handle = parse_signals(v->text, v->label);
+  }
   if (auto* v = options.find("shutdown-timeout")) {
     config.shutdown_timeout = parse_seconds(v->text, v->label);
   }

@@ -1,7 +1,5 @@
 // What the modes share (launcher/modes.hpp).
 
-#include <signal.h>
-
 #include <cstdlib>
 #include <filesystem>
 
@@ -12,12 +10,6 @@
 #include "launcher/modes.hpp"
 
 namespace ddprun {
-
-// The signals passed on to the workers (--signals-to-handle, else torchrun's four).
-std::vector<int> handled_signals(const LaunchConfig& config) {
-  return config.signals_to_handle.empty() ? std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}
-                                          : config.signals_to_handle;
-}
 
 // Whether the worker program can run here, looked up on this process's PATH, and the script a
 // Python worker runs exists: a missing script fails before anything starts, with the shell's

@@ -38,9 +38,6 @@ int run_dry_run(const LaunchConfig& config);
 
 // Shared by the modes (modes.cpp).
 
-// The signals passed on to the workers (--signals-to-handle, else torchrun's four).
-std::vector<int> handled_signals(const LaunchConfig& config);
-
 // Whether the worker program can run here, looked up on this process's PATH, and a Python
 // worker's script exists.
 ProgramCheck check_worker_program(const LaunchConfig& config);

@@ -114,6 +114,7 @@ json make_plan(const LaunchConfig& c, const std::map<std::string, std::string>& 
       in.set_omp_threads = ranks[g].local_world_size > 1;
       in.virtual_local_rank = c.virtual_local_rank;
       in.mpi_env = c.mpi_env;
+      in.signals_to_handle = c.signals_to_handle;
       // Set as in a real run, so that the Flight Recorder's variables show; the value is a note.
       in.flight_recorder_prefix = kFlightRecorderNote;
       auto vars = build_worker_env(base, in);

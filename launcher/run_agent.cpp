@@ -56,7 +56,7 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   signal(SIGPIPE, SIG_IGN);
   signal(SIGXFSZ, SIG_IGN);  // a file-size limit fails a log write (reported), not the agent
   raise_open_files_limit();
-  SignalForwarder signals(handled_signals(config));
+  SignalForwarder signals(config.signals_to_handle);
   if (session != nullptr) {
     session->link->watch(session->hello.hangup_timeout, [session](const std::string& why) {
       spdlog::warn("{}: stopping the workers", why);

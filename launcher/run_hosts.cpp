@@ -23,7 +23,7 @@ int run_hosts(const LaunchConfig& config, const std::vector<std::string>& notes,
               const std::vector<std::string>& warnings) {
   signal(SIGPIPE, SIG_IGN);
   raise_open_files_limit();
-  SignalForwarder signals(handled_signals(config));
+  SignalForwarder signals(config.signals_to_handle);
   for (const auto& note : notes) spdlog::info("{}", note);
   for (const auto& warning : warnings) spdlog::warn("{}", warning);
   ClusterHead head(config, current_environment(), this_executable(),

@@ -80,6 +80,7 @@ TEST_CASE("ddprun: 1 node x 4 workers get torchrun's environment", "[launcher]")
                                                                "/error.json"));
     CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
     CHECK(env["OMP_NUM_THREADS"] == "1");
+    CHECK(env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     CHECK(env["FAKE_MODE"] == "env");  // the agent's own environment is inherited
   }
 }
@@ -89,7 +90,9 @@ TEST_CASE("ddprun: two agents with 2+1 workers agree on ranks", "[launcher]") {
   auto port = port_arg(free_port());
   std::map<std::string, std::string> env{{"FAKE_MODE", "env"}, {"FAKE_ENV_DIR", dir.path()}};
   DdprunProcess node0(fake({"--nproc-per-node=2", "--nnodes=2", "--node-rank=0", port}), env);
-  DdprunProcess node1(fake({"--nproc_per_node=1", "--nnodes=2", "--node_rank=1", port}), env);
+  DdprunProcess node1(fake({"--nproc_per_node=1", "--nnodes=2", "--node_rank=1", port,
+                            "--signals_to_handle=SIGUSR1,SIGTERM"}),
+                      env);
   REQUIRE(node0.wait() == 0);
   REQUIRE(node1.wait() == 0);
   auto e2 = read_env_file(dir.file("env_2.txt"));
@@ -104,6 +107,7 @@ TEST_CASE("ddprun: two agents with 2+1 workers agree on ranks", "[launcher]") {
   CHECK(e2["WORLD_SIZE"] == "3");
   CHECK(e2["TORCHELASTIC_RESTART_COUNT"] == "0");
   CHECK(e2["TORCHELASTIC_RUN_ID"] == "none");
+  CHECK(e2["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGUSR1,SIGTERM");
   auto e0 = read_env_file(dir.file("env_0.txt"));
   auto e1 = read_env_file(dir.file("env_1.txt"));
   CHECK(e0["GROUP_RANK"] == "0");

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "agent/worker_env.hpp"
@@ -92,6 +93,16 @@ TEST_CASE("TORCH_NCCL_ASYNC_ERROR_HANDLING is inherited when set, else 1", "[age
             .at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(build_worker_env({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}}, in)
             .at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
+}
+
+TEST_CASE("TORCHELASTIC_SIGNALS_TO_HANDLE names the handled signals, as torchrun 2.x sets it",
+          "[agent][env]") {
+  auto in = node1_of_two_plus_one();
+  CHECK(build_worker_env({}, in).count("TORCHELASTIC_SIGNALS_TO_HANDLE") == 0);
+  in.signals_to_handle = {SIGUSR1, SIGTERM, SIGXCPU};
+  // torchrun sets it over whatever its own environment held.
+  CHECK(build_worker_env({{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT"}}, in)
+            .at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGUSR1,SIGTERM,SIGXCPU");
 }
 
 TEST_CASE("OMP_NUM_THREADS is 1 only when asked for and not already set", "[agent][env]") {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -62,10 +63,14 @@ std::string control_dir() {
   return dir;
 }
 
-std::vector<std::string> control_dirs_to_scan() {
+std::vector<std::string> control_dirs_to_scan(const std::string& user_runtime_root) {
+  // An agent started in a login session has the session's XDG_RUNTIME_DIR, systemd's
+  // <root>/<uid>, where a `ddprun status` run by cron, su or sudo may have none.
+  const auto login_session = fmt::format("{}/{}/ddprun", user_runtime_root, geteuid());
   std::vector<std::string> dirs;
-  for (const auto& dir : {runtime_control_dir(), tmp_control_dir()}) {
-    if (!dir.empty() && why_not_private(dir).empty()) dirs.push_back(dir);
+  for (const auto& dir : {runtime_control_dir(), login_session, tmp_control_dir()}) {
+    if (dir.empty() || std::find(dirs.begin(), dirs.end(), dir) != dirs.end()) continue;
+    if (why_not_private(dir).empty()) dirs.push_back(dir);
   }
   return dirs;
 }

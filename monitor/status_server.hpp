@@ -60,8 +60,10 @@ std::string control_dir();
 std::string control_socket_path();
 
 // The directories where this user's processes may have their sockets, for `ddprun status`:
-// $XDG_RUNTIME_DIR/ddprun and /tmp/ddprun-<uid> (an agent started without XDG_RUNTIME_DIR, by
-// ssh or Slurm, uses the second), each only when it exists and passes control_dir()'s checks.
-std::vector<std::string> control_dirs_to_scan();
+// $XDG_RUNTIME_DIR/ddprun, <user_runtime_root>/<uid>/ddprun (a login session's, for a status
+// run without XDG_RUNTIME_DIR) and /tmp/ddprun-<uid> (an agent started without
+// XDG_RUNTIME_DIR, by ssh or Slurm, uses it), each only when it exists and passes
+// control_dir()'s checks.
+std::vector<std::string> control_dirs_to_scan(const std::string& user_runtime_root = "/run/user");
 
 }  // namespace ddprun

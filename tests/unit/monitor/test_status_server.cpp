@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -134,6 +135,17 @@ TEST_CASE("the control directory must be this user's alone, a dead agent's socke
     ~Env() { old ? ::setenv("XDG_RUNTIME_DIR", old->c_str(), 1) : ::unsetenv("XDG_RUNTIME_DIR"); }
   } env(runtime);
   CHECK(control_dir() == runtime + "/ddprun");
+  // A login session's directory is scanned as well, only while it is private.
+  const auto run_user = dir.file("run-user");
+  const auto session = run_user + "/" + std::to_string(::geteuid()) + "/ddprun";
+  std::filesystem::create_directories(session);
+  ::chmod(session.c_str(), 0700);
+  auto dirs = control_dirs_to_scan(run_user);
+  CHECK(std::count(dirs.begin(), dirs.end(), runtime + "/ddprun") == 1);
+  CHECK(std::count(dirs.begin(), dirs.end(), session) == 1);
+  ::chmod(session.c_str(), 0750);
+  dirs = control_dirs_to_scan(run_user);
+  CHECK(std::count(dirs.begin(), dirs.end(), session) == 0);
   ::chmod((runtime + "/ddprun").c_str(), 0770);
   CHECK_THROWS_WITH(control_dir(), Catch::Contains("only user"));
   ::chmod((runtime + "/ddprun").c_str(), 0700);

@@ -44,10 +44,25 @@ void StatusPublisher::finish(std::chrono::milliseconds timeout) {
   }
 }
 
+std::unique_ptr<store::Store> StatusPublisher::open(Deadline deadline) {
+  while (true) {
+    const auto slice = deadline.min(Deadline::after(kOpenTry));
+    try {
+      return open_store_(slice);
+    } catch (const std::exception&) {
+      // A try that failed early (refused at once) waits out its slice, so that a store that
+      // is gone costs a try every kOpenTry, not a busy loop.
+      std::unique_lock lock(mutex_);
+      cv_.wait_until(lock, slice.when(), [&] { return stopping_ || final_; });
+      if (stopping_ || final_ || deadline.expired()) throw;
+    }
+  }
+}
+
 bool StatusPublisher::publish(Deadline deadline) {
   try {
     if (!store_) {
-      auto store = open_store_(deadline);
+      auto store = open(deadline);
       std::lock_guard lock(mutex_);
       if (stopping_) return false;
       store_ = std::move(store);

@@ -7,7 +7,8 @@
 // the next attempt's start, at most `between_attempts` after the last write. The store's load
 // is therefore at most one write per agent per second, and one per `period` while nothing
 // happens. It runs on a thread and a store connection of its own; a store it cannot reach
-// costs it a retry at the next period, never the agent's work.
+// costs it a retry at the next period, never the agent's work, and holds the agent's end
+// no longer than one try to connect.
 
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +28,8 @@ class StatusPublisher {
   static constexpr std::chrono::milliseconds kFirstWrite{1000};
   static constexpr std::chrono::milliseconds kSettle{250};
   static constexpr std::chrono::seconds kBetweenAttempts{5};
+  // The longest one try to open the store may hold the end of the run or a stop.
+  static constexpr std::chrono::milliseconds kOpenTry{500};
 
   // `augment` adds what the board does not know (CPU and memory from /proc).
   StatusPublisher(StatusBoard& board, store::StoreOpener open_store,
@@ -44,6 +47,8 @@ class StatusPublisher {
  private:
   void run();
   bool publish(Deadline deadline);
+  // The store, opened in tries of kOpenTry until `deadline`, the end of the run or a stop.
+  std::unique_ptr<store::Store> open(Deadline deadline);
 
   StatusBoard& board_;
   store::StoreOpener open_store_;

@@ -3,8 +3,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -114,4 +117,40 @@ TEST_CASE("status publisher: the end of the run ends a wait between attempts", "
   fail(p.board);
   p.publisher.finish(kHang);
   CHECK(p.states() == std::vector<std::string>{"running", "stopping"});
+}
+
+TEST_CASE("status publisher: a store that is gone holds the end for one try, not a deadline",
+          "[status]") {
+  // An opener that never connects and gives up only at its deadline, as a client of a store
+  // whose host is gone does; it notes how long each try was allowed.
+  std::mutex mutex;
+  std::vector<Clock::duration> allowed;
+  StatusBoard board("run", "static", "hostA", 3);
+  auto publisher = std::make_unique<StatusPublisher>(
+      board,
+      [&](Deadline deadline) -> std::unique_ptr<store::Store> {
+        {
+          std::lock_guard lock(mutex);
+          allowed.push_back(deadline.remaining());
+        }
+        std::this_thread::sleep_until(deadline.when());
+        throw std::runtime_error("could not connect");
+      },
+      std::function<void(NodeStatus&)>{}, std::chrono::hours(1));
+  start_workers(board, 101);
+  REQUIRE(test::wait_until(
+      [&] {
+        std::lock_guard lock(mutex);
+        return !allowed.empty();
+      },
+      kHang));
+  // The agent ends while the publisher tries to connect: its end is held for what is left of
+  // one try (StatusPublisher::kOpenTry), not for the write's whole deadline of 5 s.
+  const auto start = Clock::now();
+  fail(board);
+  publisher->finish(1s);
+  publisher.reset();
+  CHECK(Clock::now() - start < 4s);
+  std::lock_guard lock(mutex);
+  for (const auto& a : allowed) CHECK(a <= StatusPublisher::kOpenTry);
 }

@@ -289,7 +289,7 @@ struct ClusterHead::Impl {
     // The host and those it relayed leave at once: they are counted out together, then judged
     // once, by the first of them that left on its own.
     losing_subtree = true;
-    ended(top[t].node, code, "");
+    ended(top[t].node, code, sessions[t]->lost());
     lose_subtree(top[t], was_ready ? fmt::format("lost with the connection to {} (node {}), "
                                                  "which relayed it",
                                                  h.spec.host, h.node)
@@ -394,8 +394,7 @@ struct ClusterHead::Impl {
   }
 
   void ping() {
-    ping_timer.expires_after(std::max<Clock::duration>(cluster.hangup_timeout / 4,
-                                                       std::chrono::milliseconds(50)));
+    ping_timer.expires_after(keep_alive_every(cluster.hangup_timeout));
     ping_timer.async_wait([this](boost::system::error_code ec) {
       if (ec || finished) return;
       for (std::size_t t = 0; t < next_to_start; ++t) {
@@ -503,7 +502,8 @@ struct ClusterHead::Impl {
                                          : nullptr,
                                   [this](bool is_err, const std::string& line, std::string& batch) {
                                     return console_line(is_err, line, batch);
-                                  }}));
+                                  }},
+          cluster.hangup_timeout));
     }
     if (tree) {
       spdlog::info("starting agents on {} hosts with {}: {} directly, each of those starting "

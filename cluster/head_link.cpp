@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/error.hpp"
@@ -101,30 +103,40 @@ bool HeadLink::wait_for_go(std::chrono::milliseconds silence, std::string* why) 
 }
 
 void HeadLink::watch(std::chrono::milliseconds silence,
-                     std::function<void(const std::string&)> on_lost) {
-  watcher_ = std::thread([this, silence, on_lost = std::move(on_lost)] {
-    watch_loop(silence, on_lost);
-  });
+                     std::function<void(const std::string&)> on_lost, Report alive,
+                     std::string token) {
+  watcher_ = std::thread([this, silence, on_lost = std::move(on_lost), alive = std::move(alive),
+                          token = std::move(token)] { watch_loop(silence, on_lost, alive, token); });
 }
 
 void HeadLink::watch_loop(std::chrono::milliseconds silence,
-                          std::function<void(const std::string&)> on_lost) {
+                          const std::function<void(const std::string&)>& on_lost,
+                          const Report& alive, const std::string& token) {
+  const auto every = keep_alive_every(silence);
+  auto heard = Clock::now();
+  auto next_alive = Clock::now();
   std::string line;
   for (;;) {
+    if (Clock::now() >= next_alive) {
+      report(alive, token);
+      next_alive = Clock::now() + every;
+    }
     Got got;
     try {
-      got = next_line(Deadline::after(silence), &line);
+      got = next_line(Deadline::at(std::min(heard + silence, next_alive)), &line);
     } catch (const Error& e) {
       on_lost(e.what());
       ::kill(getpid(), SIGTERM);
       return;
     }
     if (got == Got::kLine) {
+      heard = Clock::now();
       auto control = decode_control(line);
       if (control && forward_) forward_(line);
       if (control && control->kind == Control::Kind::kSignal) ::kill(getpid(), control->signal);
       continue;
     }
+    if (got == Got::kTimeout && Clock::now() < heard + silence) continue;  // time for "alive"
     // The destructor's wake-up also reads as the end: tell them apart by the wake pipe.
     pollfd wake{wake_[0], POLLIN, 0};
     if (poll(&wake, 1, 0) > 0) return;

@@ -4,6 +4,8 @@
 // stdout. Once the workers may start, a thread watches stdin: "signal N" is delivered to this
 // process as if it had received signal N (so the agent's usual signal path handles it), and a
 // closed or silent connection (the command died, or its host is unreachable) counts as SIGTERM.
+// The same thread sends the command a sign of life as often as the command pings, so that the
+// command learns of a host gone silent whatever the remote shell.
 
 #include <atomic>
 #include <functional>
@@ -34,13 +36,16 @@ class HeadLink {
   void forward_to(std::function<void(const std::string&)> forward) { forward_ = std::move(forward); }
   // Starts the watcher thread. Call after the signal handling is set up (the thread inherits
   // the blocked signal mask). `on_lost` is called once, with the reason, before SIGTERM.
-  void watch(std::chrono::milliseconds silence, std::function<void(const std::string&)> on_lost);
+  // `alive` (with the token) is reported at once, then every quarter of `silence`.
+  void watch(std::chrono::milliseconds silence, std::function<void(const std::string&)> on_lost,
+             Report alive, std::string token);
 
  private:
   enum class Got { kLine, kEnd, kTimeout };
   Got next_line(Deadline deadline, std::string* line);
   void watch_loop(std::chrono::milliseconds silence,
-                  std::function<void(const std::string&)> on_lost);
+                  const std::function<void(const std::string&)>& on_lost, const Report& alive,
+                  const std::string& token);
 
   int in_fd_;
   int out_fd_;

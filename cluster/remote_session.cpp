@@ -52,9 +52,10 @@ std::string early_end_reason(int code, const std::deque<std::string>& stderr_lin
 }
 
 struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State> {
-  State(asio::io_context& context, std::vector<std::string> a, std::string t, Handlers h)
+  State(asio::io_context& context, std::vector<std::string> a, std::string t, Handlers h,
+        std::chrono::milliseconds s)
       : io(context), argv(std::move(a)), token(std::move(t)), handlers(std::move(h)), in(io),
-        out(io), err(io) {}
+        out(io), err(io), silence(s), silence_timer(io) {}
 
   asio::io_context& io;
   std::vector<std::string> argv;
@@ -82,6 +83,11 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   bool exited = false;
   bool ended = false;
   int code = 0;
+  std::chrono::milliseconds silence;
+  Clock::time_point heard;  // the remote shell's last output, either stream
+  asio::steady_timer silence_timer;
+  bool watching = false;  // the agent said it is alive: its silence counts from now on
+  std::string lost;
 
   struct Stream {
     LineSplitter splitter{1 << 20};
@@ -130,6 +136,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
           self->exited = true;
           self->code =
               ec ? 255 : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+          self->silence_timer.cancel();
           self->maybe_end();
         });
   }
@@ -144,6 +151,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
         self->maybe_end();
         return;
       }
+      self->heard = Clock::now();
       self->deliver(stream.splitter.feed(std::string_view(stream.chunk.data(), n)), is_err);
       self->read(pipe, stream, is_err);
     });
@@ -169,6 +177,13 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
             reported = true;
             for (const auto& held_line : held_input) send(held_line);
             held_input.clear();
+          }
+          if (report->kind == Report::Kind::kAlive) {
+            if (!watching) {
+              watching = true;
+              watch_silence();
+            }
+            continue;
           }
           if (handlers.on_report) handlers.on_report(*report);
           continue;
@@ -245,6 +260,25 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     }
   }
 
+  // Checks as often as the agent speaks: a remote shell silent for `silence` is ended, which
+  // ends this session as the shell's own end would.
+  void watch_silence() {
+    silence_timer.expires_after(keep_alive_every(silence));
+    silence_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->exited) return;
+      const auto quiet = Clock::now() - self->heard;
+      if (quiet < self->silence) {
+        self->watch_silence();
+        return;
+      }
+      self->lost = fmt::format("heard nothing from its agent for {} (it says it is alive every "
+                               "{})",
+                               format_duration(quiet),
+                               format_duration(keep_alive_every(self->silence)));
+      if (self->pid > 0) ::kill(-self->pid, SIGKILL);
+    });
+  }
+
   void maybe_end() {
     if (ended || !exited || open_streams > 0) return;
     ended = true;
@@ -295,9 +329,10 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
 };
 
 RemoteSession::RemoteSession(asio::io_context& io, std::vector<std::string> argv,
-                             std::string token, Handlers handlers)
-    : state_(std::make_shared<State>(io, std::move(argv), std::move(token),
-                                     std::move(handlers))) {}
+                             std::string token, Handlers handlers,
+                             std::chrono::milliseconds silence)
+    : state_(std::make_shared<State>(io, std::move(argv), std::move(token), std::move(handlers),
+                                     silence)) {}
 
 RemoteSession::~RemoteSession() {
   if (state_->pid > 0 && !state_->exited) ::kill(-state_->pid, SIGKILL);
@@ -319,6 +354,7 @@ void RemoteSession::kill() {
 }
 void RemoteSession::release_stderr() { state_->release(); }
 const std::deque<std::string>& RemoteSession::stderr_tail() const { return state_->tail; }
+const std::string& RemoteSession::lost() const { return state_->lost; }
 int RemoteSession::pid() const { return state_->pid; }
 const RemoteSession::Staging& RemoteSession::staging() const { return state_->staging; }
 

@@ -3,8 +3,12 @@
 // the session on its stdin, and its stdout and stderr relayed line by line to the command's own
 // stdout and stderr, one write per batch of whole lines (lines from different hosts never
 // interleave). Report lines carrying the job's token are taken out of the stream and handed to
-// `on_report`. Everything runs on the io_context's thread.
+// `on_report`. From the agent's first sign of life ("alive") on, a remote shell that brings
+// nothing for `silence` is ended (lost() says why): a host that froze or fell off the network
+// under a remote shell without a keep-alive of its own (srun) is not waited for. Everything
+// runs on the io_context's thread.
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -54,7 +58,7 @@ class RemoteSession {
 
   // `argv`: the remote shell's command line, host and remote command included.
   RemoteSession(boost::asio::io_context& io, std::vector<std::string> argv, std::string token,
-                Handlers handlers);
+                Handlers handlers, std::chrono::milliseconds silence);
   ~RemoteSession();  // SIGKILLs the process if it still runs
   RemoteSession(const RemoteSession&) = delete;
   RemoteSession& operator=(const RemoteSession&) = delete;
@@ -74,6 +78,8 @@ class RemoteSession {
   void release_stderr();
   // Its last stderr lines (held or printed).
   const std::deque<std::string>& stderr_tail() const;
+  // Why this session ended its remote shell itself (it fell silent); empty otherwise.
+  const std::string& lost() const;
   int pid() const;
   const Staging& staging() const;
 

@@ -127,6 +127,8 @@ const char* to_string(Report::Kind kind) {
       return "ended";
     case Report::Kind::kNodeCheck:
       return "node_check";
+    case Report::Kind::kAlive:
+      return "alive";
   }
   return "?";
 }
@@ -151,7 +153,7 @@ std::optional<Report> decode_report(std::string_view token, std::string_view lin
   Report r;
   bool known = false;
   for (auto kind : {Report::Kind::kReady, Report::Kind::kRefused, Report::Kind::kResult,
-                    Report::Kind::kEnded, Report::Kind::kNodeCheck}) {
+                    Report::Kind::kEnded, Report::Kind::kNodeCheck, Report::Kind::kAlive}) {
     if (word == to_string(kind)) {
       r.kind = kind;
       known = true;

@@ -11,7 +11,9 @@
 //   agent -> head, on the agent's stdout among its workers' lines:
 //     "<marker><token> <kind> <JSON>": kind "ready" (checks passed), "refused" (a check failed:
 //     reason), "node_check" (--node-check's table, from the job's group rank 0), "result" (the
-//     agent's end: summary, root cause, exit code).
+//     agent's end: summary, root cause, exit code), and from "go" on, "alive" at least every
+//     quarter of the hangup timeout, by which the command tells a silent host from a quiet one
+//     whatever the remote shell (srun has no keep-alive of ssh's kind).
 // The token is random per job and known only to the head and its agents (workers do not get
 // it), so a worker cannot forge a report by printing one.
 
@@ -57,6 +59,12 @@ struct SessionHello {
   }
 };
 
+// How often each side speaks when it has nothing to say (the command's "ping", the agent's
+// "alive"): four times within the silence the other side allows.
+inline std::chrono::milliseconds keep_alive_every(std::chrono::milliseconds silence) {
+  return std::max(silence / 4, std::chrono::milliseconds(50));
+}
+
 std::string encode_hello(const SessionHello& hello);  // one line, without '\n'
 // Throws Error naming what is wrong.
 SessionHello decode_hello(std::string_view line);
@@ -77,11 +85,13 @@ struct Report {
     kEnded,    // from a relay (tree fan-out): a subtree host's remote shell exited (body: code,
                // stderr_tail, lost)
     kNodeCheck,  // --node-check's verdict for every host, as a table (body: table, findings)
+    kAlive,      // the agent runs (body: the node alone); RemoteSession takes it
   };
   Kind kind = Kind::kReady;
   nlohmann::json body;  // every body has the host's "node"
 };
-// The kind as it is written on the line: "ready", "refused", "result", "ended", "node_check".
+// The kind as it is written on the line: "ready", "refused", "result", "ended", "node_check",
+// "alive".
 const char* to_string(Report::Kind kind);
 std::string encode_report(std::string_view token, const Report& report);  // without '\n'
 // nullopt when the line is not a report of a known kind carrying this token (an ordinary

@@ -34,7 +34,8 @@ struct SubtreeRelay::Impl {
                                     }
                                   },
                                   // Lines pass up as they are: the command folds them.
-                                  nullptr}));
+                                  nullptr},
+          hello.hangup_timeout));
     }
     answered.assign(entries.size(), false);
     running = entries.size();
@@ -132,7 +133,7 @@ struct SubtreeRelay::Impl {
                                            hello.host)}}},
                   hello.token);
     }
-    send_ended(entries[i].node, code, lines, "");
+    send_ended(entries[i].node, code, lines, sessions[i]->lost());
     lose(entries[i], was_ready ? fmt::format("lost with the connection from {} to {} (node {})",
                                              hello.host, entries[i].host, entries[i].node)
                                : fmt::format("not reached: {} (node {}), which starts it, failed",

@@ -58,10 +58,13 @@ int run_agent(const LaunchConfig& config, const std::vector<std::string>& notes,
   raise_open_files_limit();
   SignalForwarder signals(config.signals_to_handle);
   if (session != nullptr) {
-    session->link->watch(session->hello.hangup_timeout, [session](const std::string& why) {
-      spdlog::warn("{}: stopping the workers", why);
-      if (session->relay != nullptr) session->relay->close_all();
-    });
+    session->link->watch(
+        session->hello.hangup_timeout,
+        [session](const std::string& why) {
+          spdlog::warn("{}: stopping the workers", why);
+          if (session->relay != nullptr) session->relay->close_all();
+        },
+        {Report::Kind::kAlive, {{"node", session->hello.node}}}, session->hello.token);
   }
 
   for (const auto& note : notes) spdlog::info("{}", note);

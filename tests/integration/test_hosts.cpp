@@ -186,6 +186,47 @@ TEST_CASE("SIGKILL of the command leaves nothing on any host", "[hosts]") {
   CHECK(wait_until_dead(pids, kHang));
 }
 
+TEST_CASE("a host whose agent falls silent is ended by the command, whatever the remote shell",
+          "[hosts]") {
+  // The stand-in for ssh has no keep-alive (as srun has none): only the agent's signs of life
+  // tell the command that its host still runs. A stopped agent is a frozen host.
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2",
+                           {"-x", "FAKE_MODE=grandchild", "-x", "FAKE_PID_FILE=" + pid_file,
+                            "--hangup-timeout=2", "--shutdown-timeout=2"}));
+  REQUIRE(wait_until([&] { return read_lines(pid_file).size() == 4; }, kHang));
+  const auto pids = read_lines(pid_file);
+  // The agent of node 1: the parent of the worker whose environment says RANK=1. The lines
+  // come in pairs, a worker and its child.
+  pid_t agent = -1;
+  std::vector<std::string> frozen;
+  std::vector<std::string> others;
+  for (std::size_t i = 0; i + 1 < pids.size(); i += 2) {
+    std::ifstream in("/proc/" + pids[i] + "/environ");
+    const std::string env = '\0' + std::string((std::istreambuf_iterator<char>(in)),
+                                               std::istreambuf_iterator<char>());
+    const bool rank1 = env.find(std::string("\0RANK=1\0", 8)) != std::string::npos;
+    if (rank1) agent = parent_of(std::stoi(pids[i]));
+    (rank1 ? frozen : others).insert((rank1 ? frozen : others).end(), {pids[i], pids[i + 1]});
+  }
+  REQUIRE(agent > 1);
+  kill(agent, SIGSTOP);
+  const int code = p.wait(kHang);
+  const auto out = p.output();
+  INFO("output:\n" << out);
+  CHECK(code != 0);
+  CHECK_THAT(out, Contains("host 127.0.0.2 (node 1): heard nothing from its agent for"));
+  CHECK(wait_until_dead(others, kHang));
+  // The frozen host's processes are the test's to end: the stand-in for ssh runs them here, in
+  // the remote shell's process group, which the command's end of the connection took whole
+  // (its agent's guardian with it), where a real host's would stay with it.
+  if (process_alive(agent)) kill(agent, SIGKILL);
+  for (const auto& pid : frozen) {
+    if (process_alive(std::stoi(pid))) kill(std::stoi(pid), SIGKILL);
+  }
+}
+
 TEST_CASE("forwarded values and the store's secret never appear on a command line", "[hosts]") {
   TempDir dir;
   {

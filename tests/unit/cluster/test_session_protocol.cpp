@@ -97,7 +97,7 @@ TEST_CASE("session: a report counts only with the job's token", "[cluster][sessi
   CHECK_FALSE(decode_report(token, line.replace(line.find(" ready "), 7, " later ")));
   // Every kind comes back as itself: the node check's table too, lines and all.
   for (auto kind : {Report::Kind::kReady, Report::Kind::kRefused, Report::Kind::kResult,
-                    Report::Kind::kEnded, Report::Kind::kNodeCheck}) {
+                    Report::Kind::kEnded, Report::Kind::kNodeCheck, Report::Kind::kAlive}) {
     INFO(to_string(kind));
     const Report report{kind, {{"node", 2}, {"table", "Node check: 3 nodes\n  0  a\n"}}};
     const auto encoded = encode_report(token, report);

@@ -215,6 +215,17 @@ const OptionSpec* find_option(std::string_view long_name, std::string_view short
 // CLI11's own long options, which an abbreviation may also name (argparse's --he is --help).
 constexpr std::string_view kBuiltinLongNames[] = {"help", "version"};
 
+// torchrun's long options over its versions (1.13 to 2.x), in our spelling: where ddprun's own
+// options make a prefix ambiguous that torchrun reads as one of these, the prefix means what
+// it means to torchrun (--event=x is --event-log-handler, not also --events-file).
+constexpr std::string_view kTorchrunLongNames[] = {
+    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
+    "standalone", "max-restarts", "monitor-interval", "start-method", "event-log-handler", "role",
+    "module", "no-python", "run-path", "log-dir", "redirects", "tee", "local-ranks-filter",
+    "node-rank", "master-addr", "master-port", "local-addr", "logs-specs",
+    "log-line-prefix-template", "numa-binding", "virtual-local-rank", "signals-to-handle",
+    "duplicate-stdout-filters", "duplicate-stderr-filters", "help"};
+
 // Rewrites ddprun's own arguments, which end at the program (the first positional) or at
 // "--", to the names CLI11 knows: torchrun's spelling (--nproc_per_node) and abbreviations
 // (--nproc_per=2) become --nproc-per-node. The program's own arguments are never touched.
@@ -383,7 +394,16 @@ LongOptionMatch match_long_option(std::string_view name) {
   }
   if (candidates.size() == 1) return {std::move(candidates.front()), {}};
   if (candidates.empty()) return {};
+  const auto of_torchrun = std::count_if(candidates.begin(), candidates.end(), is_torchrun_option);
+  if (of_torchrun == 1) {
+    return {*std::find_if(candidates.begin(), candidates.end(), is_torchrun_option), {}};
+  }
   return {{}, std::move(candidates)};
+}
+
+bool is_torchrun_option(std::string_view name) {
+  return std::find(std::begin(kTorchrunLongNames), std::end(kTorchrunLongNames), name) !=
+         std::end(kTorchrunLongNames);
 }
 
 std::string help_text() {

@@ -53,14 +53,17 @@ std::vector<std::string_view> flags_with_hosts_role(HostsRole role);
 std::vector<std::string_view> long_option_names();
 
 // What "--NAME" stands for, by argparse's rules, which torchrun's command line follows: an exact
-// name first; otherwise a prefix of exactly one option's name stands for it, and a prefix of
-// several is an error naming them. `name` is in our spelling (dashes, not underscores), so an
-// option's two spellings count as one.
+// name first; otherwise a prefix of exactly one option's name stands for it, or of exactly one
+// of torchrun's among several (what torchrun reads it as), and any other prefix of several is
+// an error naming them. `name` is in our spelling (dashes, not underscores), so an option's two
+// spellings count as one.
 struct LongOptionMatch {
   std::string name;                     // the full name; empty when unknown or ambiguous
   std::vector<std::string> candidates;  // every name it is a prefix of, when ambiguous
 };
 LongOptionMatch match_long_option(std::string_view name);
+// Whether torchrun (of some version) has this long option; `name` in our spelling.
+bool is_torchrun_option(std::string_view name);
 
 // The full --help text.
 std::string help_text();

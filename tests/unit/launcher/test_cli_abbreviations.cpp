@@ -32,6 +32,7 @@ TEST_CASE("cli: every prefix of every long option resolves or is refused as ambi
           "[launcher][cli][abbrev]") {
   int unique = 0;
   int ambiguous = 0;
+  int torchruns = 0;
   for (auto name : long_option_names()) {
     for (std::size_t length = 1; length <= name.size(); ++length) {
       const std::string prefix(name.substr(0, length));
@@ -45,6 +46,12 @@ TEST_CASE("cli: every prefix of every long option resolves or is refused as ambi
       } else if (expected.size() == 1) {
         CHECK(match.name == std::string(name));
         ++unique;
+      } else if (std::count_if(expected.begin(), expected.end(), is_torchrun_option) == 1) {
+        // Ambiguous only through ddprun's own options: torchrun's reading.
+        CHECK(is_torchrun_option(match.name));
+        CHECK(expected.count(match.name) == 1);
+        CHECK(match.candidates.empty());
+        ++torchruns;
       } else {
         CHECK(match.name.empty());
         CHECK(std::set<std::string>(match.candidates.begin(), match.candidates.end()) == expected);
@@ -53,9 +60,10 @@ TEST_CASE("cli: every prefix of every long option resolves or is refused as ambi
       }
     }
   }
-  // Both kinds occur in the table, so neither branch above is vacuous.
+  // Every kind occurs in the table, so no branch above is vacuous.
   CHECK(unique > 50);
   CHECK(ambiguous > 10);
+  CHECK(torchruns > 3);
   CHECK(match_long_option("no-such-option").name.empty());
   CHECK(match_long_option("no-such-option").candidates.empty());
   CHECK(match_long_option("").name.empty());
@@ -114,6 +122,40 @@ TEST_CASE("cli: torchrun's abbreviated command lines", "[launcher][cli][abbrev]"
   CliOutcome help = parse_command_line({"--he"}, {});
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.message, Catch::Contains("Usage: ddprun"));
+}
+
+TEST_CASE("cli: a prefix torchrun reads as one of its options means that option here too",
+          "[launcher][cli][abbrev]") {
+  // torchrun's flags, by its contract, and some of ddprun's own.
+  for (const char* name : {"nnodes", "nproc-per-node", "node-rank", "master-addr", "master-port",
+                           "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "standalone",
+                           "max-restarts", "monitor-interval", "start-method", "role", "module",
+                           "no-python", "run-path", "log-dir", "redirects", "tee",
+                           "local-ranks-filter", "local-addr", "signals-to-handle",
+                           "event-log-handler", "log-line-prefix-template", "numa-binding",
+                           "virtual-local-rank"}) {
+    INFO(name);
+    CHECK(is_option(name));
+    CHECK(is_torchrun_option(name));
+  }
+  for (const char* name : {"events-file", "token-file", "tree-threshold", "node-check", "hosts",
+                           "version", "log-line-prefix", "no-stage", "shutdown-timeout"}) {
+    INFO(name);
+    CHECK(is_option(name));
+    CHECK_FALSE(is_torchrun_option(name));
+  }
+  // --events-file, --token-file, --tree-threshold, --version, --node-check and --no-stage make
+  // these ambiguous to ddprun alone.
+  auto c = parse_ok({"--t=3", "--v", "--node", "1", "--nnodes=2", "--no-", "a.out"});
+  CHECK(static_cast<int>(c.tee.all) == 3);
+  CHECK(c.virtual_local_rank);
+  CHECK(c.node_rank == 1);
+  CHECK(c.no_python);
+  CliOutcome handler = parse_command_line({"--event=console", "x.py"}, {});
+  CHECK(handler.exit_code == 0);
+  CHECK(handler.config.has_value());
+  // Still ambiguous to torchrun: still an error.
+  expect_usage_error({"--ma=1", "x.py"}, {"--ma could match", "--master-addr", "--max-restarts"});
 }
 
 TEST_CASE("cli: an ambiguous abbreviation is one line naming every candidate",

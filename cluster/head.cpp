@@ -385,10 +385,22 @@ struct ClusterHead::Impl {
 
   void on_connect_timeout() {
     if (phase != Phase::kChecking) return;
+    const auto limit = format_duration(cluster.connect_timeout);
+    // A host whose turn never came (at most --fanout connections open at once) was not slow:
+    // the ones before it were.
+    const auto not_contacted =
+        fmt::format("not contacted: the {} connection(s) before it were still open at the end of "
+                    "{} (--connect-timeout; --fanout allows {} at once)",
+                    opening, limit, cluster.fanout);
+    for (std::size_t t = next_to_start; t < top.size(); ++t) {
+      host(top[t].node).problem = not_contacted;
+      for_each_below(top[t], [&](const TreeEntry& below) {
+        host(below.node).problem = not_contacted;
+      });
+    }
     for (auto& h : result.hosts) {
       if (h.ready || !h.problem.empty()) continue;
-      h.problem = fmt::format("no answer within {} (--connect-timeout)",
-                              format_duration(cluster.connect_timeout));
+      h.problem = fmt::format("no answer within {} (--connect-timeout)", limit);
     }
     abort_start();
   }

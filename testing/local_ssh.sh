@@ -4,7 +4,8 @@
 # environment (HOME, USER and a default PATH, as sshd gives a session), stdin, stdout, stderr and
 # the exit code passing through. HOST is otherwise ignored (tests use loopback addresses such as
 # 127.0.0.2 to tell the "hosts" apart); a host ending in ".invalid" fails as an unresolvable
-# name does with ssh (exit 255). With LOCAL_SSH_HOMES=DIR, each host's HOME is DIR/HOST, as on
+# name does with ssh (exit 255), and one ending in ".hang" never logs in (it reads the session
+# and answers nothing until its input ends). With LOCAL_SSH_HOMES=DIR, each host's HOME is DIR/HOST, as on
 # separate machines (a ddprun staged on one is not in the cache of another); the variable
 # reaches the remote command too, so that a relay's own connections (tree fan-out) do the same.
 host=$1
@@ -13,6 +14,8 @@ case $host in
   *.invalid)
     echo "ssh: Could not resolve hostname $host: Name or service not known" >&2
     exit 255 ;;
+  *.hang)
+    exec cat >/dev/null ;;
 esac
 if [ -n "${LOCAL_SSH_HOMES:-}" ]; then
   HOME=$LOCAL_SSH_HOMES/$host

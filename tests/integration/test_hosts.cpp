@@ -145,6 +145,17 @@ TEST_CASE("an unreachable host is reported before anything starts", "[hosts]") {
   CHECK_FALSE(file_exists(dir.file("started_1_0")));
 }
 
+TEST_CASE("a host whose turn never came is said not to have been contacted", "[hosts]") {
+  // One connection at a time: the first host hangs on login for the whole connect timeout.
+  DdprunProcess p(on_hosts("login.hang,127.0.0.2", {"--fanout=1", "--connect-timeout=2"}));
+  CHECK(p.wait(kHang) == 123);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("login.hang  node 0: no answer within 2s (--connect-timeout)"));
+  CHECK_THAT(out, Contains("127.0.0.2   node 1: not contacted: the 1 connection(s) before it "
+                           "were still open at the end of 2s (--connect-timeout; --fanout "
+                           "allows 1 at once)"));
+}
+
 TEST_CASE("a program missing on the hosts, or a missing ddprun, starts nothing",
           "[hosts]") {
   {

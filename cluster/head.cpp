@@ -50,7 +50,9 @@ struct ClusterHead::Impl {
       }
     }
     if (binary && cluster.via_srun) {
-      broadcast.emplace(io, self, binary, cluster.connect_timeout);
+      // Half the connect timeout at most: a hung sbcast leaves the hosts the other half to get
+      // the bytes on their own sessions.
+      broadcast.emplace(io, self, binary, Deadline::after(cluster.connect_timeout / 2));
     }
     forwarded = forwarded_environment(env, cluster.forward);
     // The store's secret travels in the hello (never on a command line): the user's, or a

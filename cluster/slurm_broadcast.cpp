@@ -17,8 +17,9 @@ namespace ddprun {
 
 SlurmBroadcast::SlurmBroadcast(boost::asio::io_context& io, std::string self,
                                std::shared_ptr<const StagedBinary> binary,
-                               Clock::duration timeout)
-    : io_(io), self_(std::move(self)), binary_(std::move(binary)), timeout_(timeout), timer_(io) {}
+                               Deadline deadline)
+    : io_(io), self_(std::move(self)), binary_(std::move(binary)), deadline_(deadline),
+      timer_(io) {}
 
 SlurmBroadcast::~SlurmBroadcast() { cancel(); }
 
@@ -46,6 +47,7 @@ void SlurmBroadcast::start() {
   broadcast_ = copy;
   const auto sbcast = find_on_path("sbcast");
   if (sbcast.empty()) return done(false, "sbcast is not on PATH");
+  if (deadline_.expired()) return done(false, "no time left for it, the first request came late");
   SpawnRequest request;
   request.path = sbcast;
   request.argv = {request.path, "--force", self_, copy->file_on_hosts};
@@ -61,15 +63,18 @@ void SlurmBroadcast::start() {
         pid_ = -1;
         timer_.cancel();
         const bool ok = !wait_error && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        done(ok, wait_error ? wait_error.message()
+        done(ok, timed_out_ ? fmt::format("sbcast did not finish within {}",
+                                          format_duration(Clock::now() - started_))
+                 : wait_error ? wait_error.message()
                  : WIFEXITED(status)
                      ? fmt::format("sbcast exited with {}", WEXITSTATUS(status))
                      : fmt::format("sbcast ended by {}", signal_name(WTERMSIG(status))));
       });
-  // Within the preflight's own deadline; beyond it the job is not starting anyway.
-  timer_.expires_after(timeout_);
+  timer_.expires_at(deadline_.when());
   timer_.async_wait([this](boost::system::error_code timer_error) {
-    if (!timer_error && pid_ > 0) ::kill(-pid_, SIGKILL);
+    if (timer_error || pid_ <= 0) return;
+    timed_out_ = true;
+    ::kill(-pid_, SIGKILL);
   });
 }
 

@@ -22,9 +22,10 @@ namespace ddprun {
 class SlurmBroadcast {
  public:
   // `self`: this executable, the file sbcast sends; `binary`: its bytes, for the sessions.
-  // sbcast runs on `io`'s thread, for at most `timeout`.
+  // sbcast runs on `io`'s thread until `deadline` at the latest: early enough that the hosts
+  // can still get the bytes on their sessions before the command gives up on them.
   SlurmBroadcast(boost::asio::io_context& io, std::string self,
-                 std::shared_ptr<const StagedBinary> binary, Clock::duration timeout);
+                 std::shared_ptr<const StagedBinary> binary, Deadline deadline);
   ~SlurmBroadcast();
   SlurmBroadcast(const SlurmBroadcast&) = delete;
   SlurmBroadcast& operator=(const SlurmBroadcast&) = delete;
@@ -46,7 +47,8 @@ class SlurmBroadcast {
   std::string self_;
   std::shared_ptr<const StagedBinary> binary_;
   std::shared_ptr<const StagedBinary> broadcast_;  // binary_, with the nodes' file
-  Clock::duration timeout_;
+  Deadline deadline_;
+  bool timed_out_ = false;
   State state_ = State::kNotYet;
   std::vector<RemoteSession::BinaryReady> waiting_;
   std::unique_ptr<ExitWatch> exit_watch_;

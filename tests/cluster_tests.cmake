@@ -4,6 +4,7 @@ add_executable(cluster_unit_tests
   unit/cluster/test_cluster_report.cpp
   unit/cluster/test_host_list.cpp
   unit/cluster/test_session_protocol.cpp
+  unit/cluster/test_slurm_broadcast.cpp
   unit/cluster/test_slurm_hostlist.cpp
   unit/cluster/test_tree.cpp)
 target_link_libraries(cluster_unit_tests PRIVATE ddprun_test_main ddprun_test_support

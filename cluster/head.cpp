@@ -220,8 +220,8 @@ struct ClusterHead::Impl {
                   : code == 255 ? "lost the connection (the remote shell exited 255)"
                                 : fmt::format("its agent ended without a result (exit code {})",
                                               code);
-      spdlog::error("host {} (node {}): {}; its agent stops its workers", h.spec.host, h.node,
-                    h.problem);
+      spdlog::error("host {} (node {}): {}; its agent stops its workers once it notices",
+                    h.spec.host, h.node, h.problem);
       gone(node);
     }
     maybe_finish();

@@ -27,10 +27,7 @@ HeadLink::HeadLink(int in_fd, int out_fd) : in_fd_(in_fd), out_fd_(out_fd) {
 }
 
 HeadLink::~HeadLink() {
-  if (watcher_.joinable()) {
-    (void)!write(wake_[1], "x", 1);
-    watcher_.join();
-  }
+  stop();
   close(wake_[0]);
   close(wake_[1]);
 }
@@ -109,25 +106,49 @@ void HeadLink::watch(std::chrono::milliseconds silence,
                           token = std::move(token)] { watch_loop(silence, on_lost, alive, token); });
 }
 
+bool HeadLink::woken(Clock::time_point until) {
+  pollfd wake{wake_[0], POLLIN, 0};
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    const int n = poll(&wake, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000)));
+    if (n > 0) return true;
+    if (n == 0 && Clock::now() >= until) return false;
+  }
+}
+
 void HeadLink::watch_loop(std::chrono::milliseconds silence,
                           const std::function<void(const std::string&)>& on_lost,
                           const Report& alive, const std::string& token) {
   const auto every = keep_alive_every(silence);
+  const auto alive_line = encode_report(token, alive) + "\n";
   auto heard = Clock::now();
   auto next_alive = Clock::now();
+  bool lost = false;
+  const auto lose = [&](const std::string& why) {
+    on_lost(why);
+    ::kill(getpid(), SIGTERM);
+    lost = true;
+  };
   std::string line;
   for (;;) {
     if (Clock::now() >= next_alive) {
-      report(alive, token);
+      // Skipped rather than waited for when stdout is busy or full: this thread must go on
+      // reading the command's signals, and output the command has yet to read tells it as much.
+      try_write_all(out_fd_, alive_line);
       next_alive = Clock::now() + every;
+    }
+    if (lost) {
+      // The agent still stops its workers, for up to its shutdown timeout: it stays alive to
+      // the command (or relay), which would otherwise end it and lose its result.
+      if (woken(next_alive)) return;
+      continue;
     }
     Got got;
     try {
       got = next_line(Deadline::at(std::min(heard + silence, next_alive)), &line);
     } catch (const Error& e) {
-      on_lost(e.what());
-      ::kill(getpid(), SIGTERM);
-      return;
+      lose(e.what());
+      continue;
     }
     if (got == Got::kLine) {
       heard = Clock::now();
@@ -137,15 +158,18 @@ void HeadLink::watch_loop(std::chrono::milliseconds silence,
       continue;
     }
     if (got == Got::kTimeout && Clock::now() < heard + silence) continue;  // time for "alive"
-    // The destructor's wake-up also reads as the end: tell them apart by the wake pipe.
-    pollfd wake{wake_[0], POLLIN, 0};
-    if (poll(&wake, 1, 0) > 0) return;
-    on_lost(got == Got::kEnd ? std::string("the connection to the command closed")
-                             : fmt::format("heard nothing from the command for {}",
-                                           format_duration(silence)));
-    ::kill(getpid(), SIGTERM);
-    return;
+    // stop()'s wake-up also reads as the end: tell them apart by the wake pipe.
+    if (woken(Clock::now())) return;
+    lose(got == Got::kEnd ? std::string("the connection to the command closed")
+                          : fmt::format("heard nothing from the command for {}",
+                                        format_duration(silence)));
   }
+}
+
+void HeadLink::stop() {
+  if (!watcher_.joinable()) return;
+  (void)!write(wake_[1], "x", 1);
+  watcher_.join();
 }
 
 }  // namespace ddprun

@@ -36,13 +36,18 @@ class HeadLink {
   void forward_to(std::function<void(const std::string&)> forward) { forward_ = std::move(forward); }
   // Starts the watcher thread. Call after the signal handling is set up (the thread inherits
   // the blocked signal mask). `on_lost` is called once, with the reason, before SIGTERM.
-  // `alive` (with the token) is reported at once, then every quarter of `silence`.
+  // `alive` (with the token) is reported at once, then every quarter of `silence`, until
+  // stop(), the connection lost or not: a stdout that would block skips one.
   void watch(std::chrono::milliseconds silence, std::function<void(const std::string&)> on_lost,
              Report alive, std::string token);
+  // Ends the watcher (the destructor does too). Call before what its callbacks use goes.
+  void stop();
 
  private:
   enum class Got { kLine, kEnd, kTimeout };
   Got next_line(Deadline deadline, std::string* line);
+  // Whether stop() was called, waiting for it until `until`.
+  bool woken(Clock::time_point until);
   void watch_loop(std::chrono::milliseconds silence,
                   const std::function<void(const std::string&)>& on_lost, const Report& alive,
                   const std::string& token);

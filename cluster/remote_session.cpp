@@ -1,9 +1,11 @@
 #include "cluster/remote_session.hpp"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <array>
+#include <utility>
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
@@ -79,6 +81,7 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   bool holding = true;
   std::deque<std::string> held;  // not yet printed
   std::deque<std::string> tail;  // the last lines, printed or not
+  std::string unended;  // stdout: the start of a worker's line a report cut (--raw-output)
   int open_streams = 0;
   bool exited = false;
   bool ended = false;
@@ -146,7 +149,14 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
                                                       is_err](boost::system::error_code ec,
                                                               std::size_t n) {
       if (ec) {
-        self->deliver(stream.splitter.finish(), is_err);
+        auto last = stream.splitter.finish();
+        if (!is_err && !self->unended.empty()) {
+          // The worker's open line never went on: it ends with the stream.
+          if (last.empty()) last.push_back(SplitLine{});
+          last.back().text.insert(0, self->unended);
+          self->unended.clear();
+        }
+        self->deliver(last, is_err);
         --self->open_streams;
         self->maybe_end();
         return;
@@ -162,12 +172,17 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
   void deliver(const std::vector<SplitLine>& pieces, bool is_err) {
     std::string batch;
     for (const auto& piece : pieces) {
-      const std::string& line = piece.text;
+      std::string joined;
+      if (!is_err && !unended.empty() && report_begins_at(piece.text) != 0) {
+        joined = std::exchange(unended, {}) + piece.text;
+      }
+      const std::string& line = joined.empty() ? piece.text : joined;
       if (!is_err) {
         if (const auto at = report_begins_at(line); at != std::string::npos && at > 0) {
-          write_all(STDOUT_FILENO, batch);
-          batch.clear();
-          deliver({SplitLine{line.substr(0, at)}, SplitLine{line.substr(at)}}, false);
+          // A worker's line still open when the agent wrote a whole report line (--raw-output:
+          // the workers share the agent's stdout): it goes on after the report.
+          unended += line.substr(0, at);
+          deliver({SplitLine{line.substr(at)}}, false);
           continue;
         }
         if (auto report = decode_report(token, line)) {
@@ -266,6 +281,9 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
     silence_timer.expires_after(keep_alive_every(silence));
     silence_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec || self->exited) return;
+      // Output this process has not read yet (its own thread was busy writing to a slow
+      // console) was still heard.
+      if (self->unread(self->out) || self->unread(self->err)) self->heard = Clock::now();
       const auto quiet = Clock::now() - self->heard;
       if (quiet < self->silence) {
         self->watch_silence();
@@ -277,6 +295,11 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
                                format_duration(keep_alive_every(self->silence)));
       if (self->pid > 0) ::kill(-self->pid, SIGKILL);
     });
+  }
+
+  static bool unread(asio::readable_pipe& pipe) {
+    int bytes = 0;
+    return pipe.is_open() && ::ioctl(pipe.native_handle(), FIONREAD, &bytes) == 0 && bytes > 0;
   }
 
   void maybe_end() {

@@ -11,9 +11,10 @@
 //   agent -> head, on the agent's stdout among its workers' lines:
 //     "<marker><token> <kind> <JSON>": kind "ready" (checks passed), "refused" (a check failed:
 //     reason), "node_check" (--node-check's table, from the job's group rank 0), "result" (the
-//     agent's end: summary, root cause, exit code), and from "go" on, "alive" at least every
-//     quarter of the hangup timeout, by which the command tells a silent host from a quiet one
-//     whatever the remote shell (srun has no keep-alive of ssh's kind).
+//     agent's end: summary, root cause, exit code), and from "go" to the agent's end, "alive"
+//     every quarter of the hangup timeout (skipped while its stdout is busy), by which the
+//     command tells a silent host from a quiet one whatever the remote shell (srun has no
+//     keep-alive of ssh's kind).
 // The token is random per job and known only to the head and its agents (workers do not get
 // it), so a worker cannot forge a report by printing one.
 

@@ -133,7 +133,9 @@ struct SubtreeRelay::Impl {
                                            hello.host)}}},
                   hello.token);
     }
-    send_ended(entries[i].node, code, lines, sessions[i]->lost());
+    const auto& lost = sessions[i]->lost();
+    send_ended(entries[i].node, code, lines,
+               lost.empty() ? lost : fmt::format("{} (its relay {} ended it)", lost, hello.host));
     lose(entries[i], was_ready ? fmt::format("lost with the connection from {} to {} (node {})",
                                              hello.host, entries[i].host, entries[i].node)
                                : fmt::format("not reached: {} (node {}), which starts it, failed",

@@ -116,6 +116,12 @@ int run_remote(const std::vector<std::string>& args) {
   }
   setup_logging("ddprun@" + hello.host, config.log_level);
   Session session{&link, hello, relay ? &*relay : nullptr};
+  // The link's watcher calls into the session and the relay: it ends before they go, however
+  // this function is left.
+  struct StopWatcher {
+    HeadLink& link;
+    ~StopWatcher() { link.stop(); }
+  } stop_watcher{link};
   const int code = run_agent(config, outcome.notes, outcome.warnings, &session);
   if (relay) wait_for_subtree(*relay, hello);
   return code;

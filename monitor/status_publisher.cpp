@@ -45,8 +45,10 @@ void StatusPublisher::finish(std::chrono::milliseconds timeout) {
 }
 
 std::unique_ptr<store::Store> StatusPublisher::open(Deadline deadline) {
-  while (true) {
-    const auto slice = deadline.min(Deadline::after(kOpenTry));
+  // Each try twice as long as the last: a store slow to answer (a busy etcd) still gets the
+  // time it needs, and a store that is gone holds a stop only for the try under way.
+  for (auto length = std::chrono::duration_cast<Clock::duration>(kOpenTry);; length *= 2) {
+    const auto slice = deadline.min(Deadline::after(length));
     try {
       return open_store_(slice);
     } catch (const std::exception&) {

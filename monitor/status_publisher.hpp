@@ -8,7 +8,7 @@
 // is therefore at most one write per agent per second, and one per `period` while nothing
 // happens. It runs on a thread and a store connection of its own; a store it cannot reach
 // costs it a retry at the next period, never the agent's work, and holds the agent's end
-// no longer than one try to connect.
+// no longer than the try to connect under way.
 
 #include <chrono>
 #include <condition_variable>
@@ -28,7 +28,7 @@ class StatusPublisher {
   static constexpr std::chrono::milliseconds kFirstWrite{1000};
   static constexpr std::chrono::milliseconds kSettle{250};
   static constexpr std::chrono::seconds kBetweenAttempts{5};
-  // The longest one try to open the store may hold the end of the run or a stop.
+  // The first try to open the store; each next one is twice as long.
   static constexpr std::chrono::milliseconds kOpenTry{500};
 
   // `augment` adds what the board does not know (CPU and memory from /proc).
@@ -47,7 +47,7 @@ class StatusPublisher {
  private:
   void run();
   bool publish(Deadline deadline);
-  // The store, opened in tries of kOpenTry until `deadline`, the end of the run or a stop.
+  // The store, opened in tries from kOpenTry on until `deadline`, the end of the run or a stop.
   std::unique_ptr<store::Store> open(Deadline deadline);
 
   StatusBoard& board_;

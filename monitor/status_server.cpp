@@ -68,9 +68,14 @@ std::vector<std::string> control_dirs_to_scan(const std::string& user_runtime_ro
   // <root>/<uid>, where a `ddprun status` run by cron, su or sudo may have none.
   const auto login_session = fmt::format("{}/{}/ddprun", user_runtime_root, geteuid());
   std::vector<std::string> dirs;
+  std::vector<std::filesystem::path> seen;  // one directory under two names is asked once
   for (const auto& dir : {runtime_control_dir(), login_session, tmp_control_dir()}) {
-    if (dir.empty() || std::find(dirs.begin(), dirs.end(), dir) != dirs.end()) continue;
-    if (why_not_private(dir).empty()) dirs.push_back(dir);
+    if (dir.empty() || !why_not_private(dir).empty()) continue;
+    std::error_code ec;
+    auto real = std::filesystem::canonical(dir, ec);
+    if (ec || std::find(seen.begin(), seen.end(), real) != seen.end()) continue;
+    seen.push_back(std::move(real));
+    dirs.push_back(dir);
   }
   return dirs;
 }

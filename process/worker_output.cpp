@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,11 +51,29 @@ std::string render_time_prefix(const std::string& prefix) {
   return out;
 }
 
+namespace {
+// One writer at a time in this process: a batch larger than the pipe's atomic size must not
+// be interleaved with another thread's (a relay's and the workers' lines share stdout).
+std::mutex write_mutex;
+}  // namespace
+
+bool try_write_all(int fd, std::string_view data) {
+  std::unique_lock lock(write_mutex, std::try_to_lock);
+  if (!lock) return false;
+  pollfd writable{fd, POLLOUT, 0};
+  if (::poll(&writable, 1, 0) != 1 || (writable.revents & POLLOUT) == 0) return false;
+  std::size_t done = 0;
+  while (done < data.size()) {
+    auto n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 void write_all(int fd, std::string_view data) {
-  // One writer at a time in this process: a batch larger than the pipe's atomic size must not
-  // be interleaved with another thread's (a relay's and the workers' lines share stdout).
-  static std::mutex mutex;
-  std::lock_guard lock(mutex);
+  std::lock_guard lock(write_mutex);
   std::size_t done = 0;
   while (done < data.size()) {
     auto n = ::write(fd, data.data() + done, data.size() - done);

@@ -74,6 +74,10 @@ class WorkerOutput {
 // Writes all of `data` to `fd`, retrying short writes; gives up silently when the fd is gone
 // (a closed console must not hold up the writer).
 void write_all(int fd, std::string_view data);
+// The same for a line that may be skipped, as a sign of life may: false, and nothing written,
+// when another writer holds `fd` or it cannot take more now. Never blocks on a reader that does
+// not read. Meant for short lines (up to PIPE_BUF: a pipe takes them whole).
+bool try_write_all(int fd, std::string_view data);
 
 // Log files that could not be written in full (a full disk, an I/O error): one line each,
 // "PATH: error", in the order the failures happened. Each file is reported once, as a warning,

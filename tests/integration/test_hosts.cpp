@@ -118,6 +118,19 @@ TEST_CASE("raw output: a worker's last line without its end does not hide the ho
   CHECK(out.find("\x1e") == std::string::npos);  // no report reached the console
 }
 
+TEST_CASE("raw output: a worker's line cut by the agent's sign of life reaches the console whole",
+          "[hosts]") {
+  // The agent says it is alive every half second here; the worker's line stays open for three
+  // times that, so that such a report lands inside it.
+  DdprunProcess p({"--hosts=127.0.0.1", "--ssh-command=" LOCAL_SSH, "--raw-output",
+                   "--hangup-timeout=2", "--master-port=" + std::to_string(free_port()),
+                   "--no-python", "sh", "-c", "printf 'first half, '; sleep 1.5; echo 'second half'"});
+  REQUIRE(p.wait(kHang) == 0);
+  const auto out = p.output();
+  CHECK_THAT(out, Contains("first half, second half\n"));
+  CHECK(out.find("\x1e") == std::string::npos);  // no report reached the console
+}
+
 TEST_CASE("PET_STANDALONE stays with the command: the hosts still form one job", "[hosts]") {
   TempDir dir;
   DdprunProcess p(on_hosts("127.0.0.1,127.0.0.2", {"-x", "FAKE_MODE=env", "-x",

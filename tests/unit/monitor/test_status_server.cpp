@@ -143,6 +143,14 @@ TEST_CASE("the control directory must be this user's alone, a dead agent's socke
   auto dirs = control_dirs_to_scan(run_user);
   CHECK(std::count(dirs.begin(), dirs.end(), runtime + "/ddprun") == 1);
   CHECK(std::count(dirs.begin(), dirs.end(), session) == 1);
+  // The same directory under another name (a link, a trailing slash) is asked once.
+  const auto linked = dir.file("linked");
+  std::filesystem::create_directories(linked);
+  std::filesystem::create_directory_symlink(runtime, linked + "/" + std::to_string(::geteuid()));
+  dirs = control_dirs_to_scan(linked);
+  CHECK(std::count(dirs.begin(), dirs.end(), runtime + "/ddprun") == 1);
+  CHECK(std::count(dirs.begin(), dirs.end(),
+                   linked + "/" + std::to_string(::geteuid()) + "/ddprun") == 0);
   ::chmod(session.c_str(), 0750);
   dirs = control_dirs_to_scan(run_user);
   CHECK(std::count(dirs.begin(), dirs.end(), session) == 0);

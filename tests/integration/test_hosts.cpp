@@ -124,7 +124,8 @@ TEST_CASE("raw output: a worker's line cut by the agent's sign of life reaches t
   // times that, so that such a report lands inside it.
   DdprunProcess p({"--hosts=127.0.0.1", "--ssh-command=" LOCAL_SSH, "--raw-output",
                    "--hangup-timeout=2", "--master-port=" + std::to_string(free_port()),
-                   "--no-python", "sh", "-c", "printf 'first half, '; sleep 1.5; echo 'second half'"});
+                   "--no-python", "sh", "-c",
+                   "printf 'first half, '; sleep 1.5; echo 'second half'"});
   REQUIRE(p.wait(kHang) == 0);
   const auto out = p.output();
   CHECK_THAT(out, Contains("first half, second half\n"));

@@ -113,11 +113,14 @@ void mark_gone(JobView& job, double now) {
     round_nodes = std::max(round_nodes, n.nodes);
   }
   for (auto& n : job.nodes) {
-    if (n.has_ended() || n.round < 0 || n.round >= round) continue;
+    if (n.has_ended() || n.round >= round) continue;
     const bool fresh = now - n.updated < kGoneAfter;
     if (members < round_nodes && fresh) continue;
+    // A node never a member that is not waiting yet (it starts, it checks itself) is as it says.
+    if (n.round < 0 && fresh && n.state != "rendezvous") continue;
     // A live agent that waits in the rendezvous for a place in a later round (a hot spare)
-    // keeps its record fresh: it is not gone, and the job does not wait for it.
+    // keeps its record fresh: it is not gone, and the job does not wait for it. A node the
+    // round has room for makes its members re-form at once, and they say so.
     n.state = n.state == "rendezvous" && fresh ? "spare" : "gone";
     n.node = -1;
     n.ranks.clear();

@@ -193,16 +193,34 @@ TEST_CASE("a node that is not a member of the newest round is gone, without its 
     CHECK(gone(group_jobs({a, c}, 1095 + kGoneAfter + 1)[0], "c"));
   }
   {
-    // A node waiting to join the next round (no round yet), and one that ended: as they are.
+    // A node never a member that waits while the round runs: a hot spare, and the job runs;
+    // one that ended: as it is.
     auto waiting = node("job", -1, "d", 40, 0);
     waiting.round = -1;
     waiting.state = "rendezvous";
+    waiting.updated = 1195;
     auto ended = c;
     ended.exit_code = 0;
     ended.state = "succeeded";
     const auto jobs = group_jobs({a, b, waiting, ended}, 1200);
-    CHECK_FALSE(gone(jobs[0], "d"));
+    const auto d = std::find_if(jobs[0].nodes.begin(), jobs[0].nodes.end(),
+                                [](const NodeStatus& x) { return x.host == "d"; });
+    REQUIRE(d != jobs[0].nodes.end());
+    CHECK(d->state == "spare");
     CHECK_FALSE(gone(jobs[0], "c"));
+    CHECK(jobs[0].state() == "running");
+    // Its records stopped: gone. Still starting (its own node check): as it says.
+    CHECK(gone(group_jobs({a, b, waiting}, 1195 + kGoneAfter + 1)[0], "d"));
+    auto starting = waiting;
+    starting.state = "starting";
+    const auto early = group_jobs({a, b, starting}, 1200);
+    CHECK(std::any_of(early[0].nodes.begin(), early[0].nodes.end(),
+                      [](const NodeStatus& x) { return x.state == "starting"; }));
+    // No round yet: every node waits in the rendezvous, none a spare.
+    auto first = waiting;
+    first.host = "e";
+    const auto forming = group_jobs({waiting, first}, 1200);
+    CHECK(forming[0].state() == "rendezvous");
   }
   {
     // Every member ended, the gone node never will: the job has ended, as its members say.

@@ -286,6 +286,13 @@ std::string node_labels(const NodeStatus& n) {
   return fmt::format("node=\"{}\",host=\"{}\"", n.node, label_value(n.host));
 }
 
+// The agent's counters are keyed by its host alone: its group rank changes when an elastic job
+// re-forms, and a counter under new labels is a new series, whose first increase rate() and
+// increase() never see.
+std::string counter_labels(const NodeStatus& n) {
+  return fmt::format("host=\"{}\"", label_value(n.host));
+}
+
 // --node-check's figures, for the nodes that ran it: a finding is a node out of line, the
 // links' gauges show which. Links are by the group rank the check ran as (`figures.node`): an
 // elastic job's later rounds may number the nodes otherwise. A record of another shape (another
@@ -420,7 +427,7 @@ std::string metrics_text(const std::vector<NodeStatus>& nodes,
   e.family("ddprun_world_size", "gauge", "Workers in the whole job in the current round.");
   for (const auto& n : nodes) e.sample("ddprun_world_size", node_labels(n), n.world_size);
   e.family("ddprun_restarts_total", "counter", "Restarts of the job's workers after a failure.");
-  for (const auto& n : nodes) e.sample("ddprun_restarts_total", node_labels(n), n.restarts);
+  for (const auto& n : nodes) e.sample("ddprun_restarts_total", counter_labels(n), n.restarts);
   e.family("ddprun_restarts_allowed", "gauge", "Restarts the job may spend (--max-restarts).");
   for (const auto& n : nodes) e.sample("ddprun_restarts_allowed", node_labels(n), n.max_restarts);
   e.family("ddprun_failures_total", "counter",
@@ -431,20 +438,20 @@ std::string metrics_text(const std::vector<NodeStatus>& nodes,
                                      {"node_lost", 0}, {"stopped", 0}, {"agent", 0}};
     for (const auto& [kind, count] : n.failures) kinds[kind] = count;
     for (const auto& [kind, count] : kinds) {
-      e.sample("ddprun_failures_total", fmt::format("{},kind=\"{}\"", node_labels(n), kind),
+      e.sample("ddprun_failures_total", fmt::format("{},kind=\"{}\"", counter_labels(n), kind),
                count);
     }
   }
   e.family("ddprun_membership_changes_total", "counter",
            "Rounds that ended because a node joined, left or died.");
   for (const auto& n : nodes) {
-    e.sample("ddprun_membership_changes_total", node_labels(n), n.membership_changes);
+    e.sample("ddprun_membership_changes_total", counter_labels(n), n.membership_changes);
   }
   e.family("ddprun_rendezvous_duration_seconds", "summary",
            "Rendezvous rounds this agent completed, and the time they took.");
   for (const auto& n : nodes) {
-    e.sample("ddprun_rendezvous_duration_seconds_sum", node_labels(n), n.rendezvous_seconds);
-    e.sample("ddprun_rendezvous_duration_seconds_count", node_labels(n), n.rounds);
+    e.sample("ddprun_rendezvous_duration_seconds_sum", counter_labels(n), n.rendezvous_seconds);
+    e.sample("ddprun_rendezvous_duration_seconds_count", counter_labels(n), n.rounds);
   }
   e.family("ddprun_agent_start_time_seconds", "gauge",
            "When this node's agent started, in seconds since the epoch.");

@@ -299,6 +299,34 @@ TEST_CASE("the metrics follow Prometheus's text format and naming rules", "[moni
         std::string::npos);
 }
 
+TEST_CASE("an agent's counters keep their series when a re-form gives it another node",
+          "[monitor]") {
+  // Node 2 of round 0 becomes node 1 of round 1 (node 1 left): its counters go on in the same
+  // series, which rate() and increase() need; its gauges say its new node.
+  auto before = node("job", 2, "host-c", 10, 1);
+  auto after = before;
+  after.node = 1;
+  after.membership_changes = before.membership_changes + 1;
+  const auto labels_of = [](const std::string& text, const std::string& sample) {
+    const auto at = text.find("\n" + sample + "{");
+    REQUIRE(at != std::string::npos);
+    const auto open = at + 1 + sample.size();
+    return text.substr(open, text.find('}', open) - open + 1);
+  };
+  const auto was = metrics_text({before}, std::nullopt, 1101);
+  const auto is = metrics_text({after}, std::nullopt, 1101);
+  for (const char* counter : {"ddprun_restarts_total", "ddprun_failures_total",
+                              "ddprun_membership_changes_total",
+                              "ddprun_rendezvous_duration_seconds_sum",
+                              "ddprun_rendezvous_duration_seconds_count"}) {
+    INFO(counter);
+    CHECK(labels_of(was, counter) == labels_of(is, counter));
+    CHECK(labels_of(is, counter).find("node=") == std::string::npos);
+  }
+  CHECK(labels_of(was, "ddprun_info").find("node=\"2\"") != std::string::npos);
+  CHECK(labels_of(is, "ddprun_info").find("node=\"1\"") != std::string::npos);
+}
+
 TEST_CASE("the node check's figures are in the record and the metrics of the nodes that ran it",
           "[monitor][node_check]") {
   auto a = node("job", 1, "host-b", 10, 1);

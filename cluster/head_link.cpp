@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@ HeadLink::HeadLink(int in_fd, int out_fd) : in_fd_(in_fd), out_fd_(out_fd) {
 
 HeadLink::~HeadLink() {
   stop();
+  if (alive_fd_ >= 0) close(alive_fd_);
   close(wake_[0]);
   close(wake_[1]);
 }
@@ -102,6 +104,15 @@ bool HeadLink::wait_for_go(std::chrono::milliseconds silence, std::string* why) 
 void HeadLink::watch(std::chrono::milliseconds silence,
                      std::function<void(const std::string&)> on_lost, Report alive,
                      std::string token) {
+  // A descriptor of its own, non-blocking, on the same pipe: the signs of life must never
+  // wait for a reader, and O_NONBLOCK on out_fd_ itself would reach every other writer of it
+  // (the workers under --raw-output).
+  struct stat st {};
+  if (fstat(out_fd_, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    alive_fd_ = ::open(fmt::format("/proc/self/fd/{}", out_fd_).c_str(),
+                       O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  }
+  out_is_socket_ = fstat(out_fd_, &st) == 0 && S_ISSOCK(st.st_mode);
   watcher_ = std::thread([this, silence, on_lost = std::move(on_lost), alive = std::move(alive),
                           token = std::move(token)] { watch_loop(silence, on_lost, alive, token); });
 }
@@ -112,6 +123,11 @@ bool HeadLink::woken(Clock::time_point until) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
     const int n = poll(&wake, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000)));
     if (n > 0) return true;
+    if (n < 0 && errno != EINTR) {
+      // Not expected of one pipe; the caller must not spin on it.
+      std::this_thread::sleep_until(until);
+      return false;
+    }
     if (n == 0 && Clock::now() >= until) return false;
   }
 }
@@ -134,7 +150,7 @@ void HeadLink::watch_loop(std::chrono::milliseconds silence,
     if (Clock::now() >= next_alive) {
       // Skipped rather than waited for when stdout is busy or full: this thread must go on
       // reading the command's signals, and output the command has yet to read tells it as much.
-      try_write_all(out_fd_, alive_line);
+      try_write_all(alive_fd_ >= 0 ? alive_fd_ : out_fd_, alive_line, out_is_socket_);
       next_alive = Clock::now() + every;
     }
     if (lost) {

@@ -54,7 +54,11 @@ class HeadLink {
 
   int in_fd_;
   int out_fd_;
-  int wake_[2] = {-1, -1};  // written by the destructor to end the watcher
+  int wake_[2] = {-1, -1};  // written by stop() to end the watcher
+  // out_fd_'s pipe opened again, non-blocking, for the signs of life alone (-1: out_fd_ is not
+  // a pipe); the agent's and its raw workers' writes stay blocking.
+  int alive_fd_ = -1;
+  bool out_is_socket_ = false;  // sends with MSG_DONTWAIT instead
   std::string buffer_;
   std::function<void(const std::string&)> forward_;
   std::thread watcher_;

@@ -149,20 +149,19 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
                                                       is_err](boost::system::error_code ec,
                                                               std::size_t n) {
       if (ec) {
-        auto last = stream.splitter.finish();
+        self->deliver(stream.splitter.finish(), is_err);
         if (!is_err && !self->unended.empty()) {
           // The worker's open line never went on: it ends with the stream.
-          if (last.empty()) last.push_back(SplitLine{});
-          last.back().text.insert(0, self->unended);
-          self->unended.clear();
+          write_all(STDOUT_FILENO, std::exchange(self->unended, {}) + "\n");
         }
-        self->deliver(last, is_err);
         --self->open_streams;
         self->maybe_end();
         return;
       }
       self->heard = Clock::now();
       self->deliver(stream.splitter.feed(std::string_view(stream.chunk.data(), n)), is_err);
+      // The time this thread spent writing to a slow console is not the host's silence.
+      self->heard = Clock::now();
       self->read(pipe, stream, is_err);
     });
   }
@@ -182,6 +181,8 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
           // A worker's line still open when the agent wrote a whole report line (--raw-output:
           // the workers share the agent's stdout): it goes on after the report.
           unended += line.substr(0, at);
+          write_all(STDOUT_FILENO, batch);
+          batch.clear();
           deliver({SplitLine{line.substr(at)}}, false);
           continue;
         }

@@ -53,7 +53,7 @@ std::unique_ptr<store::Store> StatusPublisher::open(Deadline deadline) {
       return open_store_(slice);
     } catch (const std::exception&) {
       // A try that failed early (refused at once) waits out its slice, so that a store that
-      // is gone costs a try every kOpenTry, not a busy loop.
+      // is gone costs one try per slice, not a busy loop.
       std::unique_lock lock(mutex_);
       cv_.wait_until(lock, slice.when(), [&] { return stopping_ || final_; });
       if (stopping_ || final_ || deadline.expired()) throw;

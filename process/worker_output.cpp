@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,14 +58,16 @@ namespace {
 std::mutex write_mutex;
 }  // namespace
 
-bool try_write_all(int fd, std::string_view data) {
+bool try_write_all(int fd, std::string_view data, bool socket) {
   std::unique_lock lock(write_mutex, std::try_to_lock);
   if (!lock) return false;
   pollfd writable{fd, POLLOUT, 0};
   if (::poll(&writable, 1, 0) != 1 || (writable.revents & POLLOUT) == 0) return false;
   std::size_t done = 0;
   while (done < data.size()) {
-    auto n = ::write(fd, data.data() + done, data.size() - done);
+    auto n = socket ? ::send(fd, data.data() + done, data.size() - done,
+                             MSG_DONTWAIT | MSG_NOSIGNAL)
+                    : ::write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<std::size_t>(n);

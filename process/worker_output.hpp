@@ -75,9 +75,11 @@ class WorkerOutput {
 // (a closed console must not hold up the writer).
 void write_all(int fd, std::string_view data);
 // The same for a line that may be skipped, as a sign of life may: false, and nothing written,
-// when another writer holds `fd` or it cannot take more now. Never blocks on a reader that does
-// not read. Meant for short lines (up to PIPE_BUF: a pipe takes them whole).
-bool try_write_all(int fd, std::string_view data);
+// when another writer of this process holds `fd` or it cannot take more now. Meant for short
+// lines (up to PIPE_BUF, which a pipe takes whole or not at all) on a non-blocking descriptor:
+// a blocking one may still block when another process fills it between the check and the
+// write. With `socket`, `fd` is a socket and each send is non-blocking by itself.
+bool try_write_all(int fd, std::string_view data, bool socket = false);
 
 // Log files that could not be written in full (a full disk, an I/O error): one line each,
 // "PATH: error", in the order the failures happened. Each file is reported once, as a warning,

@@ -308,8 +308,8 @@ check_sigkill() {
 # d') Node 1 cut off the network: the connections stay open but go silent, so the remote agents
 #     hear nothing (no EOF as after a SIGKILL) and stop their workers after --hangup-timeout,
 #     and the command, hearing no sign of life from them (or its ssh keep-alive, which ddprun
-#     adds, giving up first), ends each host's connection, so it ends on its own with 123. sshd's own per-connection
-#     processes may stay until TCP gives up: only they are allowed.
+#     adds, giving up first), ends each host's connection, so it ends on its own with 123.
+#     sshd's own per-connection processes may stay until TCP gives up: only they are allowed.
 check_hangup_after_cut() {
   hang_then 29508 --hangup-timeout=2
   local t0

@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 slurm="$here/scripts/slurm-cluster.sh"
 checks=(srun_no_flags heterogeneous_nodes exit_code_through_srun one_task_per_node
   signal_reaches_workers sbatch_hosts_slurm exit_code_through_sbatch scancel_leaves_nothing
-  staging_hosts_slurm)
+  staging_hosts_slurm frozen_node_hosts_slurm)
 if [[ -n ${SLURM_CHECKS:-} ]]; then read -ra checks <<<"$SLURM_CHECKS"; fi
 
 [[ $# -eq 1 ]] || { echo "usage: $0 DDPRUN_BINARY" >&2; exit 2; }
@@ -232,6 +232,37 @@ check_scancel_leaves_nothing() {
       [[ -z $comm || $comm == slurmd ]] || fail "left on node $((i - 1)): $pid $comm"
     done
   done
+  exec 7>&-
+}
+
+# --hosts=slurm when a node freezes (its agent stopped): srun has no keep-alive, so only the
+# agents' signs of life tell the command; it ends that node's srun after --hangup-timeout and
+# the job ends, leaving nothing once Slurm ends the allocation.
+check_frozen_node_hosts_slurm() {
+  local out=$work/frozen job agent pids
+  mkdir -p "$out"
+  : >"$out/gate"
+  exec 7>"$out/gate"
+  flock -x 7  # closed: the workers wait here for as long as the test holds it
+  sbatch_script frozen "$ddprun --hosts=slurm --hangup-timeout=2 --no-python sh -c 'echo \$\$\$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
+  job=$(on_login sbatch --parsable -N2 -o "$out/log" "$work/frozen.sbatch")
+  both_pids() { [[ $(ls "$out"/pid_* 2>/dev/null | wc -l) == 2 ]]; }
+  until_true 60 both_pids || { cat "$out/log"; fail "the 2 workers did not start"; }
+  pids=$(cat "$out"/pid_*)
+  # Rank 1 runs on n2; its parent is n2's agent.
+  agent=$(awk '{print $4}' "/proc/$(cat "$out/pid_1")/stat")
+  kill -STOP "$agent"
+  gone() { [[ -z $(on_login squeue -h -j "$job" 2>/dev/null) ]]; }
+  until_true 90 gone ||
+    { kill -KILL "$agent" 2>/dev/null; fail "job $job still running 90 s after node 2 froze"; }
+  grep -q "host n2 (node 1): heard nothing from its agent for" "$out/log" ||
+    { cat "$out/log"; fail "the command did not name the silent node"; }
+  none_alive() {
+    local p
+    for p in $pids $agent; do kill -0 "$p" 2>/dev/null && return 1; done
+    return 0
+  }
+  until_true 60 none_alive || fail "left after the job: $pids $agent"
   exec 7>&-
 }
 

@@ -201,18 +201,27 @@ check_exit_code_through_sbatch() {
   grep -q "Root cause" "$work/batch_exit.log" || fail "no root cause in the job's output"
 }
 
-# scancel ends the agents and every worker on every node.
-check_scancel_leaves_nothing() {
-  local out=$work/cancel job
+# gated_job NAME FLAGS WORKERS: an sbatch job on both nodes of `ddprun --hosts=slurm FLAGS`
+# whose workers write their pids to $work/NAME/pid_RANK, then wait at a gate this shell holds
+# closed (fd 7) until it lets go; returns once WORKERS workers have started, the job's id in
+# $job.
+gated_job() {
+  local out=$work/$1 want=$3
   mkdir -p "$out"
   : >"$out/gate"
   exec 7>"$out/gate"
-  flock -x 7  # closed: the workers wait here for as long as the test holds it
+  flock -x 7
   # $$$$: the workers' shell gets $$ (ddprun, as torchrun, reads $$ as $).
-  sbatch_script cancel "$ddprun --hosts=slurm --nproc-per-node=2 --no-python sh -c 'echo \$\$\$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
-  job=$(on_login sbatch --parsable -N2 -o "$out/log" "$work/cancel.sbatch")
-  all_pids() { [[ $(ls "$out"/pid_* 2>/dev/null | wc -l) == 4 ]]; }
-  until_true 60 all_pids || { cat "$out/log"; fail "the 4 workers did not start"; }
+  sbatch_script "$1" "$ddprun --hosts=slurm $2 --no-python sh -c 'echo \$\$\$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
+  job=$(on_login sbatch --parsable -N2 -o "$out/log" "$work/$1.sbatch")
+  started() { [[ $(ls "$out"/pid_* 2>/dev/null | wc -l) == "$want" ]]; }
+  until_true 60 started || { cat "$out/log"; fail "the $want workers did not start"; }
+}
+
+# scancel ends the agents and every worker on every node.
+check_scancel_leaves_nothing() {
+  local out=$work/cancel job
+  gated_job cancel --nproc-per-node=2 4
   local pids
   pids=$(cat "$out"/pid_*)
   on_login scancel "$job"
@@ -240,14 +249,7 @@ check_scancel_leaves_nothing() {
 # the job ends, leaving nothing once Slurm ends the allocation.
 check_frozen_node_hosts_slurm() {
   local out=$work/frozen job agent pids
-  mkdir -p "$out"
-  : >"$out/gate"
-  exec 7>"$out/gate"
-  flock -x 7  # closed: the workers wait here for as long as the test holds it
-  sbatch_script frozen "$ddprun --hosts=slurm --hangup-timeout=2 --no-python sh -c 'echo \$\$\$\$ > $out/pid_\$RANK; exec flock -s $out/gate true'"
-  job=$(on_login sbatch --parsable -N2 -o "$out/log" "$work/frozen.sbatch")
-  both_pids() { [[ $(ls "$out"/pid_* 2>/dev/null | wc -l) == 2 ]]; }
-  until_true 60 both_pids || { cat "$out/log"; fail "the 2 workers did not start"; }
+  gated_job frozen --hangup-timeout=2 2
   pids=$(cat "$out"/pid_*)
   # Rank 1 runs on n2; its parent is n2's agent.
   agent=$(awk '{print $4}' "/proc/$(cat "$out/pid_1")/stat")

@@ -217,14 +217,15 @@ constexpr std::string_view kBuiltinLongNames[] = {"help", "version"};
 
 // torchrun's long options over its versions (1.13 to 2.x), in our spelling: where ddprun's own
 // options make a prefix ambiguous that torchrun reads as one of these, the prefix means what
-// it means to torchrun (--event=x is --event-log-handler, not also --events-file).
+// it means to torchrun (--event=x is --event-log-handler, not also --events-file). The log
+// line prefix's template is torchrun's variable, not one of its options.
 constexpr std::string_view kTorchrunLongNames[] = {
     "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
     "standalone", "max-restarts", "monitor-interval", "start-method", "event-log-handler", "role",
     "module", "no-python", "run-path", "log-dir", "redirects", "tee", "local-ranks-filter",
-    "node-rank", "master-addr", "master-port", "local-addr", "logs-specs",
-    "log-line-prefix-template", "numa-binding", "virtual-local-rank", "signals-to-handle",
-    "duplicate-stdout-filters", "duplicate-stderr-filters", "help"};
+    "node-rank", "master-addr", "master-port", "local-addr", "logs-specs", "numa-binding",
+    "virtual-local-rank", "signals-to-handle", "duplicate-stdout-filters",
+    "duplicate-stderr-filters", "help"};
 
 // Rewrites ddprun's own arguments, which end at the program (the first positional) or at
 // "--", to the names CLI11 knows: torchrun's spelling (--nproc_per_node) and abbreviations

@@ -132,14 +132,14 @@ TEST_CASE("cli: a prefix torchrun reads as one of its options means that option 
                            "max-restarts", "monitor-interval", "start-method", "role", "module",
                            "no-python", "run-path", "log-dir", "redirects", "tee",
                            "local-ranks-filter", "local-addr", "signals-to-handle",
-                           "event-log-handler", "log-line-prefix-template", "numa-binding",
-                           "virtual-local-rank"}) {
+                           "event-log-handler", "numa-binding", "virtual-local-rank"}) {
     INFO(name);
     CHECK(is_option(name));
     CHECK(is_torchrun_option(name));
   }
   for (const char* name : {"events-file", "token-file", "tree-threshold", "node-check", "hosts",
-                           "version", "log-line-prefix", "no-stage", "shutdown-timeout"}) {
+                           "version", "log-line-prefix", "log-line-prefix-template", "no-stage",
+                           "shutdown-timeout"}) {
     INFO(name);
     CHECK(is_option(name));
     CHECK_FALSE(is_torchrun_option(name));
@@ -154,8 +154,10 @@ TEST_CASE("cli: a prefix torchrun reads as one of its options means that option 
   CliOutcome handler = parse_command_line({"--event=console", "x.py"}, {});
   CHECK(handler.exit_code == 0);
   CHECK(handler.config.has_value());
-  // Still ambiguous to torchrun: still an error.
+  // Still ambiguous to torchrun, or between ddprun's own: still an error.
   expect_usage_error({"--ma=1", "x.py"}, {"--ma could match", "--master-addr", "--max-restarts"});
+  expect_usage_error({"--log-line=x", "x.py"},
+                     {"--log-line could match", "--log-line-prefix", "--log-line-prefix-template"});
 }
 
 TEST_CASE("cli: an ambiguous abbreviation is one line naming every candidate",

@@ -49,7 +49,13 @@ void Agent::emit(const std::string& name, nlohmann::json fields) {
 
 void Agent::on_signal(int signal) {
   int expected = 0;
-  if (!signal_.compare_exchange_strong(expected, signal)) return;
+  if (!signal_.compare_exchange_strong(expected, signal)) {
+    spdlog::warn("received {} again: already stopping on {} (the workers have up to {}, "
+                 "--shutdown-timeout, before SIGKILL)",
+                 signal_name(signal), signal_name(expected),
+                 format_duration(config_.shutdown_timeout));
+    return;
+  }
   AgentEvent e;
   e.kind = AgentEvent::Kind::kSignal;
   e.signal = signal;
@@ -77,8 +83,6 @@ RunResult Agent::result(RunResult::End end, std::string reason) const {
 }
 
 RunResult Agent::run() {
-  int stop_signal = SIGKILL;
-  auto grace = Clock::duration::zero();
   RunResult r;
   try {
     start_file_timer();
@@ -88,29 +92,32 @@ RunResult Agent::run() {
     }
     return run_rounds();
   } catch (const InterruptedError&) {
-    // A signal ended a store call: forward it to any workers, with the usual grace.
+    // A signal ended a store call: forward it to any workers, with the usual grace, before
+    // this agent waits on the store again (the one serving it waits for every goodbye).
     const int sig = signal_.load();
     r = result(RunResult::End::kStopped, fmt::format("stopped by {}", signal_name(sig)));
     r.signal = sig;
-    if (round_) {
-      announce_stop(ctx_, *round_, sig);
-      // Say goodbye too, so that the agent serving the store does not wait for this one.
-      say_goodbye(-1);
-    }
-    stop_signal = sig;
-    grace = config_.shutdown_timeout;
+    if (round_) announce_stop(ctx_, *round_, sig);
+    stop_workers(sig, config_.shutdown_timeout);
+    // Say goodbye too, so that the agent serving the store does not wait for this one.
+    if (round_) say_goodbye(-1);
+    return r;
   } catch (const std::exception& e) {
     // Usage errors are found before an agent runs; one here is as unexpected as a bug.
     r = classify(e) == ErrorClass::kRendezvous
             ? result(RunResult::End::kRendezvousFailed, e.what())
             : result(RunResult::End::kInternalError, std::string("internal error: ") + e.what());
   }
+  stop_workers(SIGKILL, Clock::duration::zero());
+  return r;
+}
+
+void Agent::stop_workers(int signal, Clock::duration grace) {
   try {
-    ctx_.runner->stop(stop_signal, grace);
+    ctx_.runner->stop(signal, grace);
   } catch (const std::exception& e) {
     spdlog::error("stopping workers: {}", e.what());
   }
-  return r;
 }
 
 // torchrun's FileTimer server, when the job asks for it as torchrun's does.

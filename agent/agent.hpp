@@ -107,6 +107,8 @@ class Agent {
   RunResult result(RunResult::End end, std::string reason) const;
   void log_restart(const Failure& failure) const;
   void say_goodbye(int lost_node);
+  // The runner's stop, whose failure is logged: the agent's own end follows either way.
+  void stop_workers(int signal, Clock::duration grace);
   void emit(const std::string& name, nlohmann::json fields = nlohmann::json::object());
 
   const LaunchConfig& config_;

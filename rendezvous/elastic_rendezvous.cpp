@@ -541,10 +541,12 @@ std::optional<std::string> ElasticRendezvous::outsider(const RoundResult& r) {
   } else {
     spdlog::info("rendezvous: round {} is full ({} nodes); waiting as a hot spare", r.round,
                  r.members);
-    // Re-armed every hour so that each wait is bounded like every other.
+    // Re-armed every read timeout, like every other wait on the store: a store whose host
+    // vanished without closing the connection leaves the request unanswered, which ends the
+    // spare's wait then instead of after an hour.
     while (true) {
       try {
-        value = store_.get(outcome_key, Deadline::after(std::chrono::hours(1)));
+        value = store_.get(outcome_key, op());
         break;
       } catch (const TimeoutError&) {
       }

@@ -232,8 +232,8 @@ class TcpStoreClient::Impl {
         close();
         throw ConnectionError(fmt::format(
             "the program at {} accepted the connection but did not answer the store's "
-            "handshake within {}: it is not a ddprun store; check --master-port / "
-            "--rdzv-endpoint",
+            "handshake within {}: it is not a ddprun store, or its host is too busy to answer "
+            "(stopped, swapping); check --master-port / --rdzv-endpoint",
             where_, format_duration(options_.handshake_timeout)));
       }
       return ec;

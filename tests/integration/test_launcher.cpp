@@ -276,6 +276,21 @@ TEST_CASE("ddprun: a signal ends a node's wait for the others to settle, on its 
   CHECK_THAT(node1.output(), !Catch::Contains("restarting"));
 }
 
+TEST_CASE("ddprun: a second signal while the workers stop is answered, and the first one's "
+          "exit code stays", "[launcher]") {
+  TempDir dir;
+  DdprunProcess p(fake({"--nproc-per-node=1", port_arg(free_port()), "--shutdown-timeout=15"}),
+                  {{"FAKE_MODE", "stubborn"}, {"FAKE_TOUCH_DIR", dir.path()}});
+  REQUIRE(wait_until([&] { return file_exists(dir.file("started_0_0")); }, 30s));
+  REQUIRE(kill(p.pid(), SIGTERM) == 0);
+  REQUIRE(p.wait_for_output("stopping 1 local worker(s) with SIGTERM"));
+  REQUIRE(kill(p.pid(), SIGINT) == 0);
+  CHECK(p.wait(60s) == 128 + SIGTERM);
+  CHECK_THAT(p.output(), Catch::Contains("received SIGINT again: already stopping on SIGTERM "
+                                         "(the workers have up to 15s, --shutdown-timeout, "
+                                         "before SIGKILL)"));
+}
+
 TEST_CASE("ddprun: restarts exhausted, every agent exits with the worker's code and names it",
           "[launcher]") {
   auto port = port_arg(free_port());

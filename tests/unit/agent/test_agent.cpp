@@ -498,6 +498,42 @@ TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's 
   CHECK(signalled == 1);
 }
 
+TEST_CASE("agent: a signal that interrupts a store call stops the workers before the store's "
+          "host waits for the others' goodbyes", "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  // The store's host would wait far beyond kHang for goodbyes.
+  auto c0 = config_for(2, 0, 1);
+  c0.rdzv_conf.close_timeout = 3 * kHang;
+  // Node 0's signal comes as it records its worker's failure, which the signal interrupts (a
+  // scheduler's SIGTERM to every process of the job, racing a rank's crash).
+  std::atomic<Agent*> agent0{nullptr};
+  std::atomic<int> signalled{0};
+  NodeOptions o0{true, {}, {}};
+  o0.before_set = [&](const std::string& key) {
+    if (key.find("/failure/") != std::string::npos && !signalled++) {
+      agent0.load()->on_signal(SIGTERM);
+    }
+  };
+  Node n0(shared, c0, "hostA", dir.path(), std::move(o0));
+  agent0 = n0.agent.get();
+  // Node 1 says goodbye only once node 0 has stopped its workers, or after kHang.
+  std::atomic<bool> stopped_first{false};
+  NodeOptions o1;
+  o1.before_set = [&](const std::string& key) {
+    if (!key.ends_with("/left/1")) return;
+    stopped_first = test::wait_until([&] { return !n0.runner.stop_signals().empty(); }, kHang);
+  };
+  Node n1(shared, config_for(2, 1, 1), "hostB", dir.path(), std::move(o1));
+  REQUIRE(n0.runner.wait_for_start(1));
+  REQUIRE(n1.runner.wait_for_start(1));
+  n0.runner.exit_worker(0, 3);
+  n0.finish();
+  n1.finish();
+  CHECK(signalled == 1);
+  CHECK(stopped_first);
+}
+
 TEST_CASE("agent: node 0 stopped before it publishes the workers' port does not keep the "
           "others waiting for it", "[agent]") {
   store::MemoryStore shared;

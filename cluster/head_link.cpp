@@ -108,11 +108,13 @@ void HeadLink::watch(std::chrono::milliseconds silence,
   // wait for a reader, and O_NONBLOCK on out_fd_ itself would reach every other writer of it
   // (the workers under --raw-output).
   struct stat st {};
-  if (fstat(out_fd_, &st) == 0 && S_ISFIFO(st.st_mode)) {
-    alive_fd_ = ::open(fmt::format("/proc/self/fd/{}", out_fd_).c_str(),
-                       O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fstat(out_fd_, &st) == 0) {
+    if (S_ISFIFO(st.st_mode)) {
+      alive_fd_ = ::open(fmt::format("/proc/self/fd/{}", out_fd_).c_str(),
+                         O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    }
+    out_is_socket_ = S_ISSOCK(st.st_mode);
   }
-  out_is_socket_ = fstat(out_fd_, &st) == 0 && S_ISSOCK(st.st_mode);
   watcher_ = std::thread([this, silence, on_lost = std::move(on_lost), alive = std::move(alive),
                           token = std::move(token)] { watch_loop(silence, on_lost, alive, token); });
 }

@@ -158,9 +158,9 @@ struct RemoteSession::State : std::enable_shared_from_this<RemoteSession::State>
         self->maybe_end();
         return;
       }
-      self->heard = Clock::now();
       self->deliver(stream.splitter.feed(std::string_view(stream.chunk.data(), n)), is_err);
-      // The time this thread spent writing to a slow console is not the host's silence.
+      // Heard once delivered: the time this thread spent writing to a slow console is not the
+      // host's silence.
       self->heard = Clock::now();
       self->read(pipe, stream, is_err);
     });

@@ -228,12 +228,11 @@ TEST_CASE("a host whose agent falls silent is ended by the command, whatever the
   std::vector<std::string> frozen;
   std::vector<std::string> others;
   for (std::size_t i = 0; i + 1 < pids.size(); i += 2) {
-    std::ifstream in("/proc/" + pids[i] + "/environ");
-    const std::string env = '\0' + std::string((std::istreambuf_iterator<char>(in)),
-                                               std::istreambuf_iterator<char>());
+    const std::string env = '\0' + read_file("/proc/" + pids[i] + "/environ");
     const bool rank1 = env.find(std::string("\0RANK=1\0", 8)) != std::string::npos;
     if (rank1) agent = parent_of(std::stoi(pids[i]));
-    (rank1 ? frozen : others).insert((rank1 ? frozen : others).end(), {pids[i], pids[i + 1]});
+    auto& side = rank1 ? frozen : others;
+    side.insert(side.end(), {pids[i], pids[i + 1]});
   }
   REQUIRE(agent > 1);
   kill(agent, SIGSTOP);
@@ -269,8 +268,7 @@ TEST_CASE("forwarded values and the store's secret never appear on a command lin
   std::string cmdlines;
   std::string agents;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmdline(std::istreambuf_iterator<char>(in), {});
+    const auto cmdline = read_file(entry.path() / "cmdline");
     if (cmdline.find("--ddprun-session") != std::string::npos) agents += cmdline;
     cmdlines += cmdline;
   }

@@ -1,25 +1,108 @@
 #include "process/exit_watch.hpp"
 
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "process/boost_process.hpp"
 
 namespace ddprun {
 
+namespace asio = boost::asio;
 namespace bp = boost::process::v2;
 
-struct ExitWatch::Impl {
-  Impl(boost::asio::io_context& io, pid_t pid) : handle(io.get_executor(), pid) {}
-  bp::process::handle_type handle;
+// A pidfd, waited on by the io_context, then a non-blocking wait for the child. Boost.Process's
+// own handle waits for the child with a blocking waitpid once its pidfd is readable; a child
+// that exited while traced (a debugger attached to a worker) is a zombie only its tracer may
+// collect, so that waitpid would hold the io thread, and everything on it, until the tracer
+// lets go. Here such a child is asked for again on a timer instead.
+struct ExitWatch::State {
+  State(asio::io_context& io, pid_t p, int pidfd, Handler h)
+      : fd(io, pidfd), retry(io), pid(p), handler(std::move(h)) {}
+  asio::posix::stream_descriptor fd;
+  asio::steady_timer retry;
+  std::chrono::milliseconds retry_after{10};
+  pid_t pid;
+  Handler handler;
 };
 
-ExitWatch::ExitWatch(boost::asio::io_context& io, pid_t pid, Handler handler)
-    : impl_(std::make_unique<Impl>(io, pid)) {
-  impl_->handle.async_wait(
-      [handler = std::move(handler)](bp::error_code ec, int status) { handler(ec, status); });
+namespace {
+
+using State = ExitWatch::State;
+
+void try_reap(const std::shared_ptr<State>& s);
+
+// The handler runs once, and lets go of what it holds (a session that holds this watch).
+void finish(const std::shared_ptr<State>& s, boost::system::error_code ec, int status) {
+  auto handler = std::move(s->handler);
+  if (handler) handler(ec, status);
 }
 
-ExitWatch::~ExitWatch() = default;
+void wait_readable(const std::shared_ptr<State>& s) {
+  s->fd.async_wait(asio::posix::descriptor_base::wait_read,
+                   [s](boost::system::error_code ec) {
+                     if (ec) {
+                       finish(s, ec, 0);
+                     } else {
+                       try_reap(s);
+                     }
+                   });
+}
+
+void try_reap(const std::shared_ptr<State>& s) {
+  int status = 0;
+  pid_t got;
+  while ((got = ::waitpid(s->pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+  }
+  if (got == s->pid) {
+    finish(s, {}, status);
+  } else if (got < 0) {
+    finish(s, boost::system::error_code(errno, boost::system::system_category()), 0);
+  } else {
+    // Exited but not ours to collect yet (see State): the pidfd stays readable, so waiting on
+    // it again would spin.
+    s->retry.expires_after(s->retry_after);
+    s->retry_after = std::min(s->retry_after * 2, std::chrono::milliseconds(1000));
+    s->retry.async_wait([s](boost::system::error_code ec) {
+      if (ec) {
+        finish(s, ec, 0);
+      } else {
+        try_reap(s);
+      }
+    });
+  }
+}
+
+}  // namespace
+
+ExitWatch::ExitWatch(asio::io_context& io, pid_t pid, Handler handler) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    throw boost::system::system_error(errno, boost::system::system_category(),
+                                      "pidfd_open for pid " + std::to_string(pid));
+  }
+  try {
+    state_ = std::make_shared<State>(io, pid, pidfd, std::move(handler));
+  } catch (...) {
+    ::close(pidfd);
+    throw;
+  }
+  wait_readable(state_);
+}
+
+ExitWatch::~ExitWatch() {
+  // The pending wait completes with operation_aborted; it holds the state until then.
+  boost::system::error_code ignored;
+  state_->fd.close(ignored);
+  state_->retry.cancel();
+}
 
 int stop_signal(pid_t pid) {
   siginfo_t info{};

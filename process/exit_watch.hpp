@@ -1,7 +1,8 @@
 #pragma once
-// A child's exit, seen on an io_context the moment it happens (a pidfd, through Boost.Process
-// v2's process handle; no polling, no SIGCHLD): the one way the worker runner, the --hosts head
-// and its remote sessions wait for the processes they spawn.
+// A child's exit, seen on an io_context the moment it happens (a pidfd; no polling, no
+// SIGCHLD): the one way the worker runner, the --hosts head and its remote sessions wait for
+// the processes they spawn. The io thread never blocks in it, even for a child that exited
+// while a debugger traced it.
 
 #include <sys/types.h>
 
@@ -22,14 +23,17 @@ class ExitWatch {
 
   // Starts waiting for child `pid` at once; `handler` runs on `io`'s thread. Throws
   // boost::system::system_error when the child cannot be watched (no pidfd for it).
+  // Destroying the watch before the exit calls `handler` with operation_aborted, later, on
+  // `io`'s thread.
   ExitWatch(boost::asio::io_context& io, pid_t pid, Handler handler);
   ~ExitWatch();
   ExitWatch(const ExitWatch&) = delete;
   ExitWatch& operator=(const ExitWatch&) = delete;
 
+  struct State;
+
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<State> state_;
 };
 
 // The signal that stopped child `pid` (SIGSTOP, SIGTSTP, ...) while it stays stopped; 0 when it

@@ -13,4 +13,8 @@ namespace ddprun {
 // function it waits in, where the kernel says. tid 0: "not started".
 std::string thread_whereabouts(pid_t tid);
 
+// The same for a process of any pid: "state Z", "state D in ...", with ", traced by pid 77
+// (gdb)" when a tracer holds it (its exit is then the tracer's to collect first).
+std::string process_whereabouts(pid_t pid);
+
 }  // namespace ddprun

@@ -403,8 +403,14 @@ void Attempt::stop_workers() {
   for (int local = 0; local < round_.ranks.local_world_size; ++local) {
     if (fs::exists(dir_.error_file(local))) failing.push_back(local);
   }
-  ctx_.runner->stop(stop_signal, config_.shutdown_timeout, failing);
-  emit_("workers_stopped", {{"attempt", round_.id}});
+  // One that cannot be reaped (stuck in the kernel) is named by the runner and left behind:
+  // the job restarts without it, as it would once it ended.
+  const auto unreaped = ctx_.runner->stop(stop_signal, config_.shutdown_timeout, failing);
+  auto stopped = nlohmann::json{{"attempt", round_.id}};
+  for (const auto& u : unreaped) {
+    stopped["unreaped"].push_back({{"rank", u.rank}, {"pid", u.pid}, {"state", u.whereabouts}});
+  }
+  emit_("workers_stopped", std::move(stopped));
   collect_late_failures(stop_signal);
 }
 

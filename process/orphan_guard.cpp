@@ -220,7 +220,9 @@ int guardian_main(void* arg) {
 struct ProcessInfo {
   pid_t pid = 0;
   pid_t ppid = 0;
+  pid_t group = 0;
   pid_t session = 0;
+  char state = 0;  // R, S, D, Z, ...
   std::string name;
 };
 
@@ -241,7 +243,7 @@ bool read_process(pid_t pid, ProcessInfo& info) {
       4) {
     return false;
   }
-  info = {pid, ppid, session, stat.substr(open + 1, close - open - 1)};
+  info = {pid, ppid, group, session, state, stat.substr(open + 1, close - open - 1)};
   return true;
 }
 
@@ -341,6 +343,21 @@ int stop_adopted_daemons(int rounds, pid_t skip) {
                  ended.size(), fmt::join(ended, ", "));
   }
   return static_cast<int>(ended.size());
+}
+
+int reap_adopted_zombies() {
+  const pid_t own_group = getpgrp();
+  const pid_t own_session = getsid(0);
+  int reaped = 0;
+  for (const pid_t pid : child_pids()) {
+    ProcessInfo info;
+    if (!read_process(pid, info) || info.state != 'Z') continue;
+    // What this process started itself leads a group of its own in this session (workers,
+    // debuggers) or shares this process's group (the guardian): its owner waits for it.
+    if (info.group == own_group || (info.group == pid && info.session == own_session)) continue;
+    if (waitpid(pid, nullptr, WNOHANG) == pid) ++reaped;
+  }
+  return reaped;
 }
 
 OrphanGuard::OrphanGuard() {
@@ -447,6 +464,11 @@ pid_t* OrphanGuard::claim_slot() {
   // Raised before the worker can write the slot: the guardian reads every slot below it.
   shared(state.slots_used).store(used + 1, std::memory_order_release);
   return &state.groups[used];
+}
+
+void OrphanGuard::end_leftovers() {
+  stop_adopted_daemons(20, guardian_);
+  reap_adopted_zombies();
 }
 
 void OrphanGuard::forget(pid_t* slot) {

@@ -12,8 +12,9 @@
 // Daemons that a worker starts leave its process group and session (setsid), so the groups do
 // not reach them. Two things catch those:
 //  - the agent is a child subreaper: such a process, once its parent is gone, becomes the
-//    agent's child, and the agent ends every adopted child of another session when it ends
-//    normally or is stopped by a signal (with a warning naming them);
+//    agent's child, and the agent ends every adopted child of another session before an
+//    attempt's workers start again and when it ends normally or is stopped by a signal (with a
+//    warning naming them); adopted children that exit are collected as they go;
 //  - every worker's environment carries a marker, DDPRUN_GUARD=<random>, which its
 //    descendants inherit wherever they move: when the pipe closes, the guardian also SIGKILLs
 //    every process whose environment holds this agent's marker. That covers a SIGKILLed agent,
@@ -49,6 +50,12 @@ namespace ddprun {
 // how many were ended; names them in a warning. `skip`: a child to leave alone (the guardian).
 int stop_adopted_daemons(int rounds = 20, pid_t skip = -1);
 
+// Collects this process's zombie children that it did not start: the workers' descendants
+// that outlived their own parent, adopted by this subreaper, then exited. Without it they stay
+// in the process table (and count against a container's process limit) until the agent ends.
+// Returns how many.
+int reap_adopted_zombies();
+
 class OrphanGuard {
  public:
   // Starts the guardian. Call before creating threads. Throws Error if that fails.
@@ -72,6 +79,11 @@ class OrphanGuard {
   pid_t* claim_slot();
   // The worker's group was stopped and reaped: its number may be reused, and the slot too.
   void forget(pid_t* slot);
+
+  // Between attempts, once the workers were stopped: ends what they left running in sessions
+  // of their own (stop_adopted_daemons) and collects adopted zombies, so that the next
+  // attempt starts as the first did.
+  void end_leftovers();
 
   // `dir` is this agent's scratch directory (made for this run only): if the agent dies
   // without finish() (SIGKILL, a crash), the guardian removes it with everything in it. Call

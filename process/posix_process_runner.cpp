@@ -133,10 +133,11 @@ class PosixProcessRunner::Impl {
     });
   }
 
-  void stop(int signal, Clock::duration grace, const std::vector<int>& spared = {}) {
+  std::vector<UnreapedWorker> stop(int signal, Clock::duration grace,
+                                   const std::vector<int>& spared = {}) {
     // Every worker reported and its group ended by an earlier stop: nothing to do, and no
     // round trip to the runner's thread (the agent and this runner's destructor both stop).
-    if (quiet_.load(std::memory_order_acquire)) return;
+    if (quiet_.load(std::memory_order_acquire)) return {};
     auto done = std::make_shared<std::promise<void>>();
     auto future = done->get_future();
     asio::post(io_, [this, signal, grace, spared, done] { begin_stop(signal, grace, spared, done); });
@@ -146,10 +147,7 @@ class PosixProcessRunner::Impl {
     const auto deadline = Deadline::after(limit);
     ProgressClock progress(progress_interval_);
     while (future.wait_until(progress.slice(deadline).when()) != std::future_status::ready) {
-      if (deadline.expired()) {
-        throw Error(fmt::format("workers still not reaped {} after the stop signal",
-                                format_duration(limit)));
-      }
+      if (deadline.expired()) return give_up(signal, limit);
       if (!progress.due()) continue;
       const auto waited = progress.elapsed();
       const auto running = running_ranks();
@@ -164,6 +162,38 @@ class PosixProcessRunner::Impl {
                        ? fmt::format(" (SIGKILL in {})", format_duration(grace - waited))
                        : std::string());
     }
+    return {};
+  }
+
+  // The workers a stop gave up on, named in a warning. The next start() retires them: their
+  // exits, whenever they come, are still reported.
+  std::vector<UnreapedWorker> give_up(int signal, Clock::duration limit) {
+    auto task = std::make_shared<std::packaged_task<std::vector<UnreapedWorker>()>>([this] {
+      std::vector<UnreapedWorker> unreaped;
+      for (const auto& w : workers_) {
+        if (w->reported) continue;
+        unreaped.push_back({w->launch.local_rank, w->launch.rank, w->pid,
+                            w->exited ? "exited, its output still open"
+                                      : process_whereabouts(w->pid)});
+      }
+      return unreaped;
+    });
+    auto result = task->get_future();
+    asio::post(io_, [task] { (*task)(); });
+    if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) {
+      throw Error(fmt::format("stopping workers: the runner's thread ({}) has not answered for "
+                              "{} after {}", thread_whereabouts(thread_id_),
+                              format_duration(limit), signal_name(signal)));
+    }
+    auto unreaped = result.get();
+    for (const auto& u : unreaped) {
+      spdlog::warn("rank {} (local rank {}, pid {}) is still not reaped {} after {} and "
+                   "SIGKILL ({}): going on without it; what it holds (GPU memory, ports, "
+                   "files) stays held until it ends",
+                   u.rank, u.local_rank, u.pid, format_duration(limit), signal_name(signal),
+                   u.whereabouts);
+    }
+    return unreaped;
   }
 
   // The global ranks of the workers that have not exited (asked on the runner thread); nullopt
@@ -215,6 +245,14 @@ class PosixProcessRunner::Impl {
     }
     workers_.clear();
     refill_after_start_.clear();
+    if (guard_ != nullptr) {
+      if (started_) {
+        guard_->end_leftovers();  // what the last attempt's workers left behind
+      } else {
+        sweep_zombies();  // and every kZombieSweep from now on
+      }
+    }
+    started_ = true;
     std::vector<int> pids;
     ProgramResolver programs;
     oom_kills_ = oom_kill_count();
@@ -305,6 +343,20 @@ class PosixProcessRunner::Impl {
       if (guard_) guard_->forget(w.guard_slot);
       throw;
     }
+    try {
+      watch_exit(w);
+    } catch (const std::exception& e) {
+      // An unwatched worker would run unsupervised: it does not run at all.
+      ::kill(-w.pid, SIGKILL);
+      while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      if (guard_) guard_->forget(w.guard_slot);
+      throw Error(fmt::format("cannot watch its process (pid {}) for its exit: {}", w.pid,
+                              e.what()));
+    }
+  }
+
+  void watch_exit(Worker& w) {
     w.exit_watch = std::make_unique<ExitWatch>(
         io_, w.pid, [this, w = &w](boost::system::error_code ec, int status) {
           // Runs on this thread. Aborted only when the watch is being destroyed, and `w`
@@ -711,6 +763,16 @@ class PosixProcessRunner::Impl {
     }
   }
 
+  // Collects adopted zombies now and then: a worker's descendants that outlive their parent
+  // come to the agent (a subreaper), and some exit long before the attempt ends.
+  void sweep_zombies() {
+    reap_adopted_zombies();
+    sweep_timer_.expires_after(kZombieSweep);
+    sweep_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) sweep_zombies();
+    });
+  }
+
   // Completes pending stop() calls once every worker was reported. Returns true if it did.
   bool check_stopped() {
     for (auto& w : workers_) {
@@ -748,6 +810,9 @@ class PosixProcessRunner::Impl {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer kill_timer_{io_};
+  asio::steady_timer sweep_timer_{io_};
+  static constexpr auto kZombieSweep = std::chrono::seconds(5);
+  bool started_ = false;  // a start() ran: the next one follows an attempt
   // Outlives the workers' outputs, which point to it.
   ConsoleFold fold_{io_.get_executor(), write_all};
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -778,9 +843,9 @@ void PosixProcessRunner::keep_standbys(const std::vector<WorkerLaunch>& template
   impl_->keep_standbys(templates);
 }
 
-void PosixProcessRunner::stop(int signal, Clock::duration grace,
-                              const std::vector<int>& spared) {
-  impl_->stop(signal, grace, spared);
+std::vector<UnreapedWorker> PosixProcessRunner::stop(int signal, Clock::duration grace,
+                                                     const std::vector<int>& spared) {
+  return impl_->stop(signal, grace, spared);
 }
 
 std::vector<StackCapture> PosixProcessRunner::capture_stacks(

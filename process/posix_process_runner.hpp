@@ -27,7 +27,8 @@ class PosixProcessRunner final : public ProcessRunner {
   std::vector<int> start(const std::vector<WorkerLaunch>& workers, ExitCallback on_exit) override;
   void keep_standbys(const std::vector<WorkerLaunch>& templates) override;
   using ProcessRunner::stop;
-  void stop(int signal, Clock::duration grace, const std::vector<int>& spared) override;
+  std::vector<UnreapedWorker> stop(int signal, Clock::duration grace,
+                                   const std::vector<int>& spared) override;
   std::vector<StackCapture> capture_stacks(const std::vector<StackTarget>& targets,
                                            Deadline deadline) override;
 

@@ -72,6 +72,15 @@ struct WorkerExit {
   int shell_code() const { return signal != 0 ? 128 + signal : exit_code; }
 };
 
+// A worker that a stop could not reap: alive after SIGKILL (stuck in the kernel, state D), or
+// a zombie that only the debugger tracing it may collect.
+struct UnreapedWorker {
+  int local_rank = 0;
+  int rank = 0;
+  int pid = 0;
+  std::string whereabouts;  // process_whereabouts(): "state D in ...", "state Z, traced by ..."
+};
+
 // A worker program that cannot be started: exit_code is the shell's 127 (not found) or 126
 // (not executable), and what() says which file, where it was looked for and why.
 class CannotStartError : public Error {
@@ -112,8 +121,15 @@ class ProcessRunner {
   // Workers in `spared` (local ranks) are already failing on their own (they wrote their error
   // file): they are not sent `signal`, so that they end with their own exit code, but get the
   // same grace before SIGKILL.
-  virtual void stop(int signal, Clock::duration grace, const std::vector<int>& spared) = 0;
-  void stop(int signal, Clock::duration grace) { stop(signal, grace, {}); }
+  //
+  // Returns the workers still not reaped when it gave up, named in a warning: the job goes on
+  // without them (the next start() does not wait for them; their exits are still reported).
+  // Throws Error only when the runner itself does not answer.
+  virtual std::vector<UnreapedWorker> stop(int signal, Clock::duration grace,
+                                           const std::vector<int>& spared) = 0;
+  std::vector<UnreapedWorker> stop(int signal, Clock::duration grace) {
+    return stop(signal, grace, {});
+  }
 
   // Writes the stacks of live workers (by pid) into files, all within `deadline`, without
   // stopping them (process/stack_capture.hpp). One result per target, in order.

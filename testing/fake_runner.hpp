@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -28,12 +29,28 @@ class FakeRunner final : public ProcessRunner {
 
   // Like the real runner: whatever still runs is "killed" by the signal and reported.
   using ProcessRunner::stop;
-  void stop(int signal, Clock::duration, const std::vector<int>&) override {
+  // A worker set with leave_unreaped survives the next stop, which returns it.
+  std::vector<UnreapedWorker> stop(int signal, Clock::duration,
+                                   const std::vector<int>&) override {
     std::unique_lock lock(mutex_);
     stop_signals_.push_back(signal);
+    std::vector<UnreapedWorker> unreaped;
     for (std::size_t i = 0; i < running_.size(); ++i) {
-      if (running_[i]) report_locked(lock, static_cast<int>(i), 0, signal);
+      if (!running_[i]) continue;
+      const int local = static_cast<int>(i);
+      if (std::find(unreaped_.begin(), unreaped_.end(), local) != unreaped_.end()) {
+        running_[i] = false;  // never reported, as a process stuck in the kernel
+        unreaped.push_back({local, launches_.back()[i].rank, 4242 + local, "state D in fake"});
+        continue;
+      }
+      report_locked(lock, local, 0, signal);
     }
+    unreaped_.clear();
+    return unreaped;
+  }
+  void leave_unreaped(std::vector<int> local_ranks) {
+    std::lock_guard lock(mutex_);
+    unreaped_ = std::move(local_ranks);
   }
 
   // Writes the stacks set with set_stacks (by local rank) as the debugger's output; a worker
@@ -127,6 +144,7 @@ class FakeRunner final : public ProcessRunner {
   std::vector<std::vector<WorkerLaunch>> launches_;
   std::vector<bool> running_;
   std::vector<int> stop_signals_;
+  std::vector<int> unreaped_;
   std::vector<std::string> tail_;
   std::vector<std::string> stacks_;
   std::vector<int> captured_pids_;

@@ -282,3 +282,64 @@ TEST_CASE("a daemon that left the worker's session does not outlive a SIGKILLed 
     ::kill(guardian, SIGKILL);
   }
 }
+
+TEST_CASE("a daemon the workers left running is ended before the next attempt's workers start",
+          "[runner][orphan]") {
+  TempDir dir;
+  const auto pid_file = dir.file("pids");
+  const pid_t agent = stand_in_agent([&] {
+    ddprun::OrphanGuard guard;
+    PosixProcessRunner runner(&guard);
+    ExitLog first;
+    runner.start({Fake("daemon_hang").env("FAKE_PID_FILE", pid_file).launch()},
+                 first.callback());
+    if (!wait_until([&] { return !read_pids(pid_file).empty(); }, kBound)) return 10;
+    const pid_t daemon = read_pids(pid_file)[0];
+    runner.stop(SIGTERM, 5s);
+    if (!process_alive(daemon)) return 11;  // no stop reaches it: it left the worker's session
+    ExitLog second;
+    runner.start({Fake("hang").restart(1).launch()}, second.callback());
+    if (process_alive(daemon)) return 12;
+    if (::kill(daemon, 0) == 0) return 13;  // ended, and collected too
+    runner.stop(SIGTERM, 5s);
+    return 0;
+  });
+  const int status = ddprun::test::wait_for_exit(agent, kBound);
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));
+  INFO("10: no daemon started; 11: the stop ended it; 12: it outlived the next start; 13: left "
+       "a zombie");
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("a worker's descendant that outlived its parent is collected when it exits, while "
+          "the worker runs", "[runner][orphan]") {
+  TempDir dir;
+  const auto pid_file = dir.file("orphan");
+  const pid_t agent = stand_in_agent([&] {
+    ddprun::OrphanGuard guard;
+    PosixProcessRunner runner(&guard);
+    // The inner shell leaves a short sleep behind and exits: the sleep comes to this process
+    // (the subreaper) and exits while the worker runs on.
+    ddprun::WorkerLaunch launch;
+    launch.argv = {"/bin/sh", "-c",
+                   "sh -c 'sleep 0.2 & echo $! > " + pid_file + "'; exec sleep 1000"};
+    launch.env = {"PATH=/usr/bin:/bin"};
+    ExitLog log;
+    runner.start({launch}, log.callback());
+    if (!wait_until([&] { return !read_pids(pid_file).empty(); }, kBound)) return 10;
+    const pid_t orphan = read_pids(pid_file)[0];
+    if (!wait_until([&] { return ::kill(orphan, 0) != 0; }, kBound)) {
+      return process_state(orphan) == 'Z' ? 11 : 12;
+    }
+    if (!log.exits().empty()) return 13;
+    runner.stop(SIGTERM, 5s);
+    return 0;
+  });
+  const int status = ddprun::test::wait_for_exit(agent, 2 * kBound);
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));
+  INFO("10: no pid written; 11: its zombie was never collected; 12: it did not exit; 13: the "
+       "worker ended");
+  CHECK(WEXITSTATUS(status) == 0);
+}

@@ -7,6 +7,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +26,7 @@
 #include <mutex>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/worker_env.hpp"
@@ -93,6 +97,55 @@ class StdoutToFile {
 
  private:
   int saved_ = -1;
+};
+
+// A process that traces `target` (PTRACE_SEIZE) and never waits for it, as a debugger that
+// does not let go: once killed, the target is a zombie only this tracer may collect. It lets
+// go (exits, detaching) on release() or when destroyed.
+class Tracer {
+ public:
+  explicit Tracer(pid_t target) {
+    int ready[2];
+    int hold[2];
+    REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(hold, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(ready[0]);
+      ::close(hold[1]);
+      const int result = ::ptrace(PTRACE_SEIZE, target, nullptr, nullptr) == 0 ? 0 : errno;
+      (void)!::write(ready[1], &result, sizeof(result));
+      char c;
+      (void)!::read(hold[0], &c, 1);  // end of file: the test let go
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(hold[0]);
+    hold_ = hold[1];
+    int result = -1;
+    (void)!::read(ready[0], &result, sizeof(result));
+    ::close(ready[0]);
+    error_ = result;
+  }
+  ~Tracer() { release(); }
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  pid_t pid() const { return pid_; }
+  int error() const { return error_; }  // 0: it traces the target
+  void release() {
+    if (hold_ < 0) return;
+    ::close(hold_);
+    hold_ = -1;
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int hold_ = -1;
+  int error_ = 0;
 };
 
 }  // namespace
@@ -194,6 +247,44 @@ TEST_CASE("a worker that ignores SIGTERM is SIGKILLed after the grace period", "
   REQUIRE(log.exits().size() == 1);
   CHECK(log.exits()[0].signal == SIGKILL);
   CHECK_FALSE(process_alive(pids[0]));
+}
+
+TEST_CASE("a worker that cannot be reaped after SIGKILL is named, and the runner goes on",
+          "[runner]") {
+  TempDir dir;
+  ExitLog first;
+  PosixProcessRunner runner;
+  const auto pids =
+      runner.start({Fake("hang").env("FAKE_TOUCH_DIR", dir.path()).launch()}, first.callback());
+  REQUIRE(wait_until([&] { return ddprun::test::file_exists(dir.file("started_0_0")); }, kBound));
+  // A debugger holds it: killed, it stays a zombie that only the debugger may collect.
+  Tracer tracer(pids[0]);
+  if (tracer.error() != 0) {
+    WARN("cannot trace the worker (" << std::strerror(tracer.error()) << "): skipped");
+    return;
+  }
+
+  const auto unreaped = runner.stop(SIGTERM, 200ms);
+  REQUIRE(unreaped.size() == 1);
+  CHECK(unreaped[0].pid == pids[0]);
+  CHECK(unreaped[0].local_rank == 0);
+  CHECK_THAT(unreaped[0].whereabouts,
+             Contains("state Z") && Contains(fmt::format("traced by pid {}", tracer.pid())));
+  CHECK(first.exits().empty());
+
+  // Its thread is free: the next start runs and reports as usual.
+  ExitLog second;
+  runner.start({Fake("exit:2").restart(1).launch()}, second.callback());
+  REQUIRE(second.wait_for(1));
+  CHECK(second.exits()[0].exit_code == 2);
+
+  // Once the debugger lets go, the zombie is collected and reported to its own callback.
+  tracer.release();
+  REQUIRE(first.wait_for(1));
+  CHECK(first.exits()[0].pid == pids[0]);
+  CHECK(first.exits()[0].signal == SIGKILL);
+  CHECK_FALSE(process_alive(pids[0]));
+  CHECK(runner.stop(SIGTERM, 5s).empty());
 }
 
 TEST_CASE("stop() spares a worker that is failing on its own: it ends with its own code",

@@ -218,6 +218,34 @@ TEST_CASE("agent: a failure is retried with a higher restart count", "[agent]") 
   CHECK(r.restarts == 1);
 }
 
+TEST_CASE("agent: a worker that cannot be reaped does not keep the job from restarting",
+          "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  NodeOptions options;
+  options.events_file = dir.file("events.jsonl");
+  Node node(shared, config_for(1, 0, 2, 1), "hostA", dir.path(), options);
+  REQUIRE(node.runner.wait_for_start(1));
+  node.runner.leave_unreaped({0});  // stuck in the kernel: SIGKILL does not end it
+  node.runner.exit_worker(1, 3);
+  REQUIRE(node.runner.wait_for_start(2));
+  node.runner.exit_all(0);
+  auto r = node.finish();
+  CHECK(exit_code_of(r) == 0);
+  CHECK(r.restarts == 1);
+  // The events file names it.
+  nlohmann::json stopped;
+  std::istringstream events(test::read_file(options.events_file));
+  for (std::string line; std::getline(events, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "workers_stopped" && stopped.is_null()) stopped = j;
+  }
+  REQUIRE(stopped["unreaped"].size() == 1);
+  CHECK(stopped["unreaped"][0]["rank"] == 0);
+  CHECK(stopped["unreaped"][0]["pid"] == 4242);
+  CHECK(stopped["unreaped"][0]["state"] == "state D in fake");
+}
+
 TEST_CASE("agent: restarts exhausted, the root cause's code and rank", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;

@@ -18,6 +18,13 @@
 
 namespace ddprun {
 
+// The pace of what a wait repairs besides saying how far it got (a record a lost node left
+// half-written): the progress lines' own, or the default when they are off, so that a quiet
+// wait is not an unrepaired one.
+inline std::chrono::milliseconds repair_pace(std::chrono::milliseconds progress_interval) {
+  return progress_interval.count() > 0 ? progress_interval : std::chrono::seconds(10);
+}
+
 class ProgressClock {
  public:
   // `first` of zero turns progress lines off: slice() is then the deadline itself.

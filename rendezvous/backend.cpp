@@ -216,6 +216,11 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(
   o.last_call_timeout = config.rdzv_conf.last_call_timeout;
   o.read_timeout = config.rdzv_conf.read_timeout;
   o.progress_interval = config.progress_interval;
+  // A closer reads the descriptors for up to 5 s; past that and a keep-alive's silence, the
+  // ring would have named it dead too.
+  o.claim_stale_after =
+      std::min<std::chrono::milliseconds>(o.read_timeout, std::chrono::seconds(5)) +
+      timing.interval * timing.max_attempts;
   o.settings = agreed_settings(config);
   ElasticNode self;
   self.id = fmt::format("{}:{}", host, getpid());

@@ -126,7 +126,8 @@ class RoundJoin {
         self_(self),
         o_(o),
         previous_(previous),
-        progress_(o.progress_interval) {}
+        progress_(o.progress_interval),
+        repairs_(repair_every(o), repair_every(o)) {}
 
   RoundResult run() {
     const int slot = static_cast<int>(rs_.add("join", 1, op())) - 1;
@@ -136,6 +137,7 @@ class RoundJoin {
     // Whether this node is to close the round again: it claimed the closing, but too few slots
     // had published their nodes.
     bool closing = false;
+    may_close_ = slot + 1 >= o_.min_nodes;
     if (slot + 1 == o_.max_nodes) {
       closing = !close(o_.max_nodes);  // full: no reason to wait for anyone
     } else if (slot + 1 >= o_.min_nodes && slot + 1 < o_.max_nodes) {
@@ -159,6 +161,13 @@ class RoundJoin {
 
  private:
   Deadline op() const { return Deadline::after(o_.read_timeout); }
+
+  // Often enough that a stale claim is found soon after it went stale.
+  static std::chrono::milliseconds repair_every(const ElasticRendezvousOptions& o) {
+    return std::min(repair_pace(o.progress_interval),
+                    std::max<std::chrono::milliseconds>(o.claim_stale_after / 4,
+                                                        std::chrono::milliseconds(10)));
+  }
   int joined() { return static_cast<int>(rs_.add("join", 0, op())); }
 
   static Deadline earlier(Deadline deadline, std::chrono::milliseconds after) {
@@ -174,8 +183,14 @@ class RoundJoin {
   // between its slot and its descriptor on a busy machine is alive: then the claim goes back
   // and false says to try again (run() does, with the slots joined by then). True: closed here
   // or by another node.
-  bool close(int joined) {
-    if (rs_.compare_set("closing", "", self_.id, op()) != self_.id) return true;
+  //
+  // The claim is this node's id and a count of its claims, so that each is new: `expected` is
+  // the claim a node takes over from a closer that looked lost (repair_claim). A closer that
+  // was only slow then cannot disturb the round: its assignments go under its own claim, and
+  // only the first record published counts.
+  bool close(int joined, const std::string& expected = "") {
+    const auto mine = fmt::format("{}#{}", self_.id, ++claims_);
+    if (rs_.compare_set("closing", expected, mine, op()) != mine) return true;
     std::vector<std::optional<std::string>> records;
     try {
       records = descriptors(std::min(joined, o_.max_nodes));
@@ -186,13 +201,13 @@ class RoundJoin {
                        round_, published(records), records.size(), o_.min_nodes);
           said_short_ = true;
         }
-        rs_.compare_set("closing", self_.id, "", op());
+        rs_.compare_set("closing", mine, "", op());
         return false;
       }
     } catch (...) {
       // Interrupted or failed holding the claim: it goes back for the others.
       try {
-        rs_.compare_set("closing", self_.id, "", op());
+        rs_.compare_set("closing", mine, "", op());
       } catch (const Error&) {
       }
       throw;
@@ -215,7 +230,7 @@ class RoundJoin {
     std::vector<std::string> keys;
     std::vector<std::string> assignments;
     for (const auto& m : members) {
-      keys.push_back(fmt::format("assign/{}", m.slot));
+      keys.push_back(fmt::format("assign/{}/{}", mine, m.slot));
       assignments.push_back(
           encode_assignment({m.ranks.group_rank, m.ranks.base_rank, m.successor_host}));
     }
@@ -224,7 +239,8 @@ class RoundJoin {
       closed.world_size = members.front().ranks.world_size;
       closed.master_host = members.front().host;
     }
-    store_.set(news_key(round_, "closed"), encode_closed(closed), op());
+    closed.closer = mine;
+    store_.compare_set(news_key(round_, "closed"), "", encode_closed(closed), op());
     return true;
   }
 
@@ -254,12 +270,13 @@ class RoundJoin {
   std::optional<std::string> await_closed(Deadline deadline, bool last_call) {
     while (true) {
       try {
-        return store_.get(news_key(round_, "closed"), progress_.slice(deadline));
+        return store_.get(news_key(round_, "closed"),
+                          repairs_.slice(progress_.slice(deadline)));
       } catch (const TimeoutError&) {
         if (deadline.expired()) return std::nullopt;
       }
+      if (repairs_.due()) repair_claim(last_call);
       if (!progress_.due()) continue;
-      complete_settled();
       const int n = joined();
       if (last_call) {
         spdlog::info("rendezvous: round {}: {} node(s) joined ({}..{} wanted); closing in {} "
@@ -274,14 +291,46 @@ class RoundJoin {
     }
   }
 
+  // What a node waiting for the round to close repairs, now and then: a claim to close it
+  // whose holder was lost half-way (SIGKILLed, or signalled after its store connection ended,
+  // so that it could not give the claim back). A joiner's claim that has not moved for
+  // claim_stale_after is taken over; so is no claim at all, by a node that may close the
+  // round, once its own last call is over (the closer gave the claim back and failed).
+  void repair_claim(bool last_call) {
+    const auto claim = rs_.try_get("closing", op()).value_or("");
+    if (!claim.empty() && claim.front() == '{') {
+      complete_settled(claim);
+      return;
+    }
+    const auto now = Clock::now();
+    if (last_call || claim != seen_claim_ || !seen_since_) {
+      seen_claim_ = claim;
+      seen_since_ = now;
+      return;
+    }
+    const auto still = now - *seen_since_;
+    if (still < o_.claim_stale_after || (claim.empty() && !may_close_)) return;
+    if (store_.check({news_key(round_, "closed")}, op())) return;
+    const int n = joined();
+    if (n < o_.min_nodes) return;
+    if (claim.empty()) {
+      spdlog::warn("rendezvous: round {}: {} node(s) joined and none has closed it for {}; "
+                   "closing it here", round_, n, format_duration(still));
+    } else {
+      spdlog::warn("rendezvous: round {}: {}, which claimed to close it, has not done so in "
+                   "{}; taking the claim over", round_, claim.substr(0, claim.rfind('#')),
+                   format_duration(still));
+    }
+    seen_since_.reset();
+    close(n, claim);
+  }
+
   // A round claimed by the chooser of the last one's root cause (settle_next_round) whose
   // record was never published (the chooser died or failed half-way): publishes it, so that
   // its members run it and a latecomer learns it is not one.
-  void complete_settled() {
-    const auto claim = rs_.try_get("closing", op());
-    if (!claim || claim->empty() || claim->front() != '{') return;  // none, or a joiner's id
+  void complete_settled(const std::string& claim) {
     try {
-      const auto settled = decode_settled(*claim);
+      const auto settled = decode_settled(claim);
       if (settled.round != round_ || store_.check({news_key(round_, "closed")}, op())) return;
       spdlog::warn("rendezvous: round {} was closed ahead but never published; publishing it",
                    round_);
@@ -300,7 +349,10 @@ class RoundJoin {
     std::optional<RoundAssignment> assignment;
     if (kept) {
       assignment = previous_;
-    } else if (auto text = rs_.try_get(fmt::format("assign/{}", slot), op())) {
+    } else if (auto text = rs_.try_get(closed.closer.empty()
+                                           ? fmt::format("assign/{}", slot)
+                                           : fmt::format("assign/{}/{}", closed.closer, slot),
+                                       op())) {
       assignment = decode_assignment(*text);
     }
     if (!assignment) {
@@ -329,6 +381,11 @@ class RoundJoin {
   const std::optional<RoundAssignment>& previous_;
   const Clock::time_point start_ = Clock::now();
   ProgressClock progress_;
+  ProgressClock repairs_;  // repair_claim(), whether or not progress lines are on
+  bool may_close_ = false;  // this node's slot reached the minimum: it may close the round
+  int claims_ = 0;          // of the round's closing, by this node
+  std::string seen_claim_;  // the closing claim, as repair_claim last read it
+  std::optional<Clock::time_point> seen_since_;  // since when it has been that
   bool said_short_ = false;  // close() said once that it waits for slots to publish their node
 };
 

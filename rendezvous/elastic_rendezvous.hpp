@@ -27,11 +27,15 @@
 // MAX it waits as a hot spare for the round to end. Losing a node re-forms the round.
 //
 // Keys (in the run id's namespace): "round" (the current round number), and per round r:
-// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer's id,
-// or a round closed ahead's record),
-// "r/<r>/assign/<slot>" (a member's group rank and base rank), "news/r/<r>/closed" (member
-// count, world size, restart count, master host, the ring kept: JSON), "r/<r>/hb/<g>" (the ring
-// of round r, also for the later rounds that keep it).
+// "r/<r>/join" (counter), "r/<r>/node/<slot>" (descriptor), "r/<r>/closing" (the closer's
+// claim: its id and a count, or a round closed ahead's record),
+// "r/<r>/assign/<claim>/<slot>" (a member's group rank and base rank; "assign/<slot>" for a
+// round closed ahead), "news/r/<r>/closed" (member count, world size, restart count, master
+// host, the ring kept, the closer's claim: JSON), "r/<r>/hb/<g>" (the ring of round r, also for
+// the later rounds that keep it).
+//
+// A closer lost half-way leaves its claim behind: a waiting node takes it over once it has not
+// moved for claim_stale_after, and closes the round itself.
 
 #include <optional>
 #include <string>
@@ -54,6 +58,9 @@ struct ElasticRendezvousOptions {
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds read_timeout{60'000};
   std::chrono::milliseconds progress_interval{10'000};  // see common/progress.hpp
+  // A claim to close a round that has not moved for this long belongs to a node that was lost
+  // while it closed: another node takes it over (see RoundJoin::repair_claim).
+  std::chrono::milliseconds claim_stale_after{20'000};
   // What every node must share with the job (see agreed_settings): the first node's stand. A
   // node that differs is refused, and the job goes on without it: elastic membership lets a
   // job continue when a node cannot join.

@@ -63,14 +63,21 @@ RoundAssignment decode_assignment(const std::string& text) {
 namespace {
 
 json closed_json(const ClosedRound& c) {
-  return json{{"members", c.members},       {"world_size", c.world_size},
-              {"failures", c.failures},     {"master_host", c.master_host},
-              {"ring_round", c.ring_round}, {"ranks_of", c.ranks_of}};
+  auto j = json{{"members", c.members},       {"world_size", c.world_size},
+                {"failures", c.failures},     {"master_host", c.master_host},
+                {"ring_round", c.ring_round}, {"ranks_of", c.ranks_of}};
+  if (!c.closer.empty()) j["closer"] = c.closer;
+  return j;
 }
 
 ClosedRound closed_from(const json& j) {
-  return ClosedRound{j.at("members"), j.at("world_size"), j.at("failures"),
-                     j.at("master_host"), j.value("ring_round", -1), j.value("ranks_of", -1)};
+  return ClosedRound{j.at("members"),
+                     j.at("world_size"),
+                     j.at("failures"),
+                     j.at("master_host"),
+                     j.value("ring_round", -1),
+                     j.value("ranks_of", -1),
+                     j.value("closer", std::string())};
 }
 
 }  // namespace

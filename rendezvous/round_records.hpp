@@ -41,6 +41,10 @@ struct ClosedRound {
   // The earlier round whose members these are, each with the ranks and successor it had there
   // (a round that keeps the ring: kept_ring): its members read no assignment. -1: none.
   int ranks_of = -1;
+  // The claim of the node that closed it: members' assignments are under assign/<closer>/,
+  // so that a closer whose claim was taken over (it looked dead) cannot mix its assignments
+  // with the round's. Empty: directly under assign/ (a round closed ahead).
+  std::string closer;
 };
 
 // A round closed ahead, by the node that chose the root cause of the round before it (every

@@ -262,6 +262,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     return missing;
   };
   ProgressClock progress(o.progress_interval);
+  ProgressClock repairs(repair_pace(o.progress_interval));
   while (true) {
     try {
       store.wait({kAllJoinedKey}, progress.slice(deadline).min(Deadline::after(o.claim_beat)));
@@ -276,19 +277,21 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
       }
     }
     store.add(alive_key(o.node_rank), 1, deadline);
-    if (progress.due()) {
-      // The node whose count filled it may have died before it woke the others.
-      if (store.add(kJoinedKey, 0, deadline) >= o.nnodes) {
-        store.compare_set(kAllJoinedKey, "", "all", deadline);
-        continue;
-      }
-      const auto missing = missing_ranks();
-      // Every record is there, yet the count is short: a node was lost between counting
-      // itself and adding to the count, and the one that took its rank was not counted again.
-      if (missing.empty()) {
-        store.compare_set(kAllJoinedKey, "", "all", deadline);
-        continue;
-      }
+    const bool say = progress.due();
+    if (!repairs.due() && !say) continue;
+    // The node whose count filled it may have died before it woke the others.
+    if (store.add(kJoinedKey, 0, deadline) >= o.nnodes) {
+      store.compare_set(kAllJoinedKey, "", "all", deadline);
+      continue;
+    }
+    const auto missing = missing_ranks();
+    // Every record is there, yet the count is short: a node was lost between counting itself
+    // and adding to the count, and the one that took its rank was not counted again.
+    if (missing.empty()) {
+      store.compare_set(kAllJoinedKey, "", "all", deadline);
+      continue;
+    }
+    if (say) {
       spdlog::info("rendezvous: {}/{} nodes joined, missing node ranks {}; {} (store at {})",
                    o.nnodes - static_cast<int>(missing.size()), o.nnodes, missing,
                    progress.elapsed_of(o.join_timeout), store.describe());
@@ -397,6 +400,7 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   const auto deadline = op();
   const auto started = Clock::now();
   ProgressClock progress(options_.progress_interval);
+  ProgressClock repairs(repair_pace(options_.progress_interval));
   while (true) {
     try {
       round.wait({"go"}, progress.slice(deadline).min(Deadline::after(options_.claim_beat)));
@@ -411,9 +415,20 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
     }
     // Alive while it waits for the others, so that no newcomer takes its rank.
     store_.add(alive_key(g), 1, op());
-    if (progress.due()) {
-      spdlog::info("attempt {}: {}/{} nodes are back to start workers; {}", attempt,
-                   round.add("arrived", 0, op()), nodes,
+    const bool say = progress.due();
+    if (!repairs.due() && !say) continue;
+    const auto back = round.add("arrived", 0, op());
+    if (back >= nodes && !round.check({"go"}, op())) {
+      // The node whose arrival completed the count was lost before it opened the gate: the
+      // workers start, and the keep-alive ring then names the lost node.
+      spdlog::warn("attempt {}: all {} nodes are back but the gate was never opened (the node "
+                   "that came back last was lost before it opened it); opening it",
+                   attempt, nodes);
+      round.compare_set("go", "", "1", op());
+      break;
+    }
+    if (say) {
+      spdlog::info("attempt {}: {}/{} nodes are back to start workers; {}", attempt, back, nodes,
                    progress.elapsed_of(options_.join_timeout));
     }
   }

@@ -288,6 +288,52 @@ TEST_CASE("join_round: a round closed ahead but never published is published by 
   CHECK(decode_closed(s->get("news/r/1/closed", op())).members == 2);
 }
 
+TEST_CASE("join_round: with progress lines off, a round closed ahead but never published is "
+          "still published", "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  s->set("r/1/closing", encode_settled({1, same_two_members()}), op());
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 2;
+  o.join_timeout = std::chrono::seconds(25);
+  o.progress_interval = std::chrono::milliseconds(0);  // --progress-interval 0
+  ElasticNode b{"b:1", "b", 1, 1, 1, 0, 2, 0};
+  const auto r = join_round(*shared.connect(), 1, b, o, RoundAssignment{1, 1, "a"});
+  REQUIRE(r.member);  // before its 25 s join timeout
+  CHECK(r.ranks.group_rank == 1);
+  CHECK(decode_closed(s->get("news/r/1/closed", op())).members == 2);
+}
+
+TEST_CASE("join_round: a claim to close the round left by a closer lost half-way is taken "
+          "over, and what that closer wrote is not read", "[rendezvous]") {
+  store::MemoryStore shared;
+  auto s = shared.connect();
+  const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
+  // A closer claimed round 0, wrote one assignment and was lost.
+  s->set(round_key(0, "closing"), "lost:1#1", op());
+  s->set(round_key(0, "assign/lost:1#1/0"), encode_assignment({5, 50, "nowhere"}), op());
+  ElasticRendezvousOptions o;
+  o.min_nodes = 2;
+  o.max_nodes = 2;
+  o.join_timeout = std::chrono::seconds(25);
+  o.claim_stale_after = std::chrono::milliseconds(400);
+  ElasticNode a{"a:1", "a", 1};
+  ElasticNode b{"b:1", "b", 1};
+  auto ja = std::async(std::launch::async, [&] { return join_round(*shared.connect(), 0, a, o); });
+  REQUIRE(ddprun::test::wait_until(
+      [&] { return s->add(round_key(0, "join"), 0, op()) == 1; }, std::chrono::seconds(20)));
+  const auto rb = join_round(*shared.connect(), 0, b, o);  // before its 25 s join timeout
+  const auto ra = ja.get();
+  REQUIRE(ra.member);
+  REQUIRE(rb.member);
+  CHECK(ra.ranks.world_size == 2);
+  CHECK(ra.ranks.group_rank + rb.ranks.group_rank == 1);  // 0 and 1, none of the lost one's
+  const auto closer = decode_closed(s->get(news_key(0, "closed"), op())).closer;
+  CHECK((closer.starts_with("a:1#") || closer.starts_with("b:1#")));
+}
+
 TEST_CASE("join_round: a round never closes under its minimum: a slot taken without its node "
           "published yet is waited for", "[rendezvous]") {
   store::MemoryStore shared;

@@ -34,16 +34,18 @@ TEST_CASE("round records: descriptors, assignments and the closed round round-tr
   CHECK(a.base_rank == 12);
   CHECK(a.successor_host == "10.0.0.9");
 
-  const auto c = decode_closed(encode_closed({5, 20, 2, "10.0.0.1"}));
+  const auto c = decode_closed(encode_closed({5, 20, 2, "10.0.0.1", -1, -1, ""}));
   CHECK(c.members == 5);
   CHECK(c.world_size == 20);
   CHECK(c.failures == 2);
   CHECK(c.master_host == "10.0.0.1");
   CHECK(c.ring_round == -1);
   CHECK(c.ranks_of == -1);
-  const auto kept = decode_closed(encode_closed({5, 20, 2, "10.0.0.1", 4, 7}));
+  CHECK(c.closer.empty());
+  const auto kept = decode_closed(encode_closed({5, 20, 2, "10.0.0.1", 4, 7, "h:9#2"}));
   CHECK(kept.ring_round == 4);
   CHECK(kept.ranks_of == 7);
+  CHECK(kept.closer == "h:9#2");
   // A record without the ring's fields keeps no ring and no ranks.
   const auto bare =
       decode_closed("{\"members\":2,\"world_size\":2,\"failures\":0,\"master_host\":\"h\"}");

@@ -141,6 +141,51 @@ TEST_CASE("static rendezvous: a rank whose holder shows no sign of life is taken
   }
 }
 
+TEST_CASE("static rendezvous: with progress lines off, a count filled by a node lost before it "
+          "woke the others is still repaired", "[rendezvous]") {
+  store::MemoryStore shared;
+  auto o = options(2, 0, 25s);
+  o.claim_beat = 50ms;
+  o.progress_interval = 0ms;  // --progress-interval 0
+  auto zero = std::async(std::launch::async, [&shared, o] {
+    auto store = shared.connect();
+    return static_rendezvous(*store, o);
+  });
+  auto store = shared.connect();
+  const auto d = Deadline::after(kHang);
+  REQUIRE(test::wait_until([&] { return store->add("static/joined", 0, d) == 1; }, kHang));
+  // Node 1 joins and fills the count, then is lost before it sets the key that wakes node 0.
+  store->set("static/node/1/owner", "host1 pid 1 (lost)", d);
+  store->set("static/node/1/info", R"({"host":"host1","nproc":1,"pid":1})", d);
+  store->add("static/node/1/counted", 1, d);
+  store->add("static/joined", 1, d);
+  REQUIRE(zero.wait_for(kHang) == std::future_status::ready);
+  const auto joined = zero.get();  // before its 25 s join timeout
+  CHECK(joined.ranks.world_size == 2);
+  CHECK(joined.nodes.at(1).pid == 1);
+}
+
+TEST_CASE("static rendezvous: a start barrier whose last arrival was lost before it opened the "
+          "gate is opened by a node waiting there", "[rendezvous]") {
+  store::MemoryStore shared;
+  Node a(shared, 2, 0, 25s), b(shared, 2, 1, 25s);
+  const auto round0 = join_both(a, b).first;
+  // The failure was not settled by every node: both come to attempt 1's barrier.
+  a.rdzv.round_ended(round0, RoundEnd{false, false, std::nullopt, std::nullopt});
+  auto next = std::async(std::launch::async, [&] { return a.rdzv.next_round(1); });
+  auto store = shared.connect();
+  const auto d = Deadline::after(kHang);
+  REQUIRE(test::wait_until([&] { return store->add("attempt/1/arrived", 0, d) == 1; }, kHang));
+  // Node 1 arrives, completing the count, and is lost before it opens the gate.
+  store->add("attempt/1/node/1/arrived", 1, d);
+  store->add("attempt/1/arrived", 1, d);
+  REQUIRE(next.wait_for(kHang) == std::future_status::ready);
+  const auto round1 = next.get().round;  // before its 25 s join timeout
+  REQUIRE(round1);
+  CHECK(round1->prefix == "attempt/1");
+  CHECK(store->check({"attempt/1/go"}, d));
+}
+
 TEST_CASE("static rendezvous: a restart every node settled does not wait at the start barrier",
           "[rendezvous]") {
   store::MemoryStore shared;

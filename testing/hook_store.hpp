@@ -1,5 +1,5 @@
 #pragma once
-// A store that passes every call on to another, and calls a hook before each set and each get:
+// A store that passes every call on to another, and calls a hook before each write and each get:
 // for the tests of what a node writes or reads, and when. Header-only: only tests that link the
 // store use it.
 
@@ -14,9 +14,9 @@
 
 namespace ddprun::test {
 
-// A store that runs `before_set(key, value)` before each set and `before_get(key)` before each
-// get it passes on (either may be empty), for a test to act at that exact moment or to see what
-// was written or read when.
+// A store that runs `before_set(key, value)` before each set and each compare_set (with the
+// value it would write) and `before_get(key)` before each get it passes on (either may be
+// empty), for a test to act at that exact moment or to see what was written or read when.
 class HookStore final : public store::Store {
  public:
   using BeforeSet = std::function<void(const std::string& key, const std::string& value)>;
@@ -46,6 +46,7 @@ class HookStore final : public store::Store {
   }
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired, Deadline deadline) override {
+    if (before_set_) before_set_(key, desired);
     return inner_->compare_set(key, expected, desired, deadline);
   }
   bool erase(const std::string& key, Deadline deadline) override {

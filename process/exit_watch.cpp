@@ -1,5 +1,6 @@
 #include "process/exit_watch.hpp"
 
+#include <poll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ struct ExitWatch::State {
   std::chrono::milliseconds retry_after{10};
   pid_t pid;
   Handler handler;
+  bool cancelled = false;  // the watch was destroyed: a retry already due must not reap
 };
 
 namespace {
@@ -71,7 +73,9 @@ void try_reap(const std::shared_ptr<State>& s) {
     s->retry.expires_after(s->retry_after);
     s->retry_after = std::min(s->retry_after * 2, std::chrono::milliseconds(1000));
     s->retry.async_wait([s](boost::system::error_code ec) {
-      if (ec) {
+      if (s->cancelled) {
+        finish(s, asio::error::operation_aborted, 0);
+      } else if (ec) {
         finish(s, ec, 0);
       } else {
         try_reap(s);
@@ -99,9 +103,21 @@ ExitWatch::ExitWatch(asio::io_context& io, pid_t pid, Handler handler) {
 
 ExitWatch::~ExitWatch() {
   // The pending wait completes with operation_aborted; it holds the state until then.
+  state_->cancelled = true;
   boost::system::error_code ignored;
   state_->fd.close(ignored);
   state_->retry.cancel();
+}
+
+bool reap_within(pid_t pid, std::chrono::milliseconds limit) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    while (::poll(&p, 1, static_cast<int>(limit.count())) < 0 && errno == EINTR) {
+    }
+    ::close(fd);
+  }
+  return ::waitpid(pid, nullptr, WNOHANG) == pid;
 }
 
 int stop_signal(pid_t pid) {

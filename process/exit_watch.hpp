@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,6 +36,11 @@ class ExitWatch {
  private:
   std::shared_ptr<State> state_;
 };
+
+// Reaps child `pid`, which was sent SIGKILL: waits up to `limit` for it to exit, so that a
+// process stuck in the kernel (state D) cannot hold the caller; it then stays a zombie of
+// this process. True when it was reaped.
+bool reap_within(pid_t pid, std::chrono::milliseconds limit);
 
 // The signal that stopped child `pid` (SIGSTOP, SIGTSTP, ...) while it stays stopped; 0 when it
 // runs, is gone, or is not this process's child. The stop is read, not consumed (WNOWAIT), so

@@ -24,6 +24,7 @@
 #include <iterator>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,6 +37,7 @@
 #include "common/error.hpp"
 #include "common/random.hpp"
 #include "common/remove_tree.hpp"
+#include "process/exit_watch.hpp"
 
 namespace ddprun {
 namespace {
@@ -310,30 +312,22 @@ std::vector<ProcessInfo> adopted_daemons(pid_t skip) {
   return found;
 }
 
-// Reaps a killed child. SIGKILL ends a process promptly, but one stuck in the kernel (state D)
-// is waited for `limit` only, so that the agent cannot hang here; the kernel then keeps it as
-// this process's zombie until the agent exits.
-void reap_within(pid_t pid, std::chrono::milliseconds limit) {
-  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    pollfd p{fd, POLLIN, 0};
-    while (poll(&p, 1, static_cast<int>(limit.count())) < 0 && errno == EINTR) {
-    }
-    close(fd);
-  }
-  waitpid(pid, nullptr, WNOHANG);
-}
-
 }  // namespace
 
-int stop_adopted_daemons(int rounds, pid_t skip) {
+int stop_adopted_daemons(int rounds, pid_t skip, const std::string& marker) {
   std::vector<std::string> ended;
+  std::set<pid_t> tried;  // one stuck in the kernel is waited for once, not every round
   for (int round = 0; round < rounds; ++round) {
     auto daemons = adopted_daemons(skip);
+    std::erase_if(daemons, [&](const ProcessInfo& d) {
+      return tried.contains(d.pid) ||
+             (!marker.empty() && !environ_holds(d.pid, marker.data(), marker.size()));
+    });
     if (daemons.empty()) break;
     for (const auto& d : daemons) kill(d.pid, SIGKILL);
     for (const auto& d : daemons) {
       reap_within(d.pid, std::chrono::seconds(5));
+      tried.insert(d.pid);
       ended.push_back(fmt::format("{} ({})", d.pid, d.name));
     }
   }
@@ -467,7 +461,9 @@ pid_t* OrphanGuard::claim_slot() {
 }
 
 void OrphanGuard::end_leftovers() {
-  stop_adopted_daemons(20, guardian_);
+  // Only what carries this agent's marker: an agent that is a container's first process
+  // adopts every orphan there (an sshd its entrypoint started), and the job goes on.
+  stop_adopted_daemons(20, guardian_, marker_);
   reap_adopted_zombies();
 }
 

@@ -48,7 +48,8 @@ namespace ddprun {
 // a worker left behind after detaching itself, adopted by this subreaper. Repeats until none is
 // left (a daemon's own children are adopted when it dies), for at most `rounds` scans. Returns
 // how many were ended; names them in a warning. `skip`: a child to leave alone (the guardian).
-int stop_adopted_daemons(int rounds = 20, pid_t skip = -1);
+// A non-empty `marker` ("DDPRUN_GUARD=..."): only the children whose environment holds it.
+int stop_adopted_daemons(int rounds = 20, pid_t skip = -1, const std::string& marker = {});
 
 // Collects this process's zombie children that it did not start: the workers' descendants
 // that outlived their own parent, adopted by this subreaper, then exited. Without it they stay
@@ -81,8 +82,8 @@ class OrphanGuard {
   void forget(pid_t* slot);
 
   // Between attempts, once the workers were stopped: ends what they left running in sessions
-  // of their own (stop_adopted_daemons) and collects adopted zombies, so that the next
-  // attempt starts as the first did.
+  // of their own (stop_adopted_daemons, only those with this agent's marker) and collects
+  // adopted zombies, so that the next attempt starts as the first did.
   void end_leftovers();
 
   // `dir` is this agent's scratch directory (made for this run only): if the agent dies

@@ -171,11 +171,16 @@ class PosixProcessRunner::Impl {
     auto task = std::make_shared<std::packaged_task<std::vector<UnreapedWorker>()>>([this] {
       std::vector<UnreapedWorker> unreaped;
       for (const auto& w : workers_) {
-        if (w->reported) continue;
+        if (w->reported || w->abandoned) continue;
         unreaped.push_back({w->launch.local_rank, w->launch.rank, w->pid,
                             w->exited ? "exited, its output still open"
                                       : process_whereabouts(w->pid)});
+        // Its exit, whenever it comes, is reported to nobody: whoever started it (an agent)
+        // may be gone by then. Later stops do not wait for it again.
+        w->abandoned = true;
+        w->on_exit = nullptr;
       }
+      check_stopped();
       return unreaped;
     });
     auto result = task->get_future();
@@ -218,6 +223,7 @@ class PosixProcessRunner::Impl {
     pid_t pid = 0;
     bool exited = false;
     bool reported = false;
+    bool abandoned = false;  // a stop gave up on it (give_up): nothing waits for it any more
     bool group_killed = false;
     bool signalled = false;  // this runner sent it a signal: its SIGKILL is not the OOM killer's
     bool standby = false;  // waiting in the pool for a launch (launch.local_rank is its rank)
@@ -235,8 +241,8 @@ class PosixProcessRunner::Impl {
   // On the runner thread.
   std::vector<int> launch_all(const std::vector<WorkerLaunch>& launches, ExitCallback on_exit) {
     // Workers of the previous start() are normally all reported (the agent stops them first).
-    // One that is not yet (a stop() that gave up) is killed and kept, with its own callback,
-    // until it is: its pending wait must not outlive it.
+    // One that is not yet (a stop() that gave up on it) is killed and kept until it is
+    // reaped: its pending wait must not outlive it.
     std::erase_if(retired_, [](const auto& w) { return w->reported; });
     for (auto& w : workers_) {
       if (w->reported) continue;
@@ -348,8 +354,7 @@ class PosixProcessRunner::Impl {
     } catch (const std::exception& e) {
       // An unwatched worker would run unsupervised: it does not run at all.
       ::kill(-w.pid, SIGKILL);
-      while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
+      reap_within(w.pid, std::chrono::seconds(5));
       if (guard_) guard_->forget(w.guard_slot);
       throw Error(fmt::format("cannot watch its process (pid {}) for its exit: {}", w.pid,
                               e.what()));
@@ -773,10 +778,11 @@ class PosixProcessRunner::Impl {
     });
   }
 
-  // Completes pending stop() calls once every worker was reported. Returns true if it did.
+  // Completes pending stop() calls once every worker was reported (or given up on). Returns
+  // true if it did.
   bool check_stopped() {
     for (auto& w : workers_) {
-      if (!w->reported) return false;
+      if (!w->reported && !w->abandoned) return false;
     }
     if (stop_waiters_.empty()) return true;
     kill_timer_.cancel();
@@ -787,7 +793,8 @@ class PosixProcessRunner::Impl {
       kill(-w->pid, SIGKILL);
       if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
     }
-    quiet_.store(std::all_of(retired_.begin(), retired_.end(), [](auto& w) { return w->reported; }),
+    quiet_.store(std::all_of(retired_.begin(), retired_.end(),
+                             [](auto& w) { return w->reported || w->abandoned; }),
                  std::memory_order_release);
     for (auto& p : stop_waiters_) p->set_value();
     stop_waiters_.clear();

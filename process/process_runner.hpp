@@ -123,8 +123,8 @@ class ProcessRunner {
   // same grace before SIGKILL.
   //
   // Returns the workers still not reaped when it gave up, named in a warning: the job goes on
-  // without them (the next start() does not wait for them; their exits are still reported).
-  // Throws Error only when the runner itself does not answer.
+  // without them (no later stop() or start() waits for them, and their exits are not reported;
+  // they are reaped when they end). Throws Error only when the runner itself does not answer.
   virtual std::vector<UnreapedWorker> stop(int signal, Clock::duration grace,
                                            const std::vector<int>& spared) = 0;
   std::vector<UnreapedWorker> stop(int signal, Clock::duration grace) {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -288,6 +289,15 @@ TEST_CASE("a daemon the workers left running is ended before the next attempt's 
   TempDir dir;
   const auto pid_file = dir.file("pids");
   const pid_t agent = stand_in_agent([&] {
+    // A child in a session of its own that is not the workers', as an sshd that a container's
+    // entrypoint started is to an agent that is the container's first process.
+    const pid_t foreign = ::fork();
+    if (foreign < 0) return 15;
+    if (foreign == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setsid();
+      while (true) ::pause();
+    }
     ddprun::OrphanGuard guard;
     PosixProcessRunner runner(&guard);
     ExitLog first;
@@ -301,14 +311,18 @@ TEST_CASE("a daemon the workers left running is ended before the next attempt's 
     runner.start({Fake("hang").restart(1).launch()}, second.callback());
     if (process_alive(daemon)) return 12;
     if (::kill(daemon, 0) == 0) return 13;  // ended, and collected too
+    if (!process_alive(foreign)) return 14;
     runner.stop(SIGTERM, 5s);
+    ::kill(foreign, SIGKILL);
+    ::waitpid(foreign, nullptr, 0);
     return 0;
   });
   const int status = ddprun::test::wait_for_exit(agent, kBound);
   REQUIRE(status != -1);
   REQUIRE(WIFEXITED(status));
   INFO("10: no daemon started; 11: the stop ended it; 12: it outlived the next start; 13: left "
-       "a zombie");
+       "a zombie; 14: a process of another session that is not the workers' was ended; 15: fork "
+       "failed");
   CHECK(WEXITSTATUS(status) == 0);
 }
 

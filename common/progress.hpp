@@ -11,6 +11,7 @@
 //     if (progress.due()) spdlog::info("...; {}", progress.elapsed_of(timeout));
 //   }
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -19,10 +20,11 @@
 namespace ddprun {
 
 // The pace of what a wait repairs besides saying how far it got (a record a lost node left
-// half-written): the progress lines' own, or the default when they are off, so that a quiet
-// wait is not an unrepaired one.
+// half-written): the progress lines' own, but never slower than their default, so that a
+// quiet wait is not an unrepaired one.
 inline std::chrono::milliseconds repair_pace(std::chrono::milliseconds progress_interval) {
-  return progress_interval.count() > 0 ? progress_interval : std::chrono::seconds(10);
+  const std::chrono::milliseconds most = std::chrono::seconds(10);
+  return progress_interval.count() > 0 ? std::min(progress_interval, most) : most;
 }
 
 class ProgressClock {

@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "common/failure_record.hpp"
 #include "common/progress.hpp"
+#include "common/random.hpp"
 #include "rendezvous/round_records.hpp"
 #include "store/prefix_store.hpp"
 
@@ -134,20 +135,17 @@ class RoundJoin {
     rs_.set(fmt::format("node/{}", slot), encode_node(self_), op());
     spdlog::info("rendezvous: joined round {} as node slot {} (need {}..{} nodes)", round_, slot,
                  o_.min_nodes, o_.max_nodes);
-    // Whether this node is to close the round again: it claimed the closing, but too few slots
-    // had published their nodes.
-    bool closing = false;
     may_close_ = slot + 1 >= o_.min_nodes;
     if (slot + 1 == o_.max_nodes) {
-      closing = !close(o_.max_nodes);  // full: no reason to wait for anyone
+      closing_ = !close(o_.max_nodes);  // full: no reason to wait for anyone
     } else if (slot + 1 >= o_.min_nodes && slot + 1 < o_.max_nodes) {
-      if (!await_closed(Deadline::after(o_.last_call_timeout), true)) closing = !close(joined());
+      if (!await_closed(Deadline::after(o_.last_call_timeout), true)) closing_ = !close(joined());
     }
     const auto deadline = Deadline::at(start_ + o_.join_timeout);
-    auto closed = await_closed(closing ? earlier(deadline, kCloseAgain) : deadline, false);
-    while (!closed && closing && !deadline.expired()) {
-      closing = !close(joined());
-      closed = await_closed(closing ? earlier(deadline, kCloseAgain) : deadline, false);
+    auto closed = await_closed(closing_ ? earlier(deadline, kCloseAgain) : deadline, false);
+    while (!closed && !deadline.expired()) {
+      if (closing_) closing_ = !close(joined());
+      closed = await_closed(closing_ ? earlier(deadline, kCloseAgain) : deadline, false);
     }
     if (!closed) {
       throw TimeoutError(fmt::format(
@@ -189,7 +187,7 @@ class RoundJoin {
   // was only slow then cannot disturb the round: its assignments go under its own claim, and
   // only the first record published counts.
   bool close(int joined, const std::string& expected = "") {
-    const auto mine = fmt::format("{}#{}", self_.id, ++claims_);
+    const auto mine = fmt::format("{}#{}{}", self_.id, nonce_, ++claims_);
     if (rs_.compare_set("closing", expected, mine, op()) != mine) return true;
     std::vector<std::optional<std::string>> records;
     try {
@@ -275,7 +273,10 @@ class RoundJoin {
       } catch (const TimeoutError&) {
         if (deadline.expired()) return std::nullopt;
       }
-      if (repairs_.due()) repair_claim(last_call);
+      if (repairs_.due()) {
+        repair_claim(last_call);
+        if (closing_ && !last_call) return std::nullopt;  // it took a claim it must try again
+      }
       if (!progress_.due()) continue;
       const int n = joined();
       if (last_call) {
@@ -309,7 +310,8 @@ class RoundJoin {
       return;
     }
     const auto still = now - *seen_since_;
-    if (still < o_.claim_stale_after || (claim.empty() && !may_close_)) return;
+    // No claim while this node is closing is its own, between two tries.
+    if (still < o_.claim_stale_after || (claim.empty() && (!may_close_ || closing_))) return;
     if (store_.check({news_key(round_, "closed")}, op())) return;
     const int n = joined();
     if (n < o_.min_nodes) return;
@@ -322,7 +324,8 @@ class RoundJoin {
                    format_duration(still));
     }
     seen_since_.reset();
-    close(n, claim);
+    // Too few nodes published: this node now tries again as the closer would have.
+    closing_ = !close(n, claim);
   }
 
   // A round claimed by the chooser of the last one's root cause (settle_next_round) whose
@@ -383,7 +386,12 @@ class RoundJoin {
   ProgressClock progress_;
   ProgressClock repairs_;  // repair_claim(), whether or not progress lines are on
   bool may_close_ = false;  // this node's slot reached the minimum: it may close the round
-  int claims_ = 0;          // of the round's closing, by this node
+  // It claimed the closing, but too few slots had published their nodes: it tries again.
+  bool closing_ = false;
+  int claims_ = 0;  // of the round's closing, by this node
+  // Tells this agent's claims from those of an earlier one of the same host and pid (a
+  // container's first process, restarted).
+  const std::string nonce_ = random_hex(4) + ".";
   std::string seen_claim_;  // the closing claim, as repair_claim last read it
   std::optional<Clock::time_point> seen_since_;  // since when it has been that
   bool said_short_ = false;  // close() said once that it waits for slots to publish their node

@@ -24,6 +24,11 @@ namespace ddprun {
 using JobSettings = std::vector<std::pair<std::string, std::string>>;
 
 // Those of `config` that must agree across nodes.
+// Where the elastic rendezvous keeps a round's records, and what they mean: agents that read
+// them differently would each take the other for an outsider, so the rendezvous compares it
+// (agreed_settings). Raised whenever any of that changes.
+inline constexpr int kRendezvousRecords = 2;
+
 JobSettings agreed_settings(const LaunchConfig& config);
 
 // The settings as the store keeps them (one JSON object), and back.

@@ -49,7 +49,7 @@ catch_discover_tests(launcher_tests TEST_SPEC "[torchrun-suite][python]" EXTRA_A
 add_executable(elastic_tests
   integration/test_elastic.cpp)
 target_link_libraries(elastic_tests PRIVATE ddprun_test_main ddprun_test_support ddprun_common
-  nlohmann_json::nlohmann_json)
+  ddprun_store nlohmann_json::nlohmann_json)
 target_compile_definitions(elastic_tests PRIVATE
   DDPRUN_BINARY="$<TARGET_FILE:ddprun>"
   DDPRUN_STORE_BINARY="$<TARGET_FILE:ddprun-store>")

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/deadline.hpp"
+#include "store/tcp_store_client.hpp"
 #include "testing/ddprun_process.hpp"
 #include "testing/elastic_cluster.hpp"
 #include "testing/child.hpp"
@@ -165,6 +166,41 @@ TEST_CASE("elastic: two run ids on one store stay apart", "[elastic]") {
     }
     CHECK(two);
   }
+  store.signal(SIGTERM);
+  CHECK(store.wait_for(10s).has_value());
+}
+
+TEST_CASE("elastic: a claim to close the round that a lost agent left is taken over, and the "
+          "round closes", "[elastic]") {
+  auto port = free_port();
+  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                         std::to_string(port), "--log-level", "warn"}, {}, {}});
+  {
+    // An agent claimed round 0's closing and was SIGKILLed before it closed it.
+    ddprun::store::StoreClientOptions o;
+    o.port = static_cast<std::uint16_t>(port);
+    o.run_id = "claimed";
+    ddprun::store::TcpStoreClient seed(o, ddprun::Deadline::after(10s));
+    seed.set("r/0/closing", "lost:1#0.1", ddprun::Deadline::after(5s));
+  }
+  TempDir dir;
+  std::vector<std::unique_ptr<DdprunProcess>> agents;
+  for (const char* name : {"a", "b"}) {
+    // A claim goes stale after a read of the nodes (5 s) and a keep-alive's silence (2 x 1 s),
+    // well within the join timeout.
+    agents.push_back(std::make_unique<DdprunProcess>(std::vector<std::string>{
+        "--nnodes=2", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port), "--rdzv-id=claimed",
+        "--rdzv-conf=is_host=0,join_timeout=90,keep_alive_interval=1,keep_alive_max_attempt=2",
+        "--local-addr=127.0.0.1", "--events-file", dir.file(name), "--no-python", "true"}));
+  }
+  std::string said;
+  for (auto& agent : agents) {
+    CHECK(agent->wait(80s) == 0);  // before the join timeout
+    said += agent->output();
+  }
+  CHECK_THAT(said, Catch::Contains("lost:1, which claimed to close it, has not done so in") &&
+                       Catch::Contains("taking the claim over"));
   store.signal(SIGTERM);
   CHECK(store.wait_for(10s).has_value());
 }

@@ -117,7 +117,8 @@ bool reap_within(pid_t pid, std::chrono::milliseconds limit) {
     }
     ::close(fd);
   }
-  return ::waitpid(pid, nullptr, WNOHANG) == pid;
+  const pid_t got = ::waitpid(pid, nullptr, WNOHANG);
+  return got == pid || (got < 0 && errno == ECHILD);  // ECHILD: already collected
 }
 
 int stop_signal(pid_t pid) {

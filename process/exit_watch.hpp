@@ -39,7 +39,7 @@ class ExitWatch {
 
 // Reaps child `pid`, which was sent SIGKILL: waits up to `limit` for it to exit, so that a
 // process stuck in the kernel (state D) cannot hold the caller; it then stays a zombie of
-// this process. True when it was reaped.
+// this process. True when it is gone (reaped here or before).
 bool reap_within(pid_t pid, std::chrono::milliseconds limit);
 
 // The signal that stopped child `pid` (SIGSTOP, SIGTSTP, ...) while it stays stopped; 0 when it

@@ -319,9 +319,12 @@ int stop_adopted_daemons(int rounds, pid_t skip, const std::string& marker) {
   std::set<pid_t> tried;  // one stuck in the kernel is waited for once, not every round
   for (int round = 0; round < rounds; ++round) {
     auto daemons = adopted_daemons(skip);
+    // Reading a process's environment waits for its memory map's lock, which one stuck in
+    // the kernel (state D) may hold: such a one is left to the job's end.
     std::erase_if(daemons, [&](const ProcessInfo& d) {
       return tried.contains(d.pid) ||
-             (!marker.empty() && !environ_holds(d.pid, marker.data(), marker.size()));
+             (!marker.empty() &&
+              (d.state == 'D' || !environ_holds(d.pid, marker.data(), marker.size())));
     });
     if (daemons.empty()) break;
     for (const auto& d : daemons) kill(d.pid, SIGKILL);

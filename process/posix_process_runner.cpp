@@ -165,8 +165,7 @@ class PosixProcessRunner::Impl {
     return {};
   }
 
-  // The workers a stop gave up on, named in a warning. The next start() retires them: their
-  // exits, whenever they come, are still reported.
+  // The workers a stop gave up on, named in a warning: abandoned (see ProcessRunner::stop).
   std::vector<UnreapedWorker> give_up(int signal, Clock::duration limit) {
     auto task = std::make_shared<std::packaged_task<std::vector<UnreapedWorker>()>>([this] {
       std::vector<UnreapedWorker> unreaped;
@@ -643,16 +642,6 @@ class PosixProcessRunner::Impl {
     return all;
   }
 
-  static bool reap_within(pid_t pid, std::chrono::milliseconds limit) {
-    const auto deadline = Deadline::after(limit);
-    while (true) {
-      const pid_t r = waitpid(pid, nullptr, WNOHANG);
-      if (r == pid || (r < 0 && errno != EINTR)) return true;
-      if (deadline.expired()) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-
   OutputTarget output_target(const WorkerLaunch& launch, bool is_err) {
     const auto& o = launch.output;
     OutputTarget t;
@@ -697,6 +686,10 @@ class PosixProcessRunner::Impl {
   void report(Worker* w) {
     if (w->reported) return;
     w->reported = true;
+    if (w->abandoned) {  // nobody waits for it; the attempt's output is not cut short for it
+      check_stopped();
+      return;
+    }
     if (w->drain_timer) w->drain_timer->cancel();
     WorkerExit e;
     e.local_rank = w->launch.local_rank;

@@ -272,6 +272,10 @@ TEST_CASE("a worker that cannot be reaped after SIGKILL is named, and the runner
   CHECK_THAT(unreaped[0].whereabouts,
              Contains("state Z") && Contains(fmt::format("traced by pid {}", tracer.pid())));
   CHECK(first.exits().empty());
+  // The next stop (the agent's last, the runner's own at its end) does not wait for it again.
+  const auto again = ddprun::Clock::now();
+  CHECK(runner.stop(SIGKILL, 0s).empty());
+  CHECK(ddprun::Clock::now() - again < 5s);
 
   // Its thread is free: the next start runs and reports as usual.
   ExitLog second;

@@ -324,8 +324,10 @@ class RoundJoin {
                    format_duration(still));
     }
     seen_since_.reset();
-    // Too few nodes published: this node now tries again as the closer would have.
-    closing_ = !close(n, claim);
+    // Too few nodes published: a taker of a lost closer's claim tries again as that closer
+    // would have; the taker of no claim comes back at its own pace.
+    const bool fell_short = !close(n, claim);
+    if (!claim.empty()) closing_ = fell_short;
   }
 
   // A round claimed by the chooser of the last one's root cause (settle_next_round) whose

@@ -54,7 +54,9 @@ std::string quoted(const std::vector<std::string>& args) {
 
 JobSettings agreed_settings(const LaunchConfig& c) {
   JobSettings settings{
-      {"the rendezvous' records", fmt::format("version {}", kRendezvousRecords)},
+      {"the rendezvous' records",
+       fmt::format("version {} (another ddprun version writes them otherwise)",
+                   kRendezvousRecords)},
       {"--max-restarts", std::to_string(c.max_restarts)},
       {"--hang-timeout", format_duration(c.hang_timeout)},
       {"--node-check", node_check_setting(c.node_check)},

@@ -23,11 +23,12 @@ namespace ddprun {
 // (flag, value) pairs in a fixed order: {"--max-restarts", "3"}, ...
 using JobSettings = std::vector<std::pair<std::string, std::string>>;
 
-// Those of `config` that must agree across nodes.
-// Where the elastic rendezvous keeps a round's records, and what they mean: agents that read
-// them differently would each take the other for an outsider, so the rendezvous compares it
+// Where the rendezvous keeps a round's records, and what they mean: agents that read them
+// differently would each take the other for an outsider, so the rendezvous compares it
 // (agreed_settings). Raised whenever any of that changes.
 inline constexpr int kRendezvousRecords = 2;
+
+// Those of `config` that must agree across nodes.
 
 JobSettings agreed_settings(const LaunchConfig& config);
 

@@ -186,12 +186,12 @@ TEST_CASE("elastic: a claim to close the round that a lost agent left is taken o
   TempDir dir;
   std::vector<std::unique_ptr<DdprunProcess>> agents;
   for (const char* name : {"a", "b"}) {
-    // A claim goes stale after a read of the nodes (5 s) and a keep-alive's silence (2 x 1 s),
+    // A claim goes stale after a read of the nodes (5 s) and a keep-alive's silence (3 x 1 s),
     // well within the join timeout.
     agents.push_back(std::make_unique<DdprunProcess>(std::vector<std::string>{
         "--nnodes=2", "--rdzv-backend=c10d",
         "--rdzv-endpoint=127.0.0.1:" + std::to_string(port), "--rdzv-id=claimed",
-        "--rdzv-conf=is_host=0,join_timeout=90,keep_alive_interval=1,keep_alive_max_attempt=2",
+        "--rdzv-conf=is_host=0,join_timeout=90,keep_alive_interval=1,keep_alive_max_attempt=3",
         "--local-addr=127.0.0.1", "--events-file", dir.file(name), "--no-python", "true"}));
   }
   std::string said;

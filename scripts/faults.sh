@@ -149,6 +149,30 @@ fault_worker_sigstop() {
 }
 expect_worker_sigstop="exit 122 naming the stop; no wait for the grace"
 
+fault_worker_under_debugger() {
+  # Rank 1 is held by a tracer that never lets go (a debugger left attached): once SIGKILLed it
+  # is a zombie only that tracer may collect. Rank 0's death must still restart the job.
+  FAKE_MODE=after_file:go:0:0 FAKE_TOUCH_DIR=$dir start a --nproc-per-node=2 --max-restarts=1 \
+    --shutdown-timeout=1 --master-port="$(free_port)" $(fake)
+  wait_file "$dir/started_1_0" && wait_file "$dir/started_0_0"
+  local tracer
+  "$python" -c 'import ctypes, sys, time
+libc = ctypes.CDLL(None)
+sys.exit(1) if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0 else time.sleep(120)' \
+    "$(worker_pid 1)" &
+  tracer=$!
+  wait_text "/proc/$(worker_pid 1)/status" "TracerPid:	$tracer" 10 || true
+  local t0; t0=$(now_ms)
+  kill -9 "$(worker_pid 0)"
+  wait_file "$dir/started_0_1" 60; detect=$(( $(now_ms) - t0 ))
+  touch "$dir/go"
+  wait_pid "$agent"
+  kill "$tracer" 2>/dev/null || true; wait "$tracer" 2>/dev/null || true
+  [[ $status == 0 ]] && grep -q "traced by pid $tracer" "$dir/a.out" && met=1
+  note="--shutdown-timeout=1, then 10 s for SIGKILL; detect: the kill to the next attempt's start"
+}
+expect_worker_under_debugger="the traced rank named and left behind; the job restarts and finishes (0)"
+
 fault_restarts_exhausted() {
   FAKE_MODE=exit:3 start a --max-restarts=2 --master-port="$(free_port)" $(fake)
   wait_pid "$agent"
@@ -818,7 +842,7 @@ fault_node_cut_long() {
 expect_node_cut_long="both nodes stop (124), their workers too"
 
 faults=(worker_exit worker_segfault worker_sigkill worker_ignores_sigterm worker_sigstop
-        restarts_exhausted
+        worker_under_debugger restarts_exhausted
         agent_sigterm agent_sigkill agent_sigstop_static agent_sigkill_elastic store_host_death
         node_cut_short node_cut_long
         join_and_leave setsid_daemons_end setsid_daemons_sigterm setsid_daemons_sigkill

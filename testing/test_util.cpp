@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -175,6 +177,27 @@ std::uint16_t bind_loopback(std::uint16_t port) {
   return ok ? ntohs(addr.sin_port) : 0;
 }
 
+// Across the test processes that run at once (ctest -j): a port handed out in the last ten
+// minutes, by any of them, is not handed out again. Each is a file of its name in a shared
+// directory; without that directory the draw alone decides, as it would anyway.
+bool reserve_across_processes(std::uint16_t port) {
+  std::error_code ec;
+  const auto dir = std::filesystem::temp_directory_path(ec) / "ddprun-test-ports";
+  std::filesystem::create_directories(dir, ec);
+  const auto path = (dir / std::to_string(port)).string();
+  const auto claim = [&] {
+    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0 ? 1 : errno == EEXIST ? 0 : -1;
+  };
+  const int got = claim();
+  if (got != 0) return true;  // claimed here, or no list can be kept
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 || std::time(nullptr) - st.st_mtime < 600) return false;
+  ::unlink(path.c_str());  // handed out long ago: a test that still holds it would have bound it
+  return claim() != 0;
+}
+
 }  // namespace
 
 std::uint16_t free_port() {
@@ -198,6 +221,7 @@ std::uint16_t free_port() {
         std::lock_guard<std::mutex> hold(given_lock);
         if (!given.insert(port).second) continue;
       }
+      if (!reserve_across_processes(port)) continue;
       if (bind_loopback(port)) return port;
     }
   }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include <boost/asio.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -167,49 +168,54 @@ class PosixProcessRunner::Impl {
 
   // The workers a stop gave up on, named in a warning: abandoned (see ProcessRunner::stop).
   std::vector<UnreapedWorker> give_up(int signal, Clock::duration limit) {
-    auto task = std::make_shared<std::packaged_task<std::vector<UnreapedWorker>()>>([this] {
-      std::vector<UnreapedWorker> unreaped;
+    auto unreaped = ask_runner_thread([this] {
+      std::vector<UnreapedWorker> found;
       for (const auto& w : workers_) {
         if (w->reported || w->abandoned) continue;
-        unreaped.push_back({w->launch.local_rank, w->launch.rank, w->pid,
-                            w->exited ? "exited, its output still open"
-                                      : process_whereabouts(w->pid)});
+        found.push_back({w->launch.local_rank, w->launch.rank, w->pid,
+                         w->exited ? "exited, its output still open"
+                                   : process_whereabouts(w->pid)});
         // Its exit, whenever it comes, is reported to nobody: whoever started it (an agent)
         // may be gone by then. Later stops do not wait for it again.
         w->abandoned = true;
         w->on_exit = nullptr;
       }
       check_stopped();
-      return unreaped;
+      return found;
     });
-    auto result = task->get_future();
-    asio::post(io_, [task] { (*task)(); });
-    if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) {
+    if (!unreaped) {
       throw Error(fmt::format("stopping workers: the runner's thread ({}) has not answered for "
                               "{} after {}", thread_whereabouts(thread_id_),
                               format_duration(limit), signal_name(signal)));
     }
-    auto unreaped = result.get();
-    for (const auto& u : unreaped) {
+    for (const auto& u : *unreaped) {
       spdlog::warn("rank {} (local rank {}, pid {}) is still not reaped {} after {} and "
                    "SIGKILL ({}): going on without it; what it holds (GPU memory, ports, "
                    "files) stays held until it ends",
                    u.rank, u.local_rank, u.pid, format_duration(limit), signal_name(signal),
                    u.whereabouts);
     }
-    return unreaped;
+    return *unreaped;
   }
 
-  // The global ranks of the workers that have not exited (asked on the runner thread); nullopt
-  // when that thread does not answer within a second.
+  // The global ranks of the workers that have not exited; nullopt when the runner's thread
+  // does not answer.
   std::optional<std::vector<int>> running_ranks() {
-    auto task = std::make_shared<std::packaged_task<std::vector<int>()>>([this] {
+    return ask_runner_thread([this] {
       std::vector<int> ranks;
       for (const auto& w : workers_) {
         if (!w->exited) ranks.push_back(w->launch.rank);
       }
       return ranks;
     });
+  }
+
+  // Runs `fn` on the runner's thread, which owns the workers, and returns what it returns;
+  // nullopt when that thread does not answer within a second (it may be blocked, writing to a
+  // console nobody reads).
+  template <typename F>
+  std::optional<std::invoke_result_t<F>> ask_runner_thread(F fn) {
+    auto task = std::make_shared<std::packaged_task<std::invoke_result_t<F>()>>(std::move(fn));
     auto result = task->get_future();
     asio::post(io_, [task] { (*task)(); });
     if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return std::nullopt;

@@ -32,6 +32,10 @@ class ProgressClock {
   // `first` of zero turns progress lines off: slice() is then the deadline itself.
   explicit ProgressClock(std::chrono::milliseconds first,
                          std::chrono::milliseconds longest = std::chrono::minutes(1));
+  // Due every `interval`, never further apart: for what a wait repairs as it goes.
+  static ProgressClock every(std::chrono::milliseconds interval) {
+    return ProgressClock(interval, interval);
+  }
 
   // The earlier of `deadline` and the next progress line.
   Deadline slice(Deadline deadline) const;

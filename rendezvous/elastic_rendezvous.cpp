@@ -128,7 +128,7 @@ class RoundJoin {
         o_(o),
         previous_(previous),
         progress_(o.progress_interval),
-        repairs_(repair_every(o), repair_every(o)) {}
+        repairs_(ProgressClock::every(repair_every(o))) {}
 
   RoundResult run() {
     const int slot = static_cast<int>(rs_.add("join", 1, op())) - 1;

@@ -29,7 +29,6 @@ using JobSettings = std::vector<std::pair<std::string, std::string>>;
 inline constexpr int kRendezvousRecords = 2;
 
 // Those of `config` that must agree across nodes.
-
 JobSettings agreed_settings(const LaunchConfig& config);
 
 // The settings as the store keeps them (one JSON object), and back.

@@ -262,8 +262,7 @@ RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOp
     return missing;
   };
   ProgressClock progress(o.progress_interval);
-  const auto pace = repair_pace(o.progress_interval);
-  ProgressClock repairs(pace, pace);
+  auto repairs = ProgressClock::every(repair_pace(o.progress_interval));
   while (true) {
     try {
       store.wait({kAllJoinedKey}, progress.slice(deadline).min(Deadline::after(o.claim_beat)));
@@ -401,8 +400,7 @@ void StaticRendezvous::start_barrier(const std::string& prefix, int attempt) {
   const auto deadline = op();
   const auto started = Clock::now();
   ProgressClock progress(options_.progress_interval);
-  const auto pace = repair_pace(options_.progress_interval);
-  ProgressClock repairs(pace, pace);
+  auto repairs = ProgressClock::every(repair_pace(options_.progress_interval));
   while (true) {
     try {
       round.wait({"go"}, progress.slice(deadline).min(Deadline::after(options_.claim_beat)));

@@ -56,6 +56,14 @@ pid_t stand_in_agent(const std::function<int()>& body) {
   return pid;
 }
 
+// The code a stand-in agent that ends by itself exited with, within `bound`.
+int stand_in_code(pid_t agent, std::chrono::milliseconds bound) {
+  const int status = ddprun::test::wait_for_exit(agent, bound);
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
 // What a stand-in agent does once it has started what it starts: nothing, until the test kills
 // it.
 [[noreturn]] int wait_to_be_killed() {
@@ -199,11 +207,9 @@ TEST_CASE("a guardian told of an unclean end leaves the scratch directory to its
     }
     return code;
   });
-  const int status = ddprun::test::wait_for_exit(agent, kBound);
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
+  const int code = stand_in_code(agent, kBound);
   INFO("10: the guardian removed the living agent's scratch directory; 11: an exception");
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(code == 0);
 }
 
 TEST_CASE("told of a clean end, the guardian exits before its agent reaps it", "[runner][orphan]") {
@@ -234,12 +240,10 @@ TEST_CASE("told of a clean end, the guardian exits before its agent reaps it", "
     }
     return code;
   });
-  const int status = ddprun::test::wait_for_exit(agent, kBound);
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
+  const int code = stand_in_code(agent, kBound);
   INFO("10: the worker's exit was not reported; 11: the guardian left before finish(); 12: it "
        "did not exit after finish(); 13: the guard did not reap it; 14: an exception");
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(code == 0);
 }
 
 TEST_CASE("a daemon that left the worker's session does not outlive a SIGKILLed agent",
@@ -317,13 +321,11 @@ TEST_CASE("a daemon the workers left running is ended before the next attempt's 
     ::waitpid(foreign, nullptr, 0);
     return 0;
   });
-  const int status = ddprun::test::wait_for_exit(agent, kBound);
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
+  const int code = stand_in_code(agent, kBound);
   INFO("10: no daemon started; 11: the stop ended it; 12: it outlived the next start; 13: left "
        "a zombie; 14: a process of another session that is not the workers' was ended; 15: fork "
        "failed");
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(code == 0);
 }
 
 TEST_CASE("a worker's descendant that outlived its parent is collected when it exits, while "
@@ -350,10 +352,8 @@ TEST_CASE("a worker's descendant that outlived its parent is collected when it e
     runner.stop(SIGTERM, 5s);
     return 0;
   });
-  const int status = ddprun::test::wait_for_exit(agent, 2 * kBound);
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
+  const int code = stand_in_code(agent, 2 * kBound);
   INFO("10: no pid written; 11: its zombie was never collected; 12: it did not exit; 13: the "
        "worker ended");
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(code == 0);
 }

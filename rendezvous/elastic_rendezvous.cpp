@@ -423,17 +423,26 @@ std::optional<SettledRound> settle_next_round(store::Store& store, int round,
   if (store.compare_set(round_key(round + 1, "closing"), "", claim, deadline) != claim) {
     return std::nullopt;
   }
-  publish_settled(store, settled, deadline);
+  if (!publish_settled(store, settled, deadline)) return std::nullopt;
   return settled;
 }
 
-void publish_settled(store::Store& store, const SettledRound& settled, Deadline deadline) {
-  // Idempotent; tried again at once when the store fails, as a leader's change in etcd does.
+bool publish_settled(store::Store& store, const SettledRound& settled, Deadline deadline) {
+  // Only the first record of a round counts, as for a joiner's closing (RoundJoin::close): a
+  // closer whose claim was taken over and given back meanwhile may still publish its own,
+  // and nodes may have read it. Idempotent; tried again at once when the store fails, as a
+  // leader's change in etcd does.
+  const auto record = encode_closed(settled.closed);
   for (int attempt = 1;; ++attempt) {
     try {
-      store.multi_set({"round", news_key(settled.round, "closed")},
-                      {std::to_string(settled.round), encode_closed(settled.closed)}, deadline);
-      return;
+      if (store.compare_set(news_key(settled.round, "closed"), "", record, deadline) != record) {
+        spdlog::warn("rendezvous: round {} was closed by a joiner before its record closed "
+                     "ahead was published; it runs as that joiner closed it",
+                     settled.round);
+        return false;
+      }
+      store.set("round", std::to_string(settled.round), deadline);
+      return true;
     } catch (const InterruptedError&) {
       throw;
     } catch (const Error& e) {

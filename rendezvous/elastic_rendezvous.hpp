@@ -126,9 +126,11 @@ RoundResult join_round(store::Store& store, int round, const ElasticNode& self,
 std::optional<SettledRound> settle_next_round(store::Store& store, int round,
                                               const ClosedRound& next, int joins,
                                               Deadline deadline);
-// Publishes a round closed ahead: the round number and the round's record. A node waiting for
-// a round whose claim holds such a record but that was never published calls it too.
-void publish_settled(store::Store& store, const SettledRound& settled, Deadline deadline);
+// Publishes a round closed ahead: the round's record, then the round number. A node waiting
+// for a round whose claim holds such a record but that was never published calls it too.
+// False when another record of the round was published first (a joiner's closer, slow): that
+// one is the round's, and nothing is written.
+bool publish_settled(store::Store& store, const SettledRound& settled, Deadline deadline);
 
 // Moves the job on from round `round`; returns the round to join next (later than `round`).
 int advance_round(store::Store& store, int round, Deadline deadline);

@@ -261,6 +261,19 @@ TEST_CASE("settle_next_round: a node waiting to join, or a joiner's claim, makes
   CHECK(s->get("round", op()) == "0");
   CHECK(!s->check({"news/r/1/closed"}, op()));
   CHECK(s->get("r/1/closing", op()) == "c:1");
+
+  // The joiner's claim was taken over and given back, but the joiner, only slow, still
+  // published its record: the chooser claims the round and finds that record, which stays the
+  // round's (nodes may have read it), and the round number is left to those who run it.
+  s->set("r/1/closing", "", op());
+  ClosedRound joiners = next;
+  joiners.members = 3;
+  joiners.closer = "c:1";
+  s->set("news/r/1/closed", encode_closed(joiners), op());
+  CHECK(!settle_next_round(*s, 0, next, 2, op()));
+  CHECK(decode_closed(s->get("news/r/1/closed", op())).closer == "c:1");
+  CHECK(decode_closed(s->get("news/r/1/closed", op())).members == 3);
+  CHECK(s->get("round", op()) == "0");
 }
 
 TEST_CASE("join_round: a round closed ahead but never published is published by a joiner, "

@@ -25,13 +25,14 @@ namespace bp = boost::process::v2;
 // collect, so that waitpid would hold the io thread, and everything on it, until the tracer
 // lets go. Here such a child is asked for again on a timer instead.
 struct ExitWatch::State {
-  State(asio::io_context& io, pid_t p, int pidfd, Handler h)
-      : fd(io, pidfd), retry(io), pid(p), handler(std::move(h)) {}
+  State(asio::io_context& io, pid_t p, int pidfd, Handler h, Reap r)
+      : fd(io, pidfd), retry(io), pid(p), handler(std::move(h)), reap(r) {}
   asio::posix::stream_descriptor fd;
   asio::steady_timer retry;
   std::chrono::milliseconds retry_after{10};
   pid_t pid;
   Handler handler;
+  Reap reap;
   bool cancelled = false;  // the watch was destroyed: a retry already due must not reap
 };
 
@@ -58,10 +59,33 @@ void wait_readable(const std::shared_ptr<State>& s) {
                    });
 }
 
+// The child's wait status (as waitpid gives it), once it has exited and its parent may
+// collect it: 0 into `got` while it may not yet, -1 when the wait failed (errno). The child
+// stays a zombie.
+int peek_exit(pid_t pid, pid_t& got) {
+  siginfo_t info{};
+  got = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+  if (got < 0) return 0;
+  got = info.si_pid;
+  switch (info.si_code) {
+    case CLD_EXITED:
+      return (info.si_status & 0xff) << 8;
+    case CLD_DUMPED:
+      return info.si_status | 0x80;  // WCOREDUMP's flag
+    default:
+      return info.si_status;  // killed by that signal
+  }
+}
+
 void try_reap(const std::shared_ptr<State>& s) {
   int status = 0;
   pid_t got;
-  while ((got = ::waitpid(s->pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+  if (s->reap == ExitWatch::Reap::kByOwner) {
+    while ((status = peek_exit(s->pid, got), got < 0) && errno == EINTR) {
+    }
+  } else {
+    while ((got = ::waitpid(s->pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+    }
   }
   if (got == s->pid) {
     finish(s, {}, status);
@@ -86,14 +110,14 @@ void try_reap(const std::shared_ptr<State>& s) {
 
 }  // namespace
 
-ExitWatch::ExitWatch(asio::io_context& io, pid_t pid, Handler handler) {
+ExitWatch::ExitWatch(asio::io_context& io, pid_t pid, Handler handler, Reap reap) {
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     throw boost::system::system_error(errno, boost::system::system_category(),
                                       "pidfd_open for pid " + std::to_string(pid));
   }
   try {
-    state_ = std::make_shared<State>(io, pid, pidfd, std::move(handler));
+    state_ = std::make_shared<State>(io, pid, pidfd, std::move(handler), reap);
   } catch (...) {
     ::close(pidfd);
     throw;
@@ -107,6 +131,11 @@ ExitWatch::~ExitWatch() {
   boost::system::error_code ignored;
   state_->fd.close(ignored);
   state_->retry.cancel();
+}
+
+void reap_exited(pid_t pid) {
+  while (::waitpid(pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
+  }
 }
 
 bool reap_within(pid_t pid, std::chrono::milliseconds limit) {

@@ -22,11 +22,17 @@ class ExitWatch {
   // itself failed, and is operation_aborted when the watch is destroyed before the exit.
   using Handler = std::function<void(boost::system::error_code ec, int status)>;
 
+  // What becomes of the exited child: reaped before the handler runs, or kept a zombie for
+  // its owner to reap (reap_exited). A kept zombie keeps its pid, so that the number cannot
+  // go to another process, nor its group's to another group, while the owner may still
+  // signal the group (kill(-pid)).
+  enum class Reap { kNow, kByOwner };
+
   // Starts waiting for child `pid` at once; `handler` runs on `io`'s thread. Throws
   // boost::system::system_error when the child cannot be watched (no pidfd for it).
   // Destroying the watch before the exit calls `handler` with operation_aborted, later, on
   // `io`'s thread.
-  ExitWatch(boost::asio::io_context& io, pid_t pid, Handler handler);
+  ExitWatch(boost::asio::io_context& io, pid_t pid, Handler handler, Reap reap = Reap::kNow);
   ~ExitWatch();
   ExitWatch(const ExitWatch&) = delete;
   ExitWatch& operator=(const ExitWatch&) = delete;
@@ -36,6 +42,9 @@ class ExitWatch {
  private:
   std::shared_ptr<State> state_;
 };
+
+// Reaps child `pid`, which has exited and was kept a zombie (ExitWatch::Reap::kByOwner).
+void reap_exited(pid_t pid);
 
 // Reaps child `pid`, which was sent SIGKILL: waits up to `limit` for it to exit, so that a
 // process stuck in the kernel (state D) cannot hold the caller; it then stays a zombie of

@@ -223,13 +223,37 @@ class PosixProcessRunner::Impl {
   }
 
  private:
+  // A started process: a worker, or a standby. Once exited it stays a zombie until it is
+  // destroyed (ExitWatch::Reap::kByOwner), so that its pid, the number of its group, is never
+  // another's while this runner may still signal the group: ending a group after its leader
+  // was reaped could end an unrelated one that took the number.
   struct Worker {
+    Worker() = default;
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+    ~Worker() {
+      if (exited && !collected) reap_exited(pid);
+    }
+
+    // Ends whatever is left in its group (grandchildren), once; an exited worker is then
+    // collected.
+    void end_group() {
+      if (group_killed) return;
+      group_killed = true;
+      ::kill(-pid, SIGKILL);
+      if (exited) {
+        reap_exited(pid);
+        collected = true;
+      }
+    }
+
     WorkerLaunch launch;
     pid_t pid = 0;
     bool exited = false;
     bool reported = false;
     bool abandoned = false;  // a stop gave up on it (give_up): nothing waits for it any more
     bool group_killed = false;
+    bool collected = false;  // exited and reaped: its pid is no longer its own
     bool signalled = false;  // this runner sent it a signal: its SIGKILL is not the OOM killer's
     bool standby = false;  // waiting in the pool for a launch (launch.local_rank is its rank)
     ExitCallback on_exit;
@@ -381,7 +405,8 @@ class PosixProcessRunner::Impl {
           } else {
             maybe_report(w);
           }
-        });
+        },
+        ExitWatch::Reap::kByOwner);
   }
 
   // Reads a started worker's captured streams (-1: not captured).
@@ -787,9 +812,7 @@ class PosixProcessRunner::Impl {
     kill_timer_.cancel();
     for (auto& w : workers_) {
       if (w->group_killed) continue;
-      // Whatever the worker left in its group (grandchildren) goes with it, once.
-      w->group_killed = true;
-      kill(-w->pid, SIGKILL);
+      w->end_group();
       if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
     }
     quiet_.store(std::all_of(retired_.begin(), retired_.end(),

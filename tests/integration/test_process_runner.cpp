@@ -342,6 +342,57 @@ TEST_CASE("stop() removes the worker's whole process group, grandchildren too", 
   CHECK(gone);
 }
 
+namespace {
+
+// Forks a child that leads a process group of its own and waits, as a shell's job or a daemon
+// does, asking the kernel for pid `wanted` (the next pid after ns_last_pid, if free). -1 when
+// this process may not set the next pid (not root).
+pid_t fork_group_leader_near(pid_t wanted) {
+  {
+    std::ofstream last("/proc/sys/kernel/ns_last_pid");
+    if (!(last << wanted - 1 << std::flush)) return -1;
+  }
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::pause();
+    ::_exit(0);
+  }
+  ::setpgid(pid, pid);  // either side may run first
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("a worker's process group is ended only while its pid is still its own",
+          "[runner]") {
+  ExitLog log;
+  PosixProcessRunner runner;
+  const auto pids = runner.start(
+      {Fake("succeed").rank(0, 2).launch(), Fake("hang").rank(1, 2).launch()}, log.callback());
+  REQUIRE(log.wait_for(1));
+  REQUIRE(log.exits().at(0).local_rank == 0);
+  // Rank 0 exited and was reported; its group is ended only at the stop below. A process
+  // that starts meanwhile, as close to rank 0's pid as the kernel allows, must not get that
+  // number (on a machine with pid_max 32768 a busy node wraps around within minutes), or the
+  // stop's SIGKILL to rank 0's group would reach it.
+  const pid_t stranger = fork_group_leader_near(pids[0]);
+  if (stranger < 0) {
+    WARN("skipped: cannot write /proc/sys/kernel/ns_last_pid (needs root)");
+    runner.stop(SIGKILL, 5s);
+    return;
+  }
+  CHECK(stranger != pids[0]);
+  runner.stop(SIGTERM, 5s);
+  REQUIRE(log.exits().size() == 2);
+  CHECK(process_alive(stranger));
+  ::kill(stranger, SIGKILL);
+  ::waitpid(stranger, nullptr, 0);
+  // Once its group was ended, rank 0 is collected.
+  CHECK(wait_until([&] { return ddprun::test::process_state(pids[0]) == 0; }, kBound));
+}
+
 TEST_CASE("a worker's stdout reaches its log file as whole lines, in order", "[runner]") {
   TempDir dir;
   ExitLog log;

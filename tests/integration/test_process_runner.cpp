@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -344,24 +345,74 @@ TEST_CASE("stop() removes the worker's whole process group, grandchildren too", 
 
 namespace {
 
-// Forks a child that leads a process group of its own and waits, as a shell's job or a daemon
-// does, asking the kernel for pid `wanted` (the next pid after ns_last_pid, if free). -1 when
-// this process may not set the next pid (not root).
-pid_t fork_group_leader_near(pid_t wanted) {
-  {
-    std::ofstream last("/proc/sys/kernel/ns_last_pid");
-    if (!(last << wanted - 1 << std::flush)) return -1;
+int stranger_answer_fd = -1;  // in the stranger: where it answers
+
+void stranger_answer(int) { (void)!::write(stranger_answer_fd, "y", 1); }
+
+// A process that this test starts, leading a process group of its own as a shell's job or a
+// daemon does, and that answers SIGUSR1 with a byte on a pipe for as long as it lives.
+class Stranger {
+ public:
+  // Asks the kernel for pid `wanted` (the next pid after ns_last_pid, when free). Not
+  // started() when this process may not set the next pid (not root).
+  explicit Stranger(pid_t wanted) {
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      if (!(last << wanted - 1 << std::flush)) return;
+    }
+    int answers[2];
+    REQUIRE(::pipe2(answers, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      stranger_answer_fd = answers[1];
+      struct sigaction on_usr1 {};
+      on_usr1.sa_handler = stranger_answer;
+      ::sigaction(SIGUSR1, &on_usr1, nullptr);
+      sigset_t usr1;
+      sigemptyset(&usr1);
+      sigaddset(&usr1, SIGUSR1);
+      ::sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
+      stranger_answer(0);  // ready: SIGUSR1 no longer ends it
+      while (true) ::pause();
+    }
+    ::setpgid(pid_, pid_);  // either side may run first
+    ::close(answers[1]);
+    answers_ = answers[0];
+    REQUIRE(read_answer());
   }
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::pause();
-    ::_exit(0);
+  ~Stranger() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    ::close(answers_);
   }
-  ::setpgid(pid, pid);  // either side may run first
-  return pid;
-}
+  Stranger(const Stranger&) = delete;
+  Stranger& operator=(const Stranger&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  // Whether it still lives: a SIGKILL sent to it earlier comes first, and its end of the
+  // pipe closes instead of answering.
+  bool answers() {
+    ::kill(pid_, SIGUSR1);
+    return read_answer();
+  }
+
+ private:
+  bool read_answer() {
+    pollfd p{answers_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kBound).count())) != 1) {
+      return false;
+    }
+    char c = 0;
+    return ::read(answers_, &c, 1) == 1;
+  }
+
+  pid_t pid_ = -1;
+  int answers_ = -1;
+};
 
 }  // namespace
 
@@ -375,22 +426,20 @@ TEST_CASE("a worker's process group is ended only while its pid is still its own
   REQUIRE(log.exits().at(0).local_rank == 0);
   // Rank 0 exited and was reported; its group is ended only at the stop below. A process
   // that starts meanwhile, as close to rank 0's pid as the kernel allows, must not get that
-  // number (on a machine with pid_max 32768 a busy node wraps around within minutes), or the
-  // stop's SIGKILL to rank 0's group would reach it.
-  const pid_t stranger = fork_group_leader_near(pids[0]);
-  if (stranger < 0) {
+  // number (with pid_max 32768 a busy node wraps around within minutes), or the stop's
+  // SIGKILL to rank 0's group would reach it.
+  Stranger stranger(pids[0]);
+  if (!stranger.started()) {
     WARN("skipped: cannot write /proc/sys/kernel/ns_last_pid (needs root)");
     runner.stop(SIGKILL, 5s);
     return;
   }
-  CHECK(stranger != pids[0]);
+  CHECK(stranger.pid() != pids[0]);
   runner.stop(SIGTERM, 5s);
   REQUIRE(log.exits().size() == 2);
-  CHECK(process_alive(stranger));
-  ::kill(stranger, SIGKILL);
-  ::waitpid(stranger, nullptr, 0);
+  CHECK(stranger.answers());
   // Once its group was ended, rank 0 is collected.
-  CHECK(wait_until([&] { return ddprun::test::process_state(pids[0]) == 0; }, kBound));
+  CHECK(wait_until([&] { return process_state(pids[0]) == 0; }, kBound));
 }
 
 TEST_CASE("a worker's stdout reaches its log file as whole lines, in order", "[runner]") {

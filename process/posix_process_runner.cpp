@@ -223,10 +223,10 @@ class PosixProcessRunner::Impl {
   }
 
  private:
-  // A started process: a worker, or a standby. Once exited it stays a zombie until it is
-  // destroyed (ExitWatch::Reap::kByOwner), so that its pid, the number of its group, is never
-  // another's while this runner may still signal the group: ending a group after its leader
-  // was reaped could end an unrelated one that took the number.
+  // A started process: a worker, or a standby. Once exited it stays a zombie until its group
+  // was ended, or it is destroyed (ExitWatch::Reap::kByOwner), so that its pid, the number of
+  // its group, is never another's while this runner may still signal the group: ending a
+  // group after its leader was reaped could end an unrelated one that took the number.
   struct Worker {
     Worker() = default;
     Worker(const Worker&) = delete;
@@ -235,16 +235,19 @@ class PosixProcessRunner::Impl {
       if (exited && !collected) reap_exited(pid);
     }
 
-    // Ends whatever is left in its group (grandchildren), once; an exited worker is then
-    // collected.
+    // Ends whatever is left in its group (grandchildren), once.
     void end_group() {
       if (group_killed) return;
       group_killed = true;
       ::kill(-pid, SIGKILL);
-      if (exited) {
-        reap_exited(pid);
-        collected = true;
-      }
+      collect();
+    }
+
+    // Reaps it once it has exited and its group was ended: nothing signals the group after.
+    void collect() {
+      if (!exited || !group_killed || collected) return;
+      reap_exited(pid);
+      collected = true;
     }
 
     WorkerLaunch launch;
@@ -275,7 +278,7 @@ class PosixProcessRunner::Impl {
     std::erase_if(retired_, [](const auto& w) { return w->reported; });
     for (auto& w : workers_) {
       if (w->reported) continue;
-      kill(-w->pid, SIGKILL);
+      w->end_group();
       retired_.push_back(std::move(w));
     }
     workers_.clear();
@@ -399,6 +402,7 @@ class PosixProcessRunner::Impl {
           w->exited = true;
           w->status = ec ? (128 + SIGKILL) << 8 : status;
           w->exit_time = Clock::now();
+          w->collect();
           if (ec) spdlog::warn("waiting for pid {} failed: {}", w->pid, ec.message());
           if (w->standby) {
             standby_exited(w);
@@ -635,7 +639,7 @@ class PosixProcessRunner::Impl {
   void retire_standby(std::map<int, std::unique_ptr<Standby>>::iterator it) {
     auto s = std::move(it->second);
     standbys_.erase(it);
-    kill(-s->worker->pid, SIGKILL);
+    s->worker->end_group();
     if (s->worker->exited) {
       later_destroy(std::move(s));
       return;

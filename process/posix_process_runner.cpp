@@ -27,6 +27,7 @@
 #include "common/exit_codes.hpp"
 #include "common/failure_record.hpp"
 #include "common/progress.hpp"
+#include "process/console_writer.hpp"
 #include "process/exit_watch.hpp"
 #include "process/line_splitter.hpp"
 #include "process/orphan_guard.hpp"
@@ -268,6 +269,8 @@ class PosixProcessRunner::Impl {
     std::unique_ptr<WorkerOutput> out;
     std::unique_ptr<WorkerOutput> err;
     std::unique_ptr<asio::steady_timer> drain_timer;
+    std::unique_ptr<asio::steady_timer> show_timer;  // see show_then_report
+    std::shared_ptr<char> alive = std::make_shared<char>();  // for callbacks that may outlive it
   };
 
   // On the runner thread.
@@ -691,6 +694,7 @@ class PosixProcessRunner::Impl {
     t.rank = launch.rank;
     t.fold_mode = is_err ? o.fold_stderr : o.fold_stdout;
     if (t.fold_mode != FoldMode::kOff) t.fold = &fold_;
+    t.console = &console_;
     t.copy = is_err ? o.stderr_copy : o.stdout_copy;
     t.tag_host = o.tag_host;
     return t;
@@ -701,26 +705,39 @@ class PosixProcessRunner::Impl {
     maybe_report(w);
   }
 
-  // A worker is reported once it exited and its pipes reached end of file, so its last lines
-  // are printed before anything the agent says about its exit. A grandchild holding the pipes
-  // open must not delay the report for long.
+  // A worker is reported once it exited, its pipes reached end of file and what they held
+  // reached the console, so its last lines are printed before anything the agent says about
+  // its exit. Neither a grandchild holding the pipes open nor a console that takes nothing
+  // may delay the report for long.
   void maybe_report(Worker* w) {
     if (!w->exited || w->reported) return;
     if (w->open_streams > 0) {
       if (!w->drain_timer) {
         w->drain_timer = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(200));
         w->drain_timer->async_wait([this, w](boost::system::error_code ec) {
-          if (!ec) report(w);
+          if (!ec) show_then_report(w);
         });
       }
       return;
     }
-    report(w);
+    show_then_report(w);
+  }
+
+  void show_then_report(Worker* w) {
+    if (w->reported || w->show_timer) return;
+    console_.after_written([this, w, alive = std::weak_ptr<char>(w->alive)] {
+      if (!alive.expired()) report(w);
+    });
+    w->show_timer = std::make_unique<asio::steady_timer>(io_, kShowWait);
+    w->show_timer->async_wait([this, w](boost::system::error_code ec) {
+      if (!ec) report(w);
+    });
   }
 
   void report(Worker* w) {
     if (w->reported) return;
     w->reported = true;
+    if (w->show_timer) w->show_timer->cancel();
     if (w->abandoned) {  // nobody waits for it; the attempt's output is not cut short for it
       check_stopped();
       return;
@@ -845,9 +862,15 @@ class PosixProcessRunner::Impl {
   asio::steady_timer kill_timer_{io_};
   asio::steady_timer sweep_timer_{io_};
   static constexpr auto kZombieSweep = std::chrono::seconds(5);
+  // How long a worker's report waits for its last lines to reach a console that does not
+  // keep up (ConsoleWriter).
+  static constexpr auto kShowWait = std::chrono::seconds(1);
   bool started_ = false;  // a start() ran: the next one follows an attempt
-  // Outlives the workers' outputs, which point to it.
-  ConsoleFold fold_{io_.get_executor(), write_all};
+  // Outlive the workers' outputs, which point to them.
+  ConsoleWriter console_{io_.get_executor(), write_all};
+  ConsoleFold fold_{io_.get_executor(), [this](int fd, std::string_view text) {
+                      console_.write(fd, std::string(text));
+                    }};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
   std::vector<std::unique_ptr<Worker>> retired_;  // unreported workers of an earlier start()

@@ -20,6 +20,7 @@
 
 #include "common/error.hpp"
 #include "process/console_fold.hpp"
+#include "process/console_writer.hpp"
 
 namespace ddprun {
 
@@ -187,7 +188,14 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
       if (target.on_output) target.on_output();
       write_file(std::string_view(chunk.data(), n));
       emit(splitter.feed(std::string_view(chunk.data(), n)));
-      read();
+      // A console that does not keep up holds the worker in its own write, not the runner.
+      if (target.console_fd >= 0 && target.console != nullptr && target.console->backlogged()) {
+        target.console->when_room([self = shared_from_this()] {
+          if (!self->detached) self->read();
+        });
+      } else {
+        read();
+      }
       return;
     }
     emit(splitter.finish());
@@ -262,7 +270,11 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
         batch += '\n';
       }
     }
-    write_all(target.console_fd, batch);
+    if (target.console != nullptr) {
+      target.console->write(target.console_fd, std::move(batch));
+    } else {
+      write_all(target.console_fd, batch);
+    }
   }
 
   asio::readable_pipe pipe;

@@ -20,6 +20,7 @@
 namespace ddprun {
 
 class ConsoleFold;
+class ConsoleWriter;
 enum class FoldMode : std::uint8_t;
 
 // torchrun's --duplicate-stdout-filters: the console lines holding any of the needles, with
@@ -50,6 +51,8 @@ struct OutputTarget {
   std::function<void()> on_output;  // called per chunk read (OutputSpec::on_output)
   std::function<void(std::string_view)> on_line;  // OutputSpec::on_line
   ConsoleFold* fold = nullptr;  // not owned; null: every console line prints
+  // Not owned; null: console lines are written on the reading thread, however long it takes.
+  ConsoleWriter* console = nullptr;
   FoldMode fold_mode{};
   int rank = 0;  // whose lines these are, for folding
   std::string tag_host;  // OutputSpec::tag_host

@@ -2,6 +2,7 @@
 # runner and the orphan guard with real processes (integration).
 add_executable(process_unit_tests
   unit/process/test_console_fold.cpp
+  unit/process/test_console_writer.cpp
   unit/process/test_line_splitter.cpp
   unit/process/test_oom.cpp
   unit/process/test_program_check.cpp

@@ -26,6 +26,7 @@
 #include <iterator>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -495,6 +496,96 @@ TEST_CASE("console lines carry their worker's prefix and never interleave", "[ru
   }
   CHECK(per_rank[0] == expected_lines(300, 0, "[w0]:"));
   CHECK(per_rank[1] == expected_lines(300, 1, "[w1]:"));
+}
+
+namespace {
+
+// Sends this process's stdout (fd 1) into a pipe that nothing reads until read_all(), as a
+// pager nobody scrolls does; restored when destroyed.
+class StdoutToIdlePipe {
+ public:
+  StdoutToIdlePipe() {
+    std::cout.flush();
+    std::fflush(stdout);
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    saved_ = ::dup(STDOUT_FILENO);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[1]);
+    read_end_ = fds[0];
+  }
+  ~StdoutToIdlePipe() {
+    restore();
+    if (reader_.joinable()) reader_.join();
+    ::close(read_end_);
+  }
+  StdoutToIdlePipe(const StdoutToIdlePipe&) = delete;
+  StdoutToIdlePipe& operator=(const StdoutToIdlePipe&) = delete;
+
+  // Starts reading everything, on a thread, until end of file (restore()).
+  void read_all() {
+    reader_ = std::thread([this] {
+      char buffer[64 * 1024];
+      ssize_t n;
+      while ((n = ::read(read_end_, buffer, sizeof(buffer))) > 0) {
+        text_.append(buffer, static_cast<std::size_t>(n));
+      }
+    });
+  }
+  // Gives fd 1 back; what was read is then complete.
+  const std::string& restore() {
+    if (saved_ >= 0) {
+      ::dup2(saved_, STDOUT_FILENO);
+      ::close(saved_);
+      saved_ = -1;
+    }
+    if (reader_.joinable()) reader_.join();
+    return text_;
+  }
+
+ private:
+  int saved_ = -1;
+  int read_end_ = -1;
+  std::thread reader_;
+  std::string text_;
+};
+
+}  // namespace
+
+TEST_CASE("a console that takes nothing holds up neither exits nor stops, and loses nothing",
+          "[runner]") {
+  ExitLog log;
+  std::string console;
+  {
+    StdoutToIdlePipe idle;
+    {
+      PosixProcessRunner runner;
+      auto chatty = Fake("lines:20000").rank(0, 2).launch();
+      chatty.output.stdout_to_console = true;
+      auto failing = Fake("exit:3").rank(1, 2).launch();
+      runner.start({chatty, failing}, log.callback());
+      // Far more than the console pipe holds, and nothing reads it: both exits are still
+      // reported, the chatty rank's once its lines are queued for the console.
+      const bool reported = log.wait_for(2);
+      CHECK(reported);
+      const auto stop_began = ddprun::Clock::now();
+      CHECK(runner.stop(SIGTERM, 5s).empty());
+      CHECK(ddprun::Clock::now() - stop_began < kBound);
+      // Once somebody reads the console, every line reaches it (the runner's end waits for
+      // them).
+      idle.read_all();
+    }
+    console = idle.restore();
+  }
+  const auto exits = log.exits();
+  REQUIRE(exits.size() == 2);
+  for (const auto& e : exits) {
+    CHECK(e.exit_code == (e.local_rank == 1 ? 3 : 0));
+  }
+  std::vector<std::string> lines;
+  std::istringstream in(console);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  CHECK(lines == expected_lines(20000, 0));
 }
 
 TEST_CASE("a crashing worker's last lines are not lost", "[runner]") {

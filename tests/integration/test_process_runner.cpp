@@ -552,7 +552,7 @@ class StdoutToIdlePipe {
 
 }  // namespace
 
-TEST_CASE("a console that takes nothing holds up neither exits nor stops, and loses nothing",
+TEST_CASE("a console that takes nothing holds up neither exits nor stops; no line is lost",
           "[runner]") {
   ExitLog log;
   std::string console;

@@ -113,7 +113,7 @@ TEST_CASE("console writer: a console that takes nothing never blocks the caller;
   CHECK_FALSE(writer.backlogged());
 }
 
-TEST_CASE("console writer: its end writes what is queued, and gives up on a console that "
+TEST_CASE("console writer: its end writes what is queued; it gives up on a console that "
           "takes nothing",
           "[console]") {
   ::signal(SIGPIPE, SIG_IGN);  // the console closed at the end of this test

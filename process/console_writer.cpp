@@ -1,7 +1,5 @@
 #include "process/console_writer.hpp"
 
-#include <unistd.h>
-
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -11,10 +9,9 @@
 #include <vector>
 
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "common/progress.hpp"
-#include "process/worker_output.hpp"
 
 namespace ddprun {
 
@@ -113,11 +110,10 @@ ConsoleWriter::~ConsoleWriter() {
     state_->queue.clear();
     state_->executor = {};  // its context may end before the thread does
     lock.unlock();
-    const auto note = fmt::format(
-        "ddprun: {} batch(es) of worker output ({} bytes) not shown: the console took "
-        "nothing for {}\n",
-        batches, bytes, format_duration(final_silence_));
-    try_write_all(STDERR_FILENO, note);
+    // The agent's log, not write_all: the thread let go holds the writers' lock.
+    spdlog::warn("{} batch(es) of worker output ({} bytes) not shown: the console took "
+                 "nothing for {}",
+                 batches, bytes, format_duration(final_silence_));
     thread_.detach();
     return;
   }
@@ -125,13 +121,13 @@ ConsoleWriter::~ConsoleWriter() {
   thread_.join();
 }
 
-void ConsoleWriter::write(int fd, std::string data) {
-  if (data.empty()) return;
+std::uint64_t ConsoleWriter::write(int fd, std::string data) {
+  if (data.empty()) return 0;
   std::lock_guard lock(state_->mutex);
   state_->queued_bytes += data.size();
-  ++state_->queued;
   state_->queue.push_back({fd, std::move(data)});
   state_->wake.notify_one();
+  return ++state_->queued;
 }
 
 bool ConsoleWriter::backlogged() const {
@@ -145,9 +141,9 @@ void ConsoleWriter::when_room(std::function<void()> fn) {
   state_->post_ready();
 }
 
-void ConsoleWriter::after_written(std::function<void()> fn) {
+void ConsoleWriter::after_written(std::uint64_t batch, std::function<void()> fn) {
   std::lock_guard lock(state_->mutex);
-  state_->written_waiters.emplace_back(state_->queued, std::move(fn));
+  state_->written_waiters.emplace_back(batch, std::move(fn));
   state_->post_ready();
 }
 

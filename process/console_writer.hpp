@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,20 +29,22 @@ class ConsoleWriter {
                 std::size_t backlog_limit = kBacklogLimit,
                 std::chrono::milliseconds final_silence = kFinalSilence);
   // Writes what is still queued while the console takes it. When it has taken nothing for
-  // `final_silence`, says on stderr how much was not shown and lets the writing thread go
+  // `final_silence`, says in the log how much was not shown and lets the writing thread go
   // (it ends when its write does).
   ~ConsoleWriter();
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
   // Queues `data` for `fd`, written whole and in order with every other batch. Never blocks.
-  void write(int fd, std::string data);
+  // Returns the batch's number, for after_written (0: nothing was queued).
+  std::uint64_t write(int fd, std::string data);
   // More is queued than `backlog_limit`: the console does not keep up, stop feeding it.
   bool backlogged() const;
   // `fn` runs once the backlog fell to half its limit (posted at once when it already has).
   void when_room(std::function<void()> fn);
-  // `fn` runs once everything queued so far is written (posted at once when it is).
-  void after_written(std::function<void()> fn);
+  // `fn` runs once batch `batch` and those before it are written (posted at once when they
+  // are).
+  void after_written(std::uint64_t batch, std::function<void()> fn);
 
   static constexpr std::size_t kBacklogLimit = 1 << 20;
   static constexpr std::chrono::milliseconds kFinalSilence{10'000};

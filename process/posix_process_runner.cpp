@@ -725,7 +725,13 @@ class PosixProcessRunner::Impl {
 
   void show_then_report(Worker* w) {
     if (w->reported || w->show_timer) return;
-    console_.after_written([this, w, alive = std::weak_ptr<char>(w->alive)] {
+    const auto last = std::max(w->out ? w->out->last_console_batch() : 0,
+                               w->err ? w->err->last_console_batch() : 0);
+    if (last == 0) {  // nothing of it for the console
+      report(w);
+      return;
+    }
+    console_.after_written(last, [this, w, alive = std::weak_ptr<char>(w->alive)] {
       if (!alive.expired()) report(w);
     });
     w->show_timer = std::make_unique<asio::steady_timer>(io_, kShowWait);

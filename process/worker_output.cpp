@@ -271,7 +271,8 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
       }
     }
     if (target.console != nullptr) {
-      target.console->write(target.console_fd, std::move(batch));
+      last_console_batch =
+          std::max(last_console_batch, target.console->write(target.console_fd, std::move(batch)));
     } else {
       write_all(target.console_fd, batch);
     }
@@ -289,6 +290,7 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   bool redraw_timer_armed = false;
   std::optional<std::string> pending_redraw;
   std::chrono::steady_clock::time_point last_redraw{};
+  std::uint64_t last_console_batch = 0;
 };
 
 WorkerOutput::WorkerOutput(asio::readable_pipe pipe, OutputTarget target)
@@ -306,6 +308,8 @@ void WorkerOutput::start(std::function<void()> on_closed) {
   state_->on_closed = std::move(on_closed);
   state_->read();
 }
+
+std::uint64_t WorkerOutput::last_console_batch() const { return state_->last_console_batch; }
 
 std::vector<std::string> WorkerOutput::tail() const {
   return {state_->tail.begin(), state_->tail.end()};

@@ -68,6 +68,8 @@ class WorkerOutput {
   // Starts reading; `on_closed` runs once, at end of file or read error.
   void start(std::function<void()> on_closed);
   std::vector<std::string> tail() const;
+  // The number of the last batch it gave the console writer (ConsoleWriter::write); 0: none.
+  std::uint64_t last_console_batch() const;
 
  private:
   struct State;

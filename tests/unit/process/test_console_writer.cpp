@@ -78,13 +78,15 @@ TEST_CASE("console writer: batches reach the console whole and in order, then af
   boost::asio::io_context io;
   ConsoleWriter writer(io.get_executor(), ddprun::write_all);
   std::string expected;
+  std::uint64_t last = 0;
   for (int i = 0; i < 100; ++i) {
     auto batch = "batch " + std::to_string(i) + "\n";
     expected += batch;
-    writer.write(console.write_end, std::move(batch));
+    last = writer.write(console.write_end, std::move(batch));
   }
+  CHECK(last == 100);
   bool written = false;
-  writer.after_written([&] { written = true; });
+  writer.after_written(last, [&] { written = true; });
   REQUIRE(run_until(io, [&] { return written; }));
   CHECK(console.read(expected.size()) == expected);
 }
@@ -97,18 +99,23 @@ TEST_CASE("console writer: a console that takes nothing never blocks the caller;
   ConsoleWriter writer(io.get_executor(), ddprun::write_all, 256 * 1024);
   const std::string line(1000, 'x');
   // Far more than the pipe holds (64 KiB) and than the limit: every call returns at once.
-  for (int i = 0; i < 400; ++i) writer.write(console.write_end, line + "\n");
+  std::uint64_t last = 0;
+  for (int i = 0; i < 400; ++i) last = writer.write(console.write_end, line + "\n");
   CHECK(writer.backlogged());
   bool room = false;
+  bool first = false;
   bool written = false;
   writer.when_room([&] { room = true; });
-  writer.after_written([&] { written = true; });
-  io.run_for(200ms);
+  writer.after_written(1, [&] { first = true; });
+  writer.after_written(last, [&] { written = true; });
+  // The first batches go into the pipe while it has room; the rest wait for a reader.
+  CHECK(run_until(io, [&] { return first; }));
+  io.run_for(100ms);
   CHECK_FALSE(room);
   CHECK_FALSE(written);
   // Someone reads it: room first, then everything written.
   std::thread reader([&] { CHECK(console.read(400 * 1001).size() == 400 * 1001); });
-  CHECK(run_until(io, [&] { return room && written; }));
+  CHECK(run_until(io, [&] { return first && room && written; }));
   reader.join();
   CHECK_FALSE(writer.backlogged());
 }

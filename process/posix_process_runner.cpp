@@ -233,7 +233,7 @@ class PosixProcessRunner::Impl {
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
     ~Worker() {
-      if (exited && !collected) reap_exited(pid);
+      if (exited && !collected) reap();
     }
 
     // Ends whatever is left in its group (grandchildren), once.
@@ -247,6 +247,13 @@ class PosixProcessRunner::Impl {
     // Reaps it once it has exited and its group was ended: nothing signals the group after.
     void collect() {
       if (!exited || !group_killed || collected) return;
+      reap();
+    }
+
+    // The orphan guard lets go of its group first: the guardian must not end a group whose
+    // number may be another's.
+    void reap() {
+      if (guard != nullptr) guard->forget(std::exchange(guard_slot, nullptr));
       reap_exited(pid);
       collected = true;
     }
@@ -265,6 +272,7 @@ class PosixProcessRunner::Impl {
     Clock::time_point exit_time;
     int open_streams = 0;
     pid_t* guard_slot = nullptr;  // where the orphan guard keeps its group (OrphanGuard)
+    OrphanGuard* guard = nullptr;  // the runner's
     std::unique_ptr<ExitWatch> exit_watch;
     std::unique_ptr<WorkerOutput> out;
     std::unique_ptr<WorkerOutput> err;
@@ -375,6 +383,7 @@ class PosixProcessRunner::Impl {
   // Starts `request` as `w`'s process: in its own group, made known to the orphan guard, and
   // dying with this runner's thread (which outlives every process it started).
   void spawn(Worker& w, SpawnRequest& request, const WorkerLaunch& launch) {
+    w.guard = guard_;
     w.guard_slot = guard_ ? guard_->claim_slot() : nullptr;
     request.announce_slot = w.guard_slot;
     if (!launch.placement.empty()) request.placement = &launch.placement;
@@ -405,7 +414,12 @@ class PosixProcessRunner::Impl {
           w->exited = true;
           w->status = ec ? (128 + SIGKILL) << 8 : status;
           w->exit_time = Clock::now();
+          // A failed wait (ECHILD) leaves nothing of it to reap: its pid may be another
+          // child's by now.
+          if (ec) w->collected = true;
           w->collect();
+          if (w->out) w->out->drain();
+          if (w->err) w->err->drain();
           if (ec) spdlog::warn("waiting for pid {} failed: {}", w->pid, ec.message());
           if (w->standby) {
             standby_exited(w);
@@ -714,8 +728,9 @@ class PosixProcessRunner::Impl {
     if (w->open_streams > 0) {
       if (!w->drain_timer) {
         w->drain_timer = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(200));
-        w->drain_timer->async_wait([this, w](boost::system::error_code ec) {
-          if (!ec) show_then_report(w);
+        w->drain_timer->async_wait([this, w, alive = std::weak_ptr<char>(w->alive)](
+                                       boost::system::error_code ec) {
+          if (!ec && !alive.expired()) show_then_report(w);
         });
       }
       return;
@@ -725,18 +740,28 @@ class PosixProcessRunner::Impl {
 
   void show_then_report(Worker* w) {
     if (w->reported || w->show_timer) return;
-    const auto last = std::max(w->out ? w->out->last_console_batch() : 0,
-                               w->err ? w->err->last_console_batch() : 0);
+    auto last = std::max(w->out ? w->out->last_console_batch() : 0,
+                         w->err ? w->err->last_console_batch() : 0);
+    // What is folded is summarized before anything is said about a failure, and when the
+    // last worker is done: its lines held by the fold among them.
+    const bool failed = WIFSIGNALED(w->status) || WEXITSTATUS(w->status) != 0;
+    if (failed || std::all_of(workers_.begin(), workers_.end(), [w](const auto& other) {
+          return other->reported || other.get() == w;
+        })) {
+      fold_.flush();
+      last = std::max(last, fold_last_batch_);
+    }
     if (last == 0) {  // nothing of it for the console
       report(w);
       return;
     }
-    console_.after_written(last, [this, w, alive = std::weak_ptr<char>(w->alive)] {
+    const std::weak_ptr<char> alive = w->alive;
+    console_.after_written(last, [this, w, alive] {
       if (!alive.expired()) report(w);
     });
     w->show_timer = std::make_unique<asio::steady_timer>(io_, kShowWait);
-    w->show_timer->async_wait([this, w](boost::system::error_code ec) {
-      if (!ec) report(w);
+    w->show_timer->async_wait([this, w, alive](boost::system::error_code ec) {
+      if (!ec && !alive.expired()) report(w);
     });
   }
 
@@ -768,13 +793,6 @@ class PosixProcessRunner::Impl {
       e.exit_code = WEXITSTATUS(w->status);
     }
     if (w->err) e.stderr_tail = w->err->tail();
-    // What is folded is summarized before anything is said about the exit, and when the last
-    // worker is done.
-    const bool failed = e.signal != 0 || e.exit_code != 0;
-    if (failed || std::all_of(workers_.begin(), workers_.end(),
-                              [](const auto& other) { return other->reported; })) {
-      fold_.flush();
-    }
     if (w->on_exit) w->on_exit(e);
     check_stopped();
   }
@@ -875,8 +893,9 @@ class PosixProcessRunner::Impl {
   // Outlive the workers' outputs, which point to them.
   ConsoleWriter console_{io_.get_executor(), write_all};
   ConsoleFold fold_{io_.get_executor(), [this](int fd, std::string_view text) {
-                      console_.write(fd, std::string(text));
+                      fold_last_batch_ = console_.write(fd, std::string(text));
                     }};
+  std::uint64_t fold_last_batch_ = 0;  // the last batch fold_ gave console_
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::shared_ptr<std::promise<void>>> stop_waiters_;
   std::vector<std::unique_ptr<Worker>> retired_;  // unreported workers of an earlier start()

@@ -188,11 +188,12 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
       if (target.on_output) target.on_output();
       write_file(std::string_view(chunk.data(), n));
       emit(splitter.feed(std::string_view(chunk.data(), n)));
-      // A console that does not keep up holds the worker in its own write, not the runner.
-      if (target.console_fd >= 0 && target.console != nullptr && target.console->backlogged()) {
-        target.console->when_room([self = shared_from_this()] {
-          if (!self->detached) self->read();
-        });
+      // A console that does not keep up holds the worker in its own write, not the runner;
+      // an exited worker's last lines (its traceback) are read at once (drain).
+      if (!draining && target.console_fd >= 0 && target.console != nullptr &&
+          target.console->backlogged()) {
+        paused = true;
+        target.console->when_room([self = shared_from_this()] { self->resume(); });
       } else {
         read();
       }
@@ -243,6 +244,12 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
     }
   }
 
+  void resume() {
+    if (detached || !paused) return;
+    paused = false;
+    read();
+  }
+
   void show_pending_redraw() {
     if (!pending_redraw) return;
     const std::string text = std::move(*pending_redraw);
@@ -291,6 +298,8 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   std::optional<std::string> pending_redraw;
   std::chrono::steady_clock::time_point last_redraw{};
   std::uint64_t last_console_batch = 0;
+  bool paused = false;    // not reading until the console has room (ConsoleWriter::when_room)
+  bool draining = false;  // the worker exited: read to the end whatever the console's backlog
 };
 
 WorkerOutput::WorkerOutput(asio::readable_pipe pipe, OutputTarget target)
@@ -307,6 +316,11 @@ WorkerOutput::~WorkerOutput() {
 void WorkerOutput::start(std::function<void()> on_closed) {
   state_->on_closed = std::move(on_closed);
   state_->read();
+}
+
+void WorkerOutput::drain() {
+  state_->draining = true;
+  state_->resume();
 }
 
 std::uint64_t WorkerOutput::last_console_batch() const { return state_->last_console_batch; }

@@ -441,7 +441,10 @@ bool publish_settled(store::Store& store, const SettledRound& settled, Deadline 
                      settled.round);
         return false;
       }
-      store.set("round", std::to_string(settled.round), deadline);
+      // From the round before, never back from a later one (a retry, or a node completing
+      // a record after the job moved on).
+      store.compare_set("round", std::to_string(settled.round - 1),
+                        std::to_string(settled.round), deadline);
       return true;
     } catch (const InterruptedError&) {
       throw;

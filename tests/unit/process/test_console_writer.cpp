@@ -91,7 +91,7 @@ TEST_CASE("console writer: batches reach the console whole and in order, then af
   CHECK(console.read(expected.size()) == expected);
 }
 
-TEST_CASE("console writer: a console that takes nothing never blocks the caller; past the "
+TEST_CASE("console writer: a console that takes nothing never blocks the caller - past the "
           "limit it is backlogged until read",
           "[console]") {
   Pipe console;
@@ -114,39 +114,45 @@ TEST_CASE("console writer: a console that takes nothing never blocks the caller;
   CHECK_FALSE(room);
   CHECK_FALSE(written);
   // Someone reads it: room first, then everything written.
-  std::thread reader([&] { CHECK(console.read(400 * 1001).size() == 400 * 1001); });
-  CHECK(run_until(io, [&] { return first && room && written; }));
+  std::size_t read = 0;
+  std::thread reader([&] { read = console.read(400 * 1001).size(); });
+  const bool all = run_until(io, [&] { return room && written; });
   reader.join();
+  CHECK(all);
+  CHECK(read == 400 * 1001);
   CHECK_FALSE(writer.backlogged());
 }
 
-TEST_CASE("console writer: its end writes what is queued; it gives up on a console that "
+TEST_CASE("console writer: its end writes what is queued but gives up on a console that "
           "takes nothing",
           "[console]") {
   ::signal(SIGPIPE, SIG_IGN);  // the console closed at the end of this test
   boost::asio::io_context io;
   {
     Pipe console;
-    std::string expected(100 * 1024, 'y');
+    const std::string expected(100 * 1024, 'y');
+    std::string got;
     std::thread reader;
     {
       ConsoleWriter writer(io.get_executor(), ddprun::write_all);
       writer.write(console.write_end, expected);
-      reader = std::thread([&] { CHECK(console.read(expected.size()) == expected); });
+      reader = std::thread([&] { got = console.read(expected.size()); });
     }  // waits for the reader to take it all
     reader.join();
+    CHECK(got == expected);
   }
-  Pipe stuck;
+  // Never destroyed: the writing thread let go may still write to it after this test.
+  auto* stuck = new Pipe;
   const auto began = ddprun::Clock::now();
   {
     ConsoleWriter writer(io.get_executor(), ddprun::write_all, ConsoleWriter::kBacklogLimit,
                          300ms);
-    writer.write(stuck.write_end, std::string(200 * 1024, 'z'));
+    writer.write(stuck->write_end, std::string(200 * 1024, 'z'));
   }
   const auto took = ddprun::Clock::now() - began;
   CHECK(took >= 300ms);
   CHECK(took < kBound);
-  // The writing thread it let go ends once its write does: the console goes away.
-  ::close(stuck.read_end);
-  stuck.read_end = -1;
+  // That thread ends once its write does: the console goes away.
+  ::close(stuck->read_end);
+  stuck->read_end = -1;
 }

@@ -205,6 +205,7 @@ TEST_CASE("settle_next_round: the members take the next round's places, a lateco
   auto s = shared.connect();
   const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
   // Round 0 formed with two members.
+  s->set("round", "0", op());
   s->add("r/0/join", 2, op());
   auto next = same_two_members();
   const auto settled = settle_next_round(*s, 0, next, 2, op());
@@ -240,6 +241,7 @@ TEST_CASE("settle_next_round: the members take the next round's places, a lateco
   const auto again = settle_next_round(*s, 1, next, 0, op());
   REQUIRE(again);
   CHECK(again->round == 2);
+  CHECK(s->get("round", op()) == "2");
 }
 
 TEST_CASE("settle_next_round: a node waiting to join, or a joiner's claim, makes the round form",

@@ -414,9 +414,13 @@ class PosixProcessRunner::Impl {
           w->exited = true;
           w->status = ec ? (128 + SIGKILL) << 8 : status;
           w->exit_time = Clock::now();
-          // A failed wait (ECHILD) leaves nothing of it to reap: its pid may be another
-          // child's by now.
-          if (ec) w->collected = true;
+          // A failed wait (ECHILD) leaves nothing of it to reap, nor a group to end: its pid
+          // may be another's by now.
+          if (ec) {
+            w->collected = true;
+            w->group_killed = true;
+            if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
+          }
           w->collect();
           if (w->out) w->out->drain();
           if (w->err) w->err->drain();
@@ -745,9 +749,8 @@ class PosixProcessRunner::Impl {
     // What is folded is summarized before anything is said about a failure, and when the
     // last worker is done: its lines held by the fold among them.
     const bool failed = WIFSIGNALED(w->status) || WEXITSTATUS(w->status) != 0;
-    if (failed || std::all_of(workers_.begin(), workers_.end(), [w](const auto& other) {
-          return other->reported || other.get() == w;
-        })) {
+    if (failed || std::all_of(workers_.begin(), workers_.end(),
+                              [](const auto& other) { return other->exited; })) {
       fold_.flush();
       last = std::max(last, fold_last_batch_);
     }

@@ -185,6 +185,9 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   void on_read(boost::system::error_code ec, std::size_t n) {
     if (detached) return;
     if (!ec) {
+      // What a grandchild holding the pipe writes after the worker's end waits for the
+      // console again.
+      if (draining) draining = (drain_budget -= std::min(drain_budget, n)) > 0;
       if (target.on_output) target.on_output();
       write_file(std::string_view(chunk.data(), n));
       emit(splitter.feed(std::string_view(chunk.data(), n)));
@@ -300,6 +303,7 @@ struct WorkerOutput::State : std::enable_shared_from_this<WorkerOutput::State> {
   std::uint64_t last_console_batch = 0;
   bool paused = false;    // not reading until the console has room (ConsoleWriter::when_room)
   bool draining = false;  // the worker exited: read to the end whatever the console's backlog
+  std::size_t drain_budget = 0;  // what draining reads at most
 };
 
 WorkerOutput::WorkerOutput(asio::readable_pipe pipe, OutputTarget target)
@@ -319,6 +323,8 @@ void WorkerOutput::start(std::function<void()> on_closed) {
 }
 
 void WorkerOutput::drain() {
+  // A pipe's worth and more: what the worker left in it, not a flood from its grandchildren.
+  state_->drain_budget = 1 << 20;
   state_->draining = true;
   state_->resume();
 }

@@ -67,8 +67,8 @@ class WorkerOutput {
 
   // Starts reading; `on_closed` runs once, at end of file or read error.
   void start(std::function<void()> on_closed);
-  // From now on reads to the end without waiting for the console to have room: the worker
-  // exited, and what is left in the pipe (a traceback) belongs to its report.
+  // From now on reads to the end (up to a megabyte) without waiting for the console to have
+  // room: the worker exited, and what is left in the pipe (a traceback) belongs to its report.
   void drain();
   std::vector<std::string> tail() const;
   // The number of the last batch it gave the console writer (ConsoleWriter::write); 0: none.

@@ -25,6 +25,7 @@
 #include <iostream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -554,21 +555,41 @@ class StdoutToIdlePipe {
   std::string text_;
 };
 
-// Whether `pid` waits in a write to a full pipe.
-bool writing_to_pipe(pid_t pid) {
+// Whether `pid` waits in a write to a full pipe, having written at least `bytes`.
+bool writing_to_pipe(pid_t pid, std::size_t bytes) {
   std::ifstream wchan("/proc/" + std::to_string(pid) + "/wchan");
   std::string where;
-  return wchan >> where && where.find("pipe_write") != std::string::npos;
+  if (!(wchan >> where) || where.find("pipe_write") == std::string::npos) return false;
+  std::ifstream io("/proc/" + std::to_string(pid) + "/io");
+  for (std::string key; io >> key;) {
+    std::size_t value = 0;
+    if (!(io >> value)) return false;
+    if (key == "wchar:") return value >= bytes;
+  }
+  return false;
 }
+
+// Makes spdlog's default logger write to stderr until destroyed.
+class LogToStderr {
+ public:
+  LogToStderr() {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+        "stderr", std::make_shared<spdlog::sinks::stderr_sink_mt>()));
+  }
+  ~LogToStderr() { spdlog::set_default_logger(previous_); }
+  LogToStderr(const LogToStderr&) = delete;
+  LogToStderr& operator=(const LogToStderr&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_ = spdlog::default_logger();
+};
 
 }  // namespace
 
 TEST_CASE("a console that takes nothing holds up neither exits nor stops and loses no line",
           "[runner]") {
   // The agent logs to stderr; so does this test while stdout is the idle pipe.
-  auto previous_logger = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "console-test", std::make_shared<spdlog::sinks::stderr_sink_mt>()));
+  std::optional<LogToStderr> log_to_stderr(std::in_place);
   ExitLog log;
   std::string console;
   bool blocked = false;
@@ -584,9 +605,11 @@ TEST_CASE("a console that takes nothing holds up neither exits nor stops and los
       const auto pids =
           runner.start({chatty, Fake("hang").rank(1, 2).launch()}, log.callback());
       // Rank 0 writes far more than the console pipe and the runner's backlog hold, and
-      // nothing reads the console: rank 0 comes to wait in its write. Rank 1's exit then is
-      // still reported, and rank 0 still stopped.
-      blocked = wait_until([&] { return writing_to_pipe(pids[0]); }, kBound);
+      // nothing reads the console: rank 0 comes to wait in its write, past the backlog. Rank
+      // 1's exit then is still reported, and rank 0 still stopped.
+      blocked = wait_until(
+          [&] { return writing_to_pipe(pids[0], ddprun::ConsoleWriter::kBacklogLimit); },
+          kBound);
       ::kill(pids[1], SIGKILL);
       reported = log.wait_for(1);
       if (reported) {
@@ -600,7 +623,7 @@ TEST_CASE("a console that takes nothing holds up neither exits nor stops and los
     }
     console = idle.restore();
   }
-  spdlog::set_default_logger(previous_logger);
+  log_to_stderr.reset();
   // Checked only now: Catch2 reports a failure on stdout, which went to the idle pipe.
   CHECK(blocked);
   REQUIRE(reported);
@@ -615,7 +638,7 @@ TEST_CASE("a console that takes nothing holds up neither exits nor stops and los
   std::vector<std::string> lines;
   std::istringstream in(console);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  CHECK(console.size() > ddprun::ConsoleWriter::kBacklogLimit);
+  REQUIRE(console.size() > ddprun::ConsoleWriter::kBacklogLimit);
   CHECK(console.back() == '\n');
   const auto all = expected_lines(60000, 0);
   REQUIRE(lines.size() <= all.size());

@@ -284,6 +284,7 @@ TEST_CASE("join_round: a round closed ahead but never published is published by 
   auto s = shared.connect();
   const auto op = [] { return Deadline::after(std::chrono::seconds(5)); };
   // The chooser claimed round 1 and stopped before publishing it.
+  s->set("round", "0", op());
   s->set("r/1/closing", encode_settled({1, same_two_members()}), op());
 
   // A member that missed the root cause joins round 1: nobody can close it, so the joiner

@@ -1,5 +1,9 @@
 #include "process/console_writer.hpp"
 
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -12,8 +16,25 @@
 #include <spdlog/spdlog.h>
 
 #include "common/progress.hpp"
+#include "process/worker_output.hpp"
 
 namespace ddprun {
+
+namespace {
+
+// Writes `data` to `fd` now if that cannot block: a regular file or a device that is not a
+// terminal (/dev/null), or a pipe with room, for a batch it takes whole (PIPE_BUF). A
+// terminal, which Ctrl-S stops, and a socket go through the writing thread. False: nothing
+// written.
+bool write_cannot_block(int fd, std::string_view data) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  const bool safe = S_ISREG(st.st_mode) || (S_ISCHR(st.st_mode) && !::isatty(fd)) ||
+                    (S_ISFIFO(st.st_mode) && data.size() <= PIPE_BUF);
+  return safe && try_write_all(fd, data);
+}
+
+}  // namespace
 
 // Shared with the writing thread, which a console that never takes its write again may keep
 // past the writer's end.
@@ -43,9 +64,11 @@ struct ConsoleWriter::State {
         queue.pop_front();
         ++batches;
       }
+      in_flight = true;
       lock.unlock();
       write(batch.fd, batch.data);
       lock.lock();
+      in_flight = false;
       queued_bytes -= batch.data.size();
       written += batches;
       if (abandoned) return;
@@ -81,6 +104,7 @@ struct ConsoleWriter::State {
   std::uint64_t written = 0;     // batches written, ever
   std::vector<std::function<void()>> room_waiters;
   std::vector<std::pair<std::uint64_t, std::function<void()>>> written_waiters;
+  bool in_flight = false;  // the writing thread is in a write
   bool closing = false;    // the writer ends: write what is queued, then stop
   bool abandoned = false;  // the writer gave up on the console: post nothing, write no more
 };
@@ -124,6 +148,14 @@ ConsoleWriter::~ConsoleWriter() {
 std::uint64_t ConsoleWriter::write(int fd, std::string data) {
   if (data.empty()) return 0;
   std::lock_guard lock(state_->mutex);
+  // Nothing ahead of it: written here when that cannot block, which spares the writing
+  // thread's wake-up per line (most lines, on a pipe or in a file).
+  if (state_->queue.empty() && !state_->in_flight && !state_->abandoned &&
+      write_cannot_block(fd, data)) {
+    state_->written = ++state_->queued;
+    state_->post_ready();
+    return state_->queued;
+  }
   state_->queued_bytes += data.size();
   state_->queue.push_back({fd, std::move(data)});
   state_->wake.notify_one();

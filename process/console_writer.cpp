@@ -26,7 +26,7 @@ namespace {
 // terminal (/dev/null), or a pipe with room, for a batch it takes whole (PIPE_BUF). A
 // terminal, which Ctrl-S stops, and a socket go through the writing thread. False: nothing
 // written.
-bool write_cannot_block(int fd, std::string_view data) {
+bool write_if_it_cannot_block(int fd, std::string_view data) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return false;
   const bool safe = S_ISREG(st.st_mode) || (S_ISCHR(st.st_mode) && !::isatty(fd)) ||
@@ -151,7 +151,7 @@ std::uint64_t ConsoleWriter::write(int fd, std::string data) {
   // Nothing ahead of it: written here when that cannot block, which spares the writing
   // thread's wake-up per line (most lines, on a pipe or in a file).
   if (state_->queue.empty() && !state_->in_flight && !state_->abandoned &&
-      write_cannot_block(fd, data)) {
+      write_if_it_cannot_block(fd, data)) {
     state_->written = ++state_->queued;
     state_->post_ready();
     return state_->queued;

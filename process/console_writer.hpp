@@ -1,10 +1,11 @@
 #pragma once
-// The workers' console lines, written on a thread of their own. A console that takes nothing
-// (stdout piped into a pager nobody scrolls, a terminal paused with Ctrl-S) then holds up only
-// that thread, never the runner's, which must go on noticing exits, stopping workers and
-// answering the agent. The runner stops reading the workers' pipes while the backlog is large
-// (backlogged, when_room): a worker then waits in its own write, as it would under torchrun,
-// and nothing is dropped.
+// The workers' console lines, written without ever blocking the caller: at once when that
+// cannot block (a file, a pipe with room), else on a thread of their own. A console that takes
+// nothing (stdout piped into a pager nobody scrolls, a terminal paused with Ctrl-S) then holds
+// up only that thread, never the runner's, which must go on noticing exits, stopping workers
+// and answering the agent. The runner stops reading the workers' pipes while the backlog is
+// large (backlogged, when_room): a worker then waits in its own write, as it would under
+// torchrun, and nothing is dropped.
 
 #include <chrono>
 #include <cstddef>

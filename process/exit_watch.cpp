@@ -59,33 +59,32 @@ void wait_readable(const std::shared_ptr<State>& s) {
                    });
 }
 
-// The child's wait status (as waitpid gives it), once it has exited and its parent may
-// collect it: 0 into `got` while it may not yet, -1 when the wait failed (errno). The child
-// stays a zombie.
-int peek_exit(pid_t pid, pid_t& got) {
+// waitpid(pid, status, WNOHANG) that leaves the child a zombie: its pid, 0 while it may not
+// be collected yet, -1 when the wait failed (errno).
+pid_t peek_exit(pid_t pid, int* status) {
   siginfo_t info{};
-  got = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
-  if (got < 0) return 0;
-  got = info.si_pid;
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return -1;
+  }
   switch (info.si_code) {
     case CLD_EXITED:
-      return (info.si_status & 0xff) << 8;
+      *status = (info.si_status & 0xff) << 8;
+      break;
     case CLD_DUMPED:
-      return info.si_status | 0x80;  // WCOREDUMP's flag
+      *status = info.si_status | 0x80;  // WCOREDUMP's flag
+      break;
     default:
-      return info.si_status;  // killed by that signal
+      *status = info.si_status;  // killed by that signal
   }
+  return info.si_pid;
 }
 
 void try_reap(const std::shared_ptr<State>& s) {
   int status = 0;
   pid_t got;
-  if (s->reap == ExitWatch::Reap::kByOwner) {
-    while ((status = peek_exit(s->pid, got), got < 0) && errno == EINTR) {
-    }
-  } else {
-    while ((got = ::waitpid(s->pid, &status, WNOHANG)) < 0 && errno == EINTR) {
-    }
+  while ((got = s->reap == ExitWatch::Reap::kByOwner ? peek_exit(s->pid, &status)
+                                                      : ::waitpid(s->pid, &status, WNOHANG)) < 0 &&
+         errno == EINTR) {
   }
   if (got == s->pid) {
     finish(s, {}, status);

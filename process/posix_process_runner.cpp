@@ -236,11 +236,13 @@ class PosixProcessRunner::Impl {
       if (exited && !collected) reap();
     }
 
-    // Ends whatever is left in its group (grandchildren), once.
+    // Ends whatever is left in its group (grandchildren), once; the orphan guard then has
+    // nothing more to end.
     void end_group() {
       if (group_killed) return;
       group_killed = true;
       ::kill(-pid, SIGKILL);
+      forget_group();
       collect();
     }
 
@@ -253,9 +255,13 @@ class PosixProcessRunner::Impl {
     // The orphan guard lets go of its group first: the guardian must not end a group whose
     // number may be another's.
     void reap() {
-      if (guard != nullptr) guard->forget(std::exchange(guard_slot, nullptr));
+      forget_group();
       reap_exited(pid);
       collected = true;
+    }
+
+    void forget_group() {
+      if (guard != nullptr) guard->forget(std::exchange(guard_slot, nullptr));
     }
 
     WorkerLaunch launch;
@@ -419,7 +425,7 @@ class PosixProcessRunner::Impl {
           if (ec) {
             w->collected = true;
             w->group_killed = true;
-            if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
+            w->forget_group();
           }
           w->collect();
           if (w->out) w->out->drain();
@@ -670,8 +676,8 @@ class PosixProcessRunner::Impl {
 
   // Destroyed after the handler that let go of it returns (its exit watch may be calling).
   void later_destroy(std::unique_ptr<Standby> s) {
-    asio::post(io_, [this, s = std::shared_ptr<Standby>(std::move(s))] {
-      if (s->worker && guard_) guard_->forget(std::exchange(s->worker->guard_slot, nullptr));
+    asio::post(io_, [s = std::shared_ptr<Standby>(std::move(s))] {
+      if (s->worker) s->worker->forget_group();
     });
   }
 
@@ -693,7 +699,7 @@ class PosixProcessRunner::Impl {
           continue;  // the orphan guard still knows its group
         }
       }
-      if (guard_) guard_->forget(std::exchange(s->worker->guard_slot, nullptr));
+      s->worker->forget_group();
     }
     return all;
   }
@@ -859,9 +865,7 @@ class PosixProcessRunner::Impl {
     if (stop_waiters_.empty()) return true;
     kill_timer_.cancel();
     for (auto& w : workers_) {
-      if (w->group_killed) continue;
       w->end_group();
-      if (guard_) guard_->forget(std::exchange(w->guard_slot, nullptr));
     }
     quiet_.store(std::all_of(retired_.begin(), retired_.end(),
                              [](auto& w) { return w->reported || w->abandoned; }),

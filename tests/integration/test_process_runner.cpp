@@ -83,28 +83,32 @@ std::vector<std::string> expected_lines(int count, int rank, const std::string& 
   return lines;
 }
 
-// Sends this process's stdout (fd 1) to a file until destroyed.
-class StdoutToFile {
+// Sends this process's stdout (fd 1) to `fd`, which it takes over, until destroyed.
+class StdoutTo {
  public:
-  explicit StdoutToFile(const std::string& path) {
+  explicit StdoutTo(int fd) {
     std::cout.flush();
     std::fflush(stdout);
     saved_ = ::dup(STDOUT_FILENO);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ::dup2(fd, STDOUT_FILENO);
     ::close(fd);
   }
-  ~StdoutToFile() {
+  ~StdoutTo() {
     std::fflush(stdout);
     ::dup2(saved_, STDOUT_FILENO);
     ::close(saved_);
   }
-  StdoutToFile(const StdoutToFile&) = delete;
-  StdoutToFile& operator=(const StdoutToFile&) = delete;
+  StdoutTo(const StdoutTo&) = delete;
+  StdoutTo& operator=(const StdoutTo&) = delete;
 
  private:
   int saved_ = -1;
 };
+
+// `path`, created or emptied, open for writing (for StdoutTo).
+int new_file(const std::string& path) {
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
 
 // A process that traces `target` (PTRACE_SEIZE) and never waits for it, as a debugger that
 // does not let go: once killed, the target is a zombie only this tracer may collect. It lets
@@ -483,7 +487,7 @@ TEST_CASE("console lines carry their worker's prefix and never interleave", "[ru
   }
   bool all_exited = false;
   {
-    StdoutToFile capture(dir.file("console"));
+    StdoutTo capture(new_file(dir.file("console")));
     runner.start(workers, log.callback());
     all_exited = log.wait_for(2);
     runner.stop(SIGTERM, 5s);
@@ -510,14 +514,10 @@ namespace {
 class StdoutToIdlePipe {
  public:
   StdoutToIdlePipe() {
-    std::cout.flush();
-    std::fflush(stdout);
     int fds[2];
     REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    saved_ = ::dup(STDOUT_FILENO);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[1]);
     read_end_ = fds[0];
+    redirect_.emplace(fds[1]);
   }
   ~StdoutToIdlePipe() {
     restore();
@@ -539,17 +539,13 @@ class StdoutToIdlePipe {
   }
   // Gives fd 1 back; what was read is then complete.
   const std::string& restore() {
-    if (saved_ >= 0) {
-      ::dup2(saved_, STDOUT_FILENO);
-      ::close(saved_);
-      saved_ = -1;
-    }
+    redirect_.reset();
     if (reader_.joinable()) reader_.join();
     return text_;
   }
 
  private:
-  int saved_ = -1;
+  std::optional<StdoutTo> redirect_;
   int read_end_ = -1;
   std::thread reader_;
   std::string text_;

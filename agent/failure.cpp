@@ -145,11 +145,13 @@ std::string format_root_cause(const Failure& f, int world_size, const std::strin
   return out;
 }
 
+bool restartable(const Failure& root) {
+  return root.kind == Failure::Kind::kWorker || root.kind == Failure::Kind::kHang ||
+         (root.kind == Failure::Kind::kAgent && root.exit_code == kExitNoResources);
+}
+
 bool restarts_after(const Failure& root, int restarts, int max_restarts, int signal) {
-  const bool restartable =
-      root.kind == Failure::Kind::kWorker || root.kind == Failure::Kind::kHang ||
-      (root.kind == Failure::Kind::kAgent && root.exit_code == kExitNoResources);
-  return restartable && restarts < max_restarts && signal == 0;
+  return restartable(root) && restarts < max_restarts && signal == 0;
 }
 
 }  // namespace ddprun

@@ -28,10 +28,14 @@ struct ErrorFile {
 // Returns nullopt when the file does not exist or cannot be parsed.
 std::optional<ErrorFile> read_error_file(const std::string& path);
 
+// A root cause a restart answers: a worker's failure, a hang, or a node without the resources
+// its workers need. With no restart left it ends the job on every node.
+bool restartable(const Failure& root);
+
 // Whether the job restarts after a round that ended with `root`, `restarts` of `max_restarts`
-// spent and `signal` received by the agent (0: none): a worker's failure, a hang, or a node
-// without the resources its workers need, while restarts are left and no signal stops the
-// agent. Anything else ends the job; a membership change re-forms it without spending one.
+// spent and `signal` received by the agent (0: none): a restartable root cause, while restarts
+// are left and no signal stops the agent. Anything else ends the job; a membership change
+// re-forms it without spending one.
 bool restarts_after(const Failure& root, int restarts, int max_restarts, int signal);
 
 // The readable multi-line block every agent prints once about the root cause. `log_dir`: this

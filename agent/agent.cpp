@@ -235,6 +235,7 @@ RunResult Agent::finished_without_this_node(const std::string& outcome) const {
 
 RunResult Agent::finish_success() {
   ctx_.rendezvous->job_ended();
+  ctx_.rendezvous->record_job_end("succeeded");
   say_goodbye(-1);
   return result(RunResult::End::kSucceeded,
                 fmt::format("all {} workers succeeded", round_->ranks.world_size));
@@ -242,6 +243,11 @@ RunResult Agent::finish_success() {
 
 RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
   ctx_.rendezvous->job_ended();
+  // Only a failure that a restart would have answered ends every node; this node's own end (a
+  // signal, its store lost) leaves an elastic job going on without it.
+  if (restartable(f) && !store_lost && signal_ == 0 && !attempts_.empty()) {
+    ctx_.rendezvous->record_job_end(attempts_.back().ended);
+  }
   // With the store gone there is nobody to say goodbye to.
   if (!store_lost) say_goodbye(f.lost_node);
   auto r = result(RunResult::End::kFailed,

@@ -12,6 +12,7 @@
 #include "common/failure_record.hpp"
 #include "common/progress.hpp"
 #include "common/random.hpp"
+#include "rendezvous/job_end.hpp"
 #include "rendezvous/round_records.hpp"
 #include "store/prefix_store.hpp"
 
@@ -470,6 +471,7 @@ ElasticRendezvous::ElasticRendezvous(store::Store& store, store::StoreOpener ope
 
 void ElasticRendezvous::check_settings() {
   if (settings_checked_) return;
+  refuse_if_ended(store_, op());
   const auto mine = nlohmann::json{{"host", self_.host},
                                    {"settings", encode_settings(options_.settings)}}
                         .dump();
@@ -660,5 +662,9 @@ void ElasticRendezvous::leave_round(const Round& round, store::Store& store, Dea
 }
 
 void ElasticRendezvous::job_ended() { stop_ring(); }
+
+void ElasticRendezvous::record_job_end(const std::string& how) {
+  ddprun::record_job_end(store_, how, self_.host, op());
+}
 
 }  // namespace ddprun

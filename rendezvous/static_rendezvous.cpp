@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "common/progress.hpp"
 #include "common/random.hpp"
+#include "rendezvous/job_end.hpp"
 #include "store/prefix_store.hpp"
 
 namespace ddprun {
@@ -226,6 +227,7 @@ std::string owner_key(int node_rank) { return fmt::format("static/node/{}/owner"
 RendezvousResult static_rendezvous(store::Store& store, const StaticRendezvousOptions& o) {
   const auto start = Clock::now();
   const auto deadline = Deadline::after(o.join_timeout);
+  refuse_if_ended(store, deadline);
   if (auto reason = store.try_get(kAbortKey, deadline)) throw RendezvousError(*reason);
   const std::string nnodes = std::to_string(o.nnodes);
   auto agreed = store.compare_set("static/nnodes", "", nnodes, deadline);
@@ -489,5 +491,10 @@ void StaticRendezvous::leave_early(const Round& round) {
 }
 
 void StaticRendezvous::job_ended() { ring_.stop(); }
+
+void StaticRendezvous::record_job_end(const std::string& how) {
+  ddprun::record_job_end(store_, how, options_.self.host,
+                         Deadline::after(keep_alive_.read_timeout));
+}
 
 }  // namespace ddprun

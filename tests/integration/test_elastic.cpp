@@ -170,6 +170,31 @@ TEST_CASE("elastic: two run ids on one store stay apart", "[elastic]") {
   CHECK(store.wait_for(10s).has_value());
 }
 
+TEST_CASE("elastic: a run id given again after its job ended is refused at once, and nothing "
+          "runs", "[elastic]") {
+  auto port = free_port();
+  Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
+                         std::to_string(port), "--log-level", "warn"}, {}, {}});
+  TempDir dir;
+  auto run = [&](const std::string& marker) {
+    return std::make_unique<DdprunProcess>(std::vector<std::string>{
+        "--nnodes=1", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port), "--rdzv-id=exp1",
+        "--rdzv-conf=is_host=0,join_timeout=30", "--local-addr=127.0.0.1", "--no-python",
+        "touch", dir.file(marker)});
+  };
+  auto job = run("ran");
+  REQUIRE(job->wait() == 0);
+  REQUIRE(file_exists(dir.file("ran")));
+  auto again = run("ran_again");
+  CHECK(again->wait(30s) == 124);
+  CHECK_THAT(again->output(), Catch::Contains("the job with this run id ended at ") &&
+                                  Catch::Contains("(succeeded, as 127.0.0.1 saw it)"));
+  CHECK_FALSE(file_exists(dir.file("ran_again")));
+  store.signal(SIGTERM);
+  CHECK(store.wait_for(10s).has_value());
+}
+
 TEST_CASE("elastic: a claim to close the round that a lost agent left is taken over, and the "
           "round closes", "[elastic]") {
   auto port = free_port();

@@ -383,8 +383,8 @@ TEST_CASE("ddprun: bad command lines exit 2 at once and start nothing", "[launch
   }
 }
 
-TEST_CASE("ddprun: a static job uses a ddprun-store of its own host when node 0 is told so",
-          "[launcher]") {
+TEST_CASE("ddprun: a static job uses a ddprun-store of its own host when node 0 is told so "
+          "and the same command is refused there once that job ended", "[launcher]") {
   const auto port = free_port();
   Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",
                          std::to_string(port), "--log-level", "warn"}, {}, {}});
@@ -411,6 +411,23 @@ TEST_CASE("ddprun: a static job uses a ddprun-store of its own host when node 0 
   REQUIRE(node1.wait() == 0);
   CHECK(read_env_file(dir.file("env_0.txt"))["WORLD_SIZE"] == "2");
   CHECK(read_env_file(dir.file("env_1.txt"))["GROUP_RANK"] == "1");
+  // The store keeps the ended job's keys under its run id (the default, "none"): the same
+  // command lines again are told so at once, and start nothing.
+  TempDir again_dir;
+  std::map<std::string, std::string> again_env{{"FAKE_MODE", "env"},
+                                               {"FAKE_ENV_DIR", again_dir.path()}};
+  DdprunProcess again0(
+      fake(common + std::vector<std::string>{"--node-rank=0", "--rdzv-conf=is_host=0"}),
+      again_env);
+  DdprunProcess again1(fake(common + std::vector<std::string>{"--node-rank=1"}), again_env);
+  for (auto* again : {&again0, &again1}) {
+    CHECK(again->wait(30s) == 124);
+    CHECK_THAT(again->output(), Catch::Contains("the job with this run id ended at ") &&
+                                    Catch::Contains("(succeeded, as ") &&
+                                    Catch::Contains("--rdzv-id"));
+  }
+  CHECK_FALSE(file_exists(again_dir.file("env_0.txt")));
+  CHECK_FALSE(file_exists(again_dir.file("env_1.txt")));
   store.signal(SIGTERM);
   CHECK(store.wait_for(10s).has_value());
 }

@@ -264,6 +264,44 @@ TEST_CASE("agent: restarts exhausted, the root cause's code and rank", "[agent]"
   CHECK(node.runner.starts() == 1);
 }
 
+TEST_CASE("agent: a node that comes after its job ended is refused at its first look, told how "
+          "and when the job ended", "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  const bool elastic = GENERATE(false, true);
+  INFO((elastic ? "elastic" : "static"));
+  const auto config = elastic ? elastic_config(1, 1, 1) : config_for(1, 0, 1);
+  const bool fails = GENERATE(false, true);
+  {
+    Node job(shared, config, "hostA", dir.file("job"));
+    REQUIRE(job.runner.wait_for_start(1));
+    job.runner.exit_all(fails ? 3 : 0);
+    CHECK(job.exit_code() == (fails ? 3 : 0));
+  }
+  // The same run id again on the store that kept the job's keys (a standalone ddprun-store).
+  Node again(shared, config, "hostB", dir.file("again"));
+  auto r = again.finish();
+  CHECK(r.end == RunResult::End::kRendezvousFailed);
+  CHECK(exit_code_of(r) == kExitRendezvous);
+  CHECK_THAT(r.reason, Catch::StartsWith("the job with this run id ended at 20") &&
+                           Catch::Contains(fails ? " UTC (failed: rank 0 on hostA exited with 3, "
+                                                   "as hostA saw it)"
+                                                 : " UTC (succeeded, as hostA saw it)") &&
+                           Catch::Contains("--rdzv-id"));
+  CHECK(again.runner.starts() == 0);
+}
+
+TEST_CASE("agent: a node's own end records no end of the job", "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  Node node(shared, config_for(1, 0, 1, 3), "hostA", dir.path());
+  REQUIRE(node.runner.wait_for_start(1));
+  node.agent->on_signal(SIGTERM);
+  CHECK(node.exit_code() == 128 + SIGTERM);
+  // An elastic job would go on without this node: a node that comes now may still join it.
+  CHECK_FALSE(shared.check({"ended"}, Deadline::after(kHang)));
+}
+
 TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]") {
   store::MemoryStore shared;
   test::TempDir dir;

@@ -170,7 +170,7 @@ TEST_CASE("elastic: two run ids on one store stay apart", "[elastic]") {
   CHECK(store.wait_for(10s).has_value());
 }
 
-TEST_CASE("elastic: a run id given again after its job ended is refused at once, and nothing "
+TEST_CASE("elastic: a run id given again after its job ended is refused at once and nothing "
           "runs", "[elastic]") {
   auto port = free_port();
   Child store(SpawnSpec{{DDPRUN_STORE_BINARY, "--host", "127.0.0.1", "--port",

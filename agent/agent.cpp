@@ -180,7 +180,7 @@ RunResult Agent::run_rounds() {
     attempts_.push_back(AttemptRecord{
         round_->id, round_->restart_count, round_->ranks, how_it_ended(outcome),
         std::chrono::duration<double>(Clock::now() - started).count()});
-    if (outcome.success) return finish_success();
+    if (outcome.success) return finish_success(outcome.left_early);
     const auto& f = outcome.failure;
     if (f.kind == Failure::Kind::kMembership) {
       ++membership_changes_;
@@ -233,9 +233,9 @@ RunResult Agent::finished_without_this_node(const std::string& outcome) const {
   return r;
 }
 
-RunResult Agent::finish_success() {
+RunResult Agent::finish_success(bool left_early) {
   ctx_.rendezvous->job_ended();
-  ctx_.rendezvous->record_job_end("succeeded");
+  if (!left_early) ctx_.rendezvous->record_job_end("succeeded", end_record_deadline());
   say_goodbye(-1);
   return result(RunResult::End::kSucceeded,
                 fmt::format("all {} workers succeeded", round_->ranks.world_size));
@@ -246,7 +246,7 @@ RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
   // Only a failure that a restart would have answered ends every node; this node's own end (a
   // signal, its store lost) leaves an elastic job going on without it.
   if (restartable(f) && !store_lost && signal_ == 0 && !attempts_.empty()) {
-    ctx_.rendezvous->record_job_end(attempts_.back().ended);
+    ctx_.rendezvous->record_job_end(attempts_.back().ended, end_record_deadline());
   }
   // With the store gone there is nobody to say goodbye to.
   if (!store_lost) say_goodbye(f.lost_node);
@@ -257,6 +257,12 @@ RunResult Agent::finish_failure(const Failure& f, bool store_lost) {
                       : f.message);
   r.root_cause = f;
   return r;
+}
+
+// The job's end is recorded before the goodbye, within no more than the goodbye's own wait: a
+// store that vanished without a word holds up neither for longer than the other.
+Deadline Agent::end_record_deadline() const {
+  return Deadline::after(std::min(config_.rdzv_conf.read_timeout, config_.rdzv_conf.close_timeout));
 }
 
 void Agent::log_restart(const Failure& f) const {

@@ -102,7 +102,8 @@ class Agent {
   void start_file_timer();
   RunResult finished_without_this_node(const std::string& outcome) const;
   static std::string how_it_ended(const AttemptOutcome& outcome);
-  RunResult finish_success();
+  RunResult finish_success(bool left_early);
+  Deadline end_record_deadline() const;
   RunResult finish_failure(const Failure& failure, bool store_lost);
   RunResult result(RunResult::End end, std::string reason) const;
   void log_restart(const Failure& failure) const;

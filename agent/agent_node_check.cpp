@@ -235,7 +235,7 @@ RunResult Agent::refuse(std::string reason) {
   auto refused = result(RunResult::End::kNodeCheckRefused, std::move(reason));
   publish_check_outcome(Failure::Kind::kAgent, kExitNodeCheck, refused.reason, "the refusal");
   ctx_.rendezvous->job_ended();
-  ctx_.rendezvous->record_job_end("refused by --node-check=refuse");
+  ctx_.rendezvous->record_job_end("refused by the node check", end_record_deadline());
   say_goodbye(-1);
   return refused;
 }

@@ -388,7 +388,9 @@ std::optional<AttemptOutcome> Attempt::on_barrier_expired() {
                format_duration(config_.exit_barrier_timeout));
   keep_alive_.reset();
   ctx_.rendezvous->leave_early(round_);
-  return AttemptOutcome::succeeded();
+  auto outcome = AttemptOutcome::succeeded();
+  outcome.left_early = true;
+  return outcome;
 }
 
 // Forwards the signal that stopped us, else SIGTERM; SIGKILL after the shutdown timeout.

@@ -37,6 +37,9 @@ struct AttemptOutcome {
   bool success = false;
   Failure failure;          // when !success: the root cause, or why the round ended
   bool store_lost = false;  // the store is gone: nobody is left to say goodbye to
+  // A success of this node's own: its exit barrier expired while other nodes still ran, so the
+  // job may still go on (and fail) without it.
+  bool left_early = false;
   // What the settlement hands the next round (settlement.hpp); empty when the round was not
   // settled.
   RoundEnd end;

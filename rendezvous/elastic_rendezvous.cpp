@@ -663,8 +663,8 @@ void ElasticRendezvous::leave_round(const Round& round, store::Store& store, Dea
 
 void ElasticRendezvous::job_ended() { stop_ring(); }
 
-void ElasticRendezvous::record_job_end(const std::string& how) {
-  ddprun::record_job_end(store_, how, self_.host, op());
+void ElasticRendezvous::record_job_end(const std::string& how, Deadline deadline) {
+  ddprun::record_job_end(store_, how, self_.host, deadline);
 }
 
 }  // namespace ddprun

@@ -173,7 +173,7 @@ class ElasticRendezvous final : public RendezvousHandler {
   void leave_early(const Round& round) override;
   void leave_round(const Round& round, store::Store& store, Deadline deadline) override;
   void job_ended() override;
-  void record_job_end(const std::string& how) override;
+  void record_job_end(const std::string& how, Deadline deadline) override;
   bool can_reform() const override { return true; }
 
  private:

@@ -17,22 +17,26 @@ using nlohmann::json;
 
 void record_job_end(store::Store& store, const std::string& how, const std::string& host,
                     Deadline deadline) {
-  const auto record =
-      json{{"how", how}, {"host", host}, {"unix_time", unix_seconds()}}.dump();
+  // `how` may quote a worker's bytes (a launch error, a stack frame): not always UTF-8.
+  const auto record = json{{"how", how}, {"host", host}, {"unix_time", unix_seconds()}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
   try {
     store.compare_set(kJobEndedKey, "", record, deadline);
   } catch (const Error& e) {
-    spdlog::debug("rendezvous: could not record the job's end in the store: {}", e.what());
+    spdlog::warn("rendezvous: could not record the job's end in the store ({}): a node started "
+                 "later with this run id is not told that the job ended",
+                 e.what());
   }
 }
 
 std::string describe_ended_job(const std::string& record, const std::string& store_name) {
-  const auto j = json::parse(record, nullptr, false);
+  auto j = json::parse(record, nullptr, false);  // not const: a missing field reads as null
   std::string what = "an unreadable record";
-  if (j.is_object()) {
-    const auto t = static_cast<std::time_t>(j.value("unix_time", 0.0));
+  if (j.is_object() && j["unix_time"].is_number() && j["how"].is_string() &&
+      j["host"].is_string()) {
+    const auto t = static_cast<std::time_t>(j["unix_time"].get<double>());
     what = fmt::format("at {:%Y-%m-%d %H:%M:%S} UTC ({}, as {} saw it)", fmt::gmtime(t),
-                       j.value("how", std::string("ended")), j.value("host", std::string("?")));
+                       j["how"].get<std::string>(), j["host"].get<std::string>());
   }
   return fmt::format(
       "the job with this run id ended {}: this node cannot join it, and runs nothing; give a "

@@ -20,8 +20,7 @@ inline constexpr const char* kJobEndedKey = "ended";
 
 // Records that the job ended (`how`: "succeeded", "failed: rank 1 on b exited with 3", ...),
 // as seen by `host`; the first record stays. Never throws: a store that cannot be written at
-// the job's end is said in the log, and a later node with this run id is then refused only
-// as it would be without the record.
+// the job's end is said in the log (a node that comes later is then not told).
 void record_job_end(store::Store& store, const std::string& how, const std::string& host,
                     Deadline deadline);
 

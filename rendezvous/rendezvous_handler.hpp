@@ -169,9 +169,10 @@ class RendezvousHandler {
   virtual void job_ended() {}
 
   // The job ended for every node (`how`: "succeeded", "failed: rank 1 on b exited with 3"):
-  // recorded in the store (rendezvous/job_end.hpp), so that a node that comes later with this
-  // run id is refused, saying so, instead of joining what is left of it. Never throws.
-  virtual void record_job_end(const std::string& how) = 0;
+  // recorded in the store by `deadline` (rendezvous/job_end.hpp), so that a node that comes
+  // later with this run id is refused, saying so, instead of joining what is left of it.
+  // Never throws.
+  virtual void record_job_end(const std::string& how, Deadline deadline) = 0;
 
   // True when the job goes on without a node that leaves or dies (the others re-form); false
   // when the membership is fixed and losing a node ends the job.

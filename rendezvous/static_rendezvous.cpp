@@ -492,9 +492,8 @@ void StaticRendezvous::leave_early(const Round& round) {
 
 void StaticRendezvous::job_ended() { ring_.stop(); }
 
-void StaticRendezvous::record_job_end(const std::string& how) {
-  ddprun::record_job_end(store_, how, options_.self.host,
-                         Deadline::after(keep_alive_.read_timeout));
+void StaticRendezvous::record_job_end(const std::string& how, Deadline deadline) {
+  ddprun::record_job_end(store_, how, options_.self.host, deadline);
 }
 
 }  // namespace ddprun

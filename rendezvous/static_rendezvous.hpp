@@ -74,7 +74,7 @@ class StaticRendezvous final : public RendezvousHandler {
                                         ErrorCallback on_error) override;
   void leave_early(const Round& round) override;
   void job_ended() override;
-  void record_job_end(const std::string& how) override;
+  void record_job_end(const std::string& how, Deadline deadline) override;
   bool can_reform() const override { return false; }
 
  private:

@@ -298,8 +298,31 @@ TEST_CASE("agent: a node's own end records no end of the job", "[agent]") {
   REQUIRE(node.runner.wait_for_start(1));
   node.agent->on_signal(SIGTERM);
   CHECK(node.exit_code() == 128 + SIGTERM);
-  // An elastic job would go on without this node: a node that comes now may still join it.
+  // A signal ends this node's part only (an elastic job goes on without it): a node that comes
+  // now may still join.
   CHECK_FALSE(shared.check({"ended"}, Deadline::after(kHang)));
+}
+
+TEST_CASE("agent: a node whose exit barrier expired records no end of the job the others still "
+          "run", "[agent]") {
+  store::MemoryStore shared;
+  test::TempDir dir;
+  auto config = [](int rank) {
+    auto c = config_for(2, rank, 1);
+    c.exit_barrier_timeout = 200ms;
+    return c;
+  };
+  Node a(shared, config(0), "hostA", dir.file("a"));
+  Node b(shared, config(1), "hostB", dir.file("b"));
+  REQUIRE(a.runner.wait_for_start(1));
+  REQUIRE(b.runner.wait_for_start(1));
+  a.runner.exit_all(0);
+  CHECK(a.exit_code() == 0);  // left with success once its barrier expired; b still runs
+  CHECK_FALSE(shared.check({"ended"}, Deadline::after(kHang)));
+  b.runner.exit_all(0);
+  CHECK(b.exit_code() == 0);
+  CHECK_THAT(shared.get("ended", Deadline::after(kHang)),
+             Catch::Contains("\"how\":\"succeeded\"") && Catch::Contains("hostB"));
 }
 
 TEST_CASE("agent: a failure on node 1 stops and restarts node 0 too", "[agent]") {

@@ -291,18 +291,6 @@ TEST_CASE("agent: a node that comes after its job ended is refused at its first 
   CHECK(again.runner.starts() == 0);
 }
 
-TEST_CASE("agent: a node's own end records no end of the job", "[agent]") {
-  store::MemoryStore shared;
-  test::TempDir dir;
-  Node node(shared, config_for(1, 0, 1, 3), "hostA", dir.path());
-  REQUIRE(node.runner.wait_for_start(1));
-  node.agent->on_signal(SIGTERM);
-  CHECK(node.exit_code() == 128 + SIGTERM);
-  // A signal ends this node's part only (an elastic job goes on without it): a node that comes
-  // now may still join.
-  CHECK_FALSE(shared.check({"ended"}, Deadline::after(kHang)));
-}
-
 TEST_CASE("agent: a node whose exit barrier expired records no end of the job the others still "
           "run", "[agent]") {
   store::MemoryStore shared;
@@ -556,6 +544,9 @@ TEST_CASE("agent: a signal stops the workers with that signal and exits 128+N", 
   CHECK(node.exit_code() == 128 + SIGINT);
   CHECK(node.runner.stop_signals().at(0) == SIGINT);
   CHECK(node.runner.starts() == 1);  // a signal is not retried
+  // It ends this node's part only (an elastic job goes on without it), so it records no end
+  // of the job: a node that comes now may still join.
+  CHECK_FALSE(shared.check({"ended"}, Deadline::after(kHang)));
 }
 
 TEST_CASE("agent: a signal in the middle of a goodbye does not keep the store's host waiting",

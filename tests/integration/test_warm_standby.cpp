@@ -253,6 +253,11 @@ TEST_CASE("warm standby: a module that cannot be imported is reported once, and 
       FAIL("no report of rank " << rank << "'s standby:\n" << p.output());
     }
   }
+  // Rank 1 fails only once rank 0 has had its say: on a busy machine rank 0's interpreter may
+  // still be starting when the standbys have spoken, and the failure would stop it unheard.
+  if (!p.wait_for_output("attempt 0 rank 0 ran", 120s)) {
+    FAIL("rank 0 of attempt 0 said nothing:\n" << p.output());
+  }
   gate.open();
   CHECK(p.wait(180s) == 0);
   const auto out = p.output();

@@ -29,6 +29,9 @@ void record_job_end(store::Store& store, const std::string& how, const std::stri
   }
 }
 
+namespace {
+
+// The refusal's line for `record` (record_job_end's JSON).
 std::string describe_ended_job(const std::string& record, const std::string& store_name) {
   auto j = json::parse(record, nullptr, false);  // not const: a missing field reads as null
   std::string what = "an unreadable record";
@@ -43,6 +46,8 @@ std::string describe_ended_job(const std::string& record, const std::string& sto
       "new job a run id of its own (--rdzv-id) or a store of its own (store at {})",
       what, store_name);
 }
+
+}  // namespace
 
 void refuse_if_ended(store::Store& store, Deadline deadline) {
   if (auto record = store.try_get(kJobEndedKey, deadline)) {

@@ -27,7 +27,4 @@ void record_job_end(store::Store& store, const std::string& how, const std::stri
 // Throws RendezvousError when the job of the store's run id has ended, naming how and when.
 void refuse_if_ended(store::Store& store, Deadline deadline);
 
-// The refusal's line for the record `record` (record_job_end's JSON).
-std::string describe_ended_job(const std::string& record, const std::string& store_name);
-
 }  // namespace ddprun
